@@ -1,0 +1,61 @@
+"""Registries with Dassl's API (``Registry(name)``, ``@REG.register()``, ``REG.get``,
+``REG.registered_names()``).
+
+Differences from Dassl: ``register`` accepts an optional explicit name (so a selector function
+``div`` or a trainer class ``ArgTCA`` is looked up by the name users type), lookups are
+case-insensitive, and an unknown name raises ``KeyError`` listing every registered name.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Dict, List, Optional
+
+__all__ = ["Registry", "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY",
+           "OBJECTIVE_REGISTRY"]
+
+
+class Registry:
+    def __init__(self, name: str):
+        self._name = name
+        self._obj_map: Dict[str, Any] = {}
+
+    def _do_register(self, name: str, obj: Any, force: bool = False) -> None:
+        key = name.lower()
+        if key in self._obj_map and not force and self._obj_map[key] is not obj:
+            raise KeyError(f'An object named "{name}" was already registered in the '
+                           f'"{self._name}" registry')
+        self._obj_map[key] = obj
+
+    def register(self, obj: Any = None, name: Optional[str] = None, force: bool = False):
+        """``@REG.register()``, ``@REG.register(name="div")`` or ``REG.register(obj)``."""
+        if obj is None or isinstance(obj, str):
+            if isinstance(obj, str):
+                name = obj
+
+            def deco(o: Any) -> Any:
+                self._do_register(name or o.__name__, o, force=force)
+                return o
+            return deco
+        self._do_register(name or obj.__name__, obj, force=force)
+        return obj
+
+    def get(self, name: str) -> Any:
+        key = str(name).lower()
+        if key not in self._obj_map:
+            raise KeyError(f'"{name}" is not in the {self._name} registry; registered: '
+                           f'{", ".join(self.registered_names()) or "(none)"}')
+        return self._obj_map[key]
+
+    def __contains__(self, name: str) -> bool:
+        return str(name).lower() in self._obj_map
+
+    def registered_names(self) -> List[str]:
+        return sorted(self._obj_map)
+
+    def __repr__(self) -> str:
+        return f"Registry({self._name!r}, {self.registered_names()})"
+
+
+TRAINER_REGISTRY = Registry("TRAINER")
+DATASET_REGISTRY = Registry("DATASET")
+SELECTOR_REGISTRY = Registry("SELECTOR")
+OBJECTIVE_REGISTRY = Registry("OBJECTIVE")

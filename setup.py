@@ -1,0 +1,16 @@
+from setuptools import find_packages, setup
+
+setup(
+    name="argtca",
+    version="0.1.0",
+    description="Calibrated test-time adaptation of CLIP: ArgTCA, TCA, TPT, C-TPT, O-TPT, A-TPT",
+    packages=find_packages(include=["argtca", "argtca.*"]),
+    package_data={"argtca": ["demo/assets/*", "models/model_configs/*.json"]},
+    include_package_data=True,
+    python_requires=">=3.10",
+    install_requires=[
+        "torch>=2.1", "torchvision", "open_clip_torch>=3.0", "torch_geometric>=2.5",
+        "yacs", "numpy", "pillow", "tqdm", "matplotlib",
+    ],
+    extras_require={"test": ["pytest"]},
+)
