@@ -1,0 +1,9 @@
+"""Trainers register themselves in TRAINER_REGISTRY on import."""
+from argtca.trainers import methods  # noqa: F401
+from argtca.trainers.base import TestTimeTrainer  # noqa: F401
+
+try:  # ArgTCA needs the graph code
+    from argtca.trainers import argtca as _argtca  # noqa: F401
+except ImportError as e:  # pragma: no cover - only while the package is incomplete
+    if "argtca.trainers.argtca" not in str(e) and "argtca.graph" not in str(e):
+        raise

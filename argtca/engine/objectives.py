@@ -1,0 +1,161 @@
+"""Test-time objectives, written batch-first (a leading image dimension B) so the same code serves
+the reference engine (B=1) and the batched fast engine.
+
+An objective turns prompt logits ``[B, V, P]`` into the *scores* TPT's view selection and entropy
+see (``scores``) and into class probabilities (``probs``), and adds a text-only regulariser
+(``regularizer(text [B, P, E]) -> [B]``). ``loss(selected_scores, text) = H(mean softmax) + reg``.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from argtca.registry import OBJECTIVE_REGISTRY
+
+
+# ------------------------------------------------------------------------------ TPT core pieces
+def view_entropy(scores: torch.Tensor) -> torch.Tensor:
+    """Entropy of softmax(scores) per view: [..., V, K] → [..., V]."""
+    logp = scores.log_softmax(-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def select_confident(scores: torch.Tensor, p: float) -> torch.Tensor:
+    """Indices [B, S] of the ``int(V * p)`` lowest-entropy views (stable: ties → lower index)."""
+    V = scores.shape[-2]
+    n = max(1, int(V * p))
+    return torch.argsort(view_entropy(scores), dim=-1, stable=True)[..., :n]
+
+
+def avg_entropy(scores: torch.Tensor) -> torch.Tensor:
+    """TPT's loss: entropy of the mean of softmax(scores) over the views, in log space. [B,S,K]→[B]."""
+    logp = scores.float().log_softmax(-1)
+    avg = torch.logsumexp(logp, dim=-2) - math.log(logp.shape[-2])
+    avg = avg.clamp(min=torch.finfo(avg.dtype).min)
+    return -(avg * avg.exp()).sum(-1)
+
+
+# ------------------------------------------------------------------------------ regularisers
+def atfd(text: torch.Tensor) -> torch.Tensor:
+    """C-TPT's average text feature dispersion: mean_k ‖t_k − mean_k t_k‖₂. [B,K,E]→[B]."""
+    return (text - text.mean(-2, keepdim=True)).norm(dim=-1).mean(-1)
+
+
+def orthogonality(text: torch.Tensor) -> torch.Tensor:
+    """O-TPT's penalty. The official Householder construction reduces to mean_i(‖G_i‖₂ − 1) with
+    G = T Tᵀ (unit rows, so ‖G_i‖ ≥ G_ii = 1); tests check it against the Householder form."""
+    G = text @ text.transpose(-1, -2)
+    return (G.norm(dim=-1) - 1.0).mean(-1)
+
+
+def angular_diversity(text: torch.Tensor, tau: float = 0.99999) -> torch.Tensor:
+    """A-TPT's AD = mean_i arccos(clamp(max_{j≠i} cos_ij, −τ, τ)). [B,K,E]→[B]."""
+    G = text @ text.transpose(-1, -2)
+    eye = torch.eye(G.shape[-1], dtype=torch.bool, device=G.device)
+    G = G.masked_fill(eye, -2.0)  # the diagonal never wins the max
+    m = G.max(dim=-1).values
+    return torch.arccos(m.clamp(-tau, tau)).mean(-1)
+
+
+def tca_terms(text: torch.Tensor, m: int):
+    """TCA's (L_inter, L_intra) on attribute prompts ordered class-major: [B, K·M', E] → ([B], [B]).
+
+    μ_k = mean_m f_km (not re-normalised), μ = mean_k μ_k; L_inter = mean_k ‖μ_k − μ‖₂,
+    L_intra = mean_k mean_m ‖f_km − μ_k‖₂."""
+    A = text.reshape(*text.shape[:-2], -1, m, text.shape[-1])
+    mu = A.mean(-2)
+    inter = (mu - mu.mean(-2, keepdim=True)).norm(dim=-1).mean(-1)
+    intra = (A - mu.unsqueeze(-2)).norm(dim=-1).mean(-1).mean(-1)
+    return inter, intra
+
+
+# ------------------------------------------------------------------------------ objectives
+class Objective:
+    """Class prompts (one per class): scores are the logits, probabilities their softmax."""
+
+    prompts_per_class = 1
+
+    def __init__(self, node=None):
+        self.node = node
+
+    def scores(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits
+
+    def probs(self, logits: torch.Tensor) -> torch.Tensor:
+        return logits.float().softmax(-1)
+
+    def regularizer(self, text: torch.Tensor) -> torch.Tensor:
+        return text.new_zeros(text.shape[:-2])
+
+    def text_only(self) -> bool:
+        """True when the regulariser depends on the text features only (engine shortcuts)."""
+        return True
+
+    def loss(self, selected_scores: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        return avg_entropy(selected_scores) + self.regularizer(text.float())
+
+
+@OBJECTIVE_REGISTRY.register(name="none")
+class NoTuning(Objective):
+    """Zero-shot CLIP: nothing is tuned (the engine runs no step)."""
+
+
+@OBJECTIVE_REGISTRY.register(name="tpt")
+class TPTObjective(Objective):
+    pass
+
+
+@OBJECTIVE_REGISTRY.register(name="ctpt")
+class CTPTObjective(Objective):
+    def regularizer(self, text):
+        return -float(self.node.LAMBDA) * atfd(text)
+
+
+@OBJECTIVE_REGISTRY.register(name="otpt")
+class OTPTObjective(Objective):
+    def regularizer(self, text):
+        return float(self.node.LAMBDA) * orthogonality(text)
+
+
+@OBJECTIVE_REGISTRY.register(name="atpt")
+class ATPTObjective(Objective):
+    """The paper's sign, L_TPT − λ·AD (the official fine-grained script adds +λ·AD)."""
+
+    def regularizer(self, text):
+        return -float(self.node.LAMBDA) * angular_diversity(text, float(self.node.TAU))
+
+
+@OBJECTIVE_REGISTRY.register(name="tca")
+class TCAObjective(Objective):
+    """TCA's bag of attribute prompts: p(k|x) = Σ_m exp(s⟨f, f_km⟩) / Σ_{k',m} exp(s⟨f, f_k'm⟩).
+
+    ``ENTROPY_INPUT``: "prob" reproduces the official code, which feeds these probabilities to
+    TPT's view selection and entropy as if they were logits (a softmax of probabilities);
+    "logprob" follows the paper's equations (the entropy of p itself)."""
+
+    def __init__(self, node=None):
+        super().__init__(node)
+        self.prompts_per_class = int(node.NUM_ATTRIBUTES)
+        self.entropy_input = str(node.ENTROPY_INPUT).lower()
+        if self.entropy_input not in ("prob", "logprob"):
+            raise ValueError(f"ENTROPY_INPUT={node.ENTROPY_INPUT!r}: use 'prob' (official code) or "
+                             f"'logprob' (paper's equations)")
+
+    def log_probs(self, logits):
+        m = self.prompts_per_class
+        logits = logits.float()
+        per_class = torch.logsumexp(logits.reshape(*logits.shape[:-1], -1, m), dim=-1)
+        return per_class - torch.logsumexp(logits, dim=-1, keepdim=True)
+
+    def scores(self, logits):
+        logp = self.log_probs(logits)
+        return logp.exp() if self.entropy_input == "prob" else logp
+
+    def probs(self, logits):
+        return self.log_probs(logits).exp()
+
+    def regularizer(self, text):
+        inter, intra = tca_terms(text, self.prompts_per_class)
+        return -float(self.node.ALPHA) * inter + float(self.node.BETA) * intra

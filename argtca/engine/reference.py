@@ -1,0 +1,112 @@
+"""The reference episodic test-time tuning engine (TPT's protocol, one or more images at a time).
+
+Per test image: image features of all views once (frozen encoder, no grad); context reset to its
+initial value; for TTA.STEPS steps: keep the ρ lowest-entropy views (chosen at the first step, as
+TPT caches them), compute the objective, one AdamW step on the context only; finally predict on
+view 0 re-using its features. Inputs are batch-first, and every image owns its context and its
+AdamW moments (AdamW is element-wise), so tuning B images together equals tuning each alone.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from argtca.engine.objectives import Objective, select_confident
+
+
+class NonFiniteLossError(RuntimeError):
+    pass
+
+
+def autocast_ctx(device: torch.device, prec: str):
+    if device.type == "cuda" and prec == "amp":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+class ReferenceEngine:
+    def __init__(self, model, text_encoder, objective: Objective, cfg, device):
+        self.model = model
+        self.text_encoder = text_encoder
+        self.objective = objective
+        self.device = torch.device(device)
+        self.steps = int(cfg.TTA.STEPS)
+        self.selection_p = float(cfg.TTA.SELECTION_P)
+        self.lr = float(cfg.TTA.LR)
+        self.wd = float(cfg.TTA.WEIGHT_DECAY)
+        self.prec = str(cfg.TTA.PREC)
+        self.amp = self.device.type == "cuda" and self.prec == "amp"
+        self.loss_scale = float(cfg.TTA.LOSS_SCALE) if self.amp else 1.0
+        self.logit_scale = model.logit_scale.exp().detach().float()
+
+    def autocast(self):
+        return autocast_ctx(self.device, self.prec)
+
+    @torch.no_grad()
+    def image_features(self, views: torch.Tensor) -> torch.Tensor:
+        """[B, V, 3, S, S] → normalised features [B, V, E] (fp32)."""
+        B, V = views.shape[:2]
+        with self.autocast():
+            f = self.model.encode_image(views.flatten(0, 1).to(self.device, non_blocking=True))
+        return F.normalize(f.float(), dim=-1).reshape(B, V, -1)
+
+    def logits(self, img: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """img [B, V, E], text [B, P, E] → [B, V, P]."""
+        return self.logit_scale * torch.einsum("bve,bpe->bvp", img.to(text.dtype), text)
+
+    def initial_context(self, B: int) -> torch.Tensor:
+        return self.text_encoder.ctx_init.detach().unsqueeze(0).repeat(B, 1, 1).float()
+
+    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+        """Run TTA.STEPS AdamW steps from the initial context; returns the tuned context [B,n,W]."""
+        B = img.shape[0]
+        ctx = self.initial_context(B).requires_grad_(True)
+        if self.steps <= 0:
+            return ctx.detach()
+        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
+        sel_idx = None
+        for _ in range(self.steps):
+            with torch.enable_grad():
+                with self.autocast():
+                    text = self.text_encoder(ctx)
+                    logits = self.logits(img, text)
+                scores = self.objective.scores(logits.float())
+                if sel_idx is None:
+                    sel_idx = select_confident(scores.detach(), self.selection_p)
+                sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+                loss = self.objective.loss(sel, text.float())
+                bad = ~torch.isfinite(loss.detach())
+                if bool(bad.any()):
+                    i = int(bad.nonzero()[0])
+                    name = paths[i] if paths is not None else f"batch item {i}"
+                    raise NonFiniteLossError(
+                        f"non-finite test-time loss ({float(loss[i])}) on image {name}; check the "
+                        f"image file and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+                opt.zero_grad(set_to_none=True)
+                (loss.sum() * self.loss_scale).backward()
+            before = ctx.detach().clone()
+            g = ctx.grad
+            if self.loss_scale != 1.0:
+                g.div_(self.loss_scale)
+            ok = torch.isfinite(g).flatten(1).all(-1)  # fp16 overflow: skip that image's step
+            g[~ok] = 0
+            opt.step()
+            with torch.no_grad():
+                ctx[~ok] = before[~ok]
+        return ctx.detach()
+
+    @torch.no_grad()
+    def predict(self, img0: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        """img0 [B, E] (view-0 features), ctx [B, n, W] → class probabilities [B, K]."""
+        with self.autocast():
+            text = self.text_encoder(ctx)
+            logits = self.logits(img0.unsqueeze(1), text)
+        return self.objective.probs(logits.float())[:, 0]
+
+    def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+        img = self.image_features(views)
+        ctx = self.tune(img, paths)
+        return self.predict(img[:, 0], ctx)

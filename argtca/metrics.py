@@ -1,0 +1,208 @@
+"""Calibration metrics with the conventions of the C-TPT / O-TPT / A-TPT / TCA code.
+
+Conventions (all percentages are ``x100``, as the papers report them):
+
+* **accuracy** = mean(pred == label) x 100.
+* **ECE** (C-TPT ``ECE_Loss``): ``n_bins`` equal-width bins with edges ``i / n_bins``
+  (``linspace(0, 1, n_bins + 1)``). A sample is in bin ``b`` when ``lower_b < conf <= upper_b``
+  (left-open), so a confidence exactly on an edge, e.g. 0.05, goes to the *lower* bin (0, 0.05].
+  ``ECE = sum_b |acc_b - conf_b| * n_b / N`` with ``N`` the number of *all* samples.
+  Quirk kept from the reference code: ``conf == 0`` (and ``conf > 1``) falls in no bin; such a
+  sample still counts in ``N`` (and in accuracy) but contributes nothing to ECE/MCE.
+  Edges are compared at the input's float precision (float32 inputs against float32 edges, as
+  the torch reference does; anything else in float64).
+* **MCE**: ``max_b |acc_b - conf_b|`` over the non-empty equal-width bins (0 if all are empty).
+* **AdaECE** (adaptive / equal-mass bins): the samples are sorted by confidence (stable sort,
+  ties keep input order) and split into ``n_bins`` contiguous chunks whose sizes differ by at
+  most one (``numpy.array_split``: the first ``N mod n_bins`` chunks get the extra sample).
+  ``AdaECE = sum_chunks |acc_c - conf_c| * n_c / N``; with ``N < n_bins`` the empty chunks are
+  skipped. Every sample (including ``conf == 0``) is in exactly one chunk. Unlike the
+  histogram-edge variant (Mukhoti et al.), equal confidences may be split across two chunks.
+* **NLL** = mean(-log(max(p_label, eps))), ``eps = 1e-12``.
+* **Brier** = mean of the per-image ``sum_k (p_k - y_k)^2`` supplied by the caller.
+
+Inputs may be Python lists, NumPy arrays or torch tensors (any device).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+__all__ = ["compute_metrics", "reliability_bins", "expected_calibration_error",
+           "adaptive_ece", "bin_index", "RunningCalibration", "NLL_EPS"]
+
+NLL_EPS = 1e-12
+
+
+def _as_array(x: Any, name: str) -> np.ndarray:
+    if hasattr(x, "detach"):                 # torch tensor
+        x = x.detach().cpu().numpy()
+    arr = np.asarray(x)
+    if arr.dtype == object:
+        raise ValueError(f"{name}: expected numbers, got an object array ({arr[:3]!r} ...)")
+    return arr.reshape(-1)
+
+
+def _as_conf(x: Any, name: str = "conf") -> np.ndarray:
+    arr = _as_array(x, name)
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)         # float16/ints/bools -> float64
+    if arr.size and not np.all(np.isfinite(arr)):
+        bad = arr[~np.isfinite(arr)][0]
+        raise ValueError(f"{name} contains a non-finite value ({bad}); "
+                         "pass probabilities in [0, 1]")
+    return arr
+
+
+def _check_same_length(**arrays: np.ndarray) -> int:
+    lens = {k: len(v) for k, v in arrays.items()}
+    if len(set(lens.values())) != 1:
+        raise ValueError(f"inputs must have the same length, got {lens}")
+    return next(iter(lens.values()))
+
+
+def bin_index(conf: Any, n_bins: int = 20) -> np.ndarray:
+    """Equal-width bin of each confidence: ``b`` with ``b/n < conf <= (b+1)/n``; -1 if none
+    (``conf <= 0`` or ``conf > 1``)."""
+    if int(n_bins) < 1:
+        raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+    c = _as_conf(conf)
+    edges = (np.arange(n_bins + 1, dtype=np.float64) / n_bins).astype(c.dtype)
+    idx = np.searchsorted(edges, c, side="left") - 1   # edges[idx] < c <= edges[idx+1]
+    idx[(idx < 0) | (idx >= n_bins)] = -1
+    return idx
+
+
+def _bin_sums(conf: np.ndarray, correct: np.ndarray, n_bins: int):
+    idx = bin_index(conf, n_bins)
+    ok = idx >= 0
+    count = np.bincount(idx[ok], minlength=n_bins).astype(np.int64)
+    s_conf = np.bincount(idx[ok], weights=conf[ok].astype(np.float64), minlength=n_bins)
+    s_corr = np.bincount(idx[ok], weights=correct[ok].astype(np.float64), minlength=n_bins)
+    return count, s_conf, s_corr
+
+
+def reliability_bins(conf: Any, correct: Any, n_bins: int = 20) -> Dict[str, np.ndarray]:
+    """Per equal-width bin: ``lower``, ``upper``, ``count``, ``acc``, ``conf`` (mean accuracy
+    and mean confidence in [0, 1]; NaN for empty bins). Same bin rule as the ECE."""
+    c = _as_conf(conf)
+    k = _as_array(correct, "correct").astype(bool)
+    _check_same_length(conf=c, correct=k)
+    count, s_conf, s_corr = _bin_sums(c, k, n_bins)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        acc = np.where(count > 0, s_corr / np.maximum(count, 1), np.nan)
+        mconf = np.where(count > 0, s_conf / np.maximum(count, 1), np.nan)
+    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    return {"lower": edges[:-1], "upper": edges[1:], "count": count, "acc": acc, "conf": mconf}
+
+
+def expected_calibration_error(conf: Any, correct: Any, n_bins: int = 20) -> float:
+    """ECE in [0, 1] (not x100), C-TPT convention (see module docstring)."""
+    c = _as_conf(conf)
+    k = _as_array(correct, "correct").astype(bool)
+    n = _check_same_length(conf=c, correct=k)
+    if n == 0:
+        raise ValueError("expected_calibration_error: no samples")
+    _, s_conf, s_corr = _bin_sums(c, k, n_bins)
+    return float(np.abs(s_corr - s_conf).sum() / n)
+
+
+def adaptive_ece(conf: Any, correct: Any, n_bins: int = 20) -> float:
+    """AdaECE in [0, 1] (equal-mass bins, see module docstring)."""
+    c = _as_conf(conf).astype(np.float64)
+    k = _as_array(correct, "correct").astype(np.float64)
+    n = _check_same_length(conf=c, correct=k)
+    if n == 0:
+        raise ValueError("adaptive_ece: no samples")
+    order = np.argsort(c, kind="stable")
+    total = 0.0
+    for chunk in np.array_split(order, n_bins):
+        if len(chunk):
+            total += abs(k[chunk].sum() - c[chunk].sum())
+    return float(total / n)
+
+
+def compute_metrics(conf: Any, pred: Any, label: Any, p_label: Any = None, brier: Any = None,
+                    n_bins: int = 20) -> Dict[str, Optional[float]]:
+    """Accuracy, ECE, AdaECE, MCE (all %), NLL, Brier and n for one evaluation.
+
+    ``conf``: max probability per image; ``pred``/``label``: predicted and true class;
+    ``p_label``: probability of the true class (for NLL); ``brier``: per-image Brier score.
+    ``nll``/``brier`` are ``None`` when the corresponding input is not given.
+    """
+    c = _as_conf(conf)
+    p = _as_array(pred, "pred")
+    y = _as_array(label, "label")
+    n = _check_same_length(conf=c, pred=p, label=y)
+    if n == 0:
+        raise ValueError("compute_metrics: no samples (empty conf/pred/label)")
+    correct = p == y
+    count, s_conf, s_corr = _bin_sums(c, correct, n_bins)
+    gaps = np.abs(s_corr - s_conf)
+    nonempty = count > 0
+    mce = float((gaps[nonempty] / count[nonempty]).max()) if nonempty.any() else 0.0
+    out: Dict[str, Optional[float]] = {
+        "accuracy": 100.0 * float(correct.mean()),
+        "ece": 100.0 * float(gaps.sum() / n),
+        "adaece": 100.0 * adaptive_ece(c, correct, n_bins),
+        "mce": 100.0 * mce,
+        "nll": None,
+        "brier": None,
+        "n": int(n),
+    }
+    if p_label is not None:
+        pl = _as_conf(p_label, "p_label").astype(np.float64)
+        _check_same_length(conf=c, p_label=pl)
+        out["nll"] = float(-np.log(np.clip(pl, NLL_EPS, None)).mean())
+    if brier is not None:
+        b = _as_conf(brier, "brier").astype(np.float64)
+        _check_same_length(conf=c, brier=b)
+        out["brier"] = float(b.mean())
+    return out
+
+
+class RunningCalibration:
+    """Accuracy and ECE updated one image (or batch) at a time with O(n_bins) state, for a
+    progress bar: ``bar.set_postfix(rc.postfix())``. Same bin rule as :func:`compute_metrics`,
+    so after all updates ``rc.ece == compute_metrics(...)["ece"]`` (up to float rounding)."""
+
+    def __init__(self, n_bins: int = 20):
+        if int(n_bins) < 1:
+            raise ValueError(f"n_bins must be >= 1, got {n_bins}")
+        self.n_bins = int(n_bins)
+        self.count = np.zeros(self.n_bins, dtype=np.int64)
+        self.sum_conf = np.zeros(self.n_bins, dtype=np.float64)
+        self.sum_correct = np.zeros(self.n_bins, dtype=np.float64)
+        self.n = 0
+        self.n_correct = 0
+
+    def update(self, conf: Any, correct: Any) -> "RunningCalibration":
+        c = _as_conf(conf)
+        k = _as_array(correct, "correct").astype(bool)
+        _check_same_length(conf=c, correct=k)
+        cnt, s_conf, s_corr = _bin_sums(c, k, self.n_bins)
+        self.count += cnt
+        self.sum_conf += s_conf
+        self.sum_correct += s_corr
+        self.n += len(c)
+        self.n_correct += int(k.sum())
+        return self
+
+    @property
+    def accuracy(self) -> float:
+        """Accuracy so far in % (0 before any update)."""
+        return 100.0 * self.n_correct / self.n if self.n else 0.0
+
+    @property
+    def ece(self) -> float:
+        """ECE so far in % (0 before any update)."""
+        if not self.n:
+            return 0.0
+        return 100.0 * float(np.abs(self.sum_correct - self.sum_conf).sum()) / self.n
+
+    def postfix(self) -> Dict[str, str]:
+        return {"acc": f"{self.accuracy:.2f}", "ece": f"{self.ece:.2f}"}
+
+    def __repr__(self) -> str:
+        return f"RunningCalibration(n={self.n}, acc={self.accuracy:.2f}%, ece={self.ece:.2f}%)"

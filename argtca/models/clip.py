@@ -1,0 +1,217 @@
+"""CLIP through open_clip: backbone names as CoOp writes them, weights from a tag, a local file or
+(only when asked) random, the EOS hidden state used by ArgTCA's graph, and the prompt text encoder
+with learnable context vectors used by every test-time tuning method."""
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Sequence, Tuple
+
+import open_clip
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_configs")
+open_clip.add_model_config(MODEL_CONFIG_DIR)
+
+# CoOp/TPT spell backbones the OpenAI way. OpenAI weights were trained with QuickGELU; open_clip 3.x's
+# plain "ViT-B-16" config uses nn.GELU and only warns, which would silently change every number.
+BACKBONES = {
+    "ViT-B/16": "ViT-B-16-quickgelu",
+    "ViT-B/32": "ViT-B-32-quickgelu",
+    "ViT-L/14": "ViT-L-14-quickgelu",
+    "RN50": "RN50-quickgelu",
+    "RN101": "RN101-quickgelu",
+}
+
+
+class ModelError(ValueError):
+    """Bad backbone/weights input: names the value and the fix."""
+
+
+def resolve_builtin(path: str) -> str:
+    """``builtin:<relpath>`` → file inside the installed argtca package; anything else unchanged."""
+    if isinstance(path, str) and path.startswith("builtin:"):
+        return os.path.join(_PKG_DIR, path[len("builtin:"):])
+    return path
+
+
+def open_clip_name(backbone: str) -> str:
+    name = BACKBONES.get(backbone, backbone)
+    name = name.replace("/", "-")
+    if name not in open_clip.list_models():
+        raise ModelError(
+            f"unknown backbone MODEL.BACKBONE.NAME={backbone!r} (open_clip name {name!r}); use one of "
+            f"{sorted(BACKBONES)} or an open_clip model name / a JSON in {MODEL_CONFIG_DIR}")
+    return name
+
+
+def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
+    """Build the frozen CLIP of ``cfg.MODEL`` → (model, tokenizer), in eval mode, fp32.
+
+    ``MODEL.PRETRAINED``: an open_clip pretrained tag (``openai``), a local checkpoint path (an
+    open_clip/OpenAI checkpoint or argtca's compact ``argtca-clip-v1`` file), ``builtin:<path>`` for
+    files shipped in the package, or ``random`` (random weights, only when asked explicitly).
+    """
+    backbone = cfg.MODEL.BACKBONE.NAME
+    name = open_clip_name(backbone)
+    pretrained = resolve_builtin(str(cfg.MODEL.PRETRAINED).strip())
+    if pretrained == "":
+        raise ModelError("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, or "
+                         "'random' for random weights")
+    compact = False
+    if pretrained.lower() == "random":
+        model = open_clip.create_model(name, pretrained=None)
+    elif os.path.sep in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")):
+        if not os.path.isfile(pretrained):
+            raise ModelError(f"MODEL.PRETRAINED checkpoint not found: {pretrained}; give an existing "
+                             f"file (e.g. the OpenAI ViT-B-16.pt) or a tag such as 'openai'")
+        compact = _is_compact_checkpoint(pretrained)
+        if compact:
+            model = open_clip.create_model(name, pretrained=None)
+            load_compact_checkpoint(model, pretrained)
+        else:
+            model = open_clip.create_model(name, pretrained=pretrained)
+    else:
+        tags = [t for m, t in open_clip.list_pretrained() if m == name]
+        if pretrained not in tags:
+            raise ModelError(f"MODEL.PRETRAINED={pretrained!r} is not a pretrained tag of {name} "
+                             f"(known: {tags}); give a local checkpoint path instead")
+        try:
+            model = open_clip.create_model(name, pretrained=pretrained)
+        except Exception as e:  # no internet here: name the offline route
+            raise ModelError(
+                f"could not load {name} weights '{pretrained}' ({type(e).__name__}: {e}). Offline? "
+                f"Download the checkpoint elsewhere (e.g. OpenAI's ViT-B-16.pt) and set "
+                f"MODEL.PRETRAINED /path/to/file") from e
+    tokenizer = open_clip.get_tokenizer(name)
+    model = model.float().eval().to(device)
+    for p in model.parameters():
+        p.requires_grad_(False)
+    if not hasattr(model, "token_embedding"):
+        raise ModelError(f"{name} keeps its text tower in model.text (CustomTextCLIP); argtca's "
+                         f"prompt encoder supports CLIP-style text towers only")
+    return model, tokenizer
+
+
+def _is_compact_checkpoint(path: str) -> bool:
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception:
+        return False
+    return isinstance(obj, dict) and obj.get("format") == "argtca-clip-v1"
+
+
+def load_compact_checkpoint(model: nn.Module, path: str) -> nn.Module:
+    """Load argtca's compact checkpoint (fp16, pruned vocabulary rows; see argtca.demo.checkpoint)."""
+    from argtca.demo.checkpoint import load_argtca_checkpoint
+    return load_argtca_checkpoint(model, path)
+
+
+def image_size(model: nn.Module) -> int:
+    size = model.visual.image_size
+    return int(size[0] if isinstance(size, (tuple, list)) else size)
+
+
+# ------------------------------------------------------------------------------------- text side
+def _run_text_tower(model: nn.Module, x: torch.Tensor, eot_idx: torch.Tensor) -> torch.Tensor:
+    """Token embeddings [N, L, W] (already cut to L tokens) → EOS hidden state after ln_final [N, W].
+
+    Exact under CLIP's causal mask: tokens after the last EOS never influence the EOS output."""
+    L = x.shape[1]
+    cast = model.transformer.get_cast_dtype()
+    x = x.to(cast) + model.positional_embedding[:L].to(cast)
+    mask = model.attn_mask
+    if mask is not None:
+        mask = mask[:L, :L]
+    x = model.transformer(x, attn_mask=mask)
+    x = model.ln_final(x)
+    return x[torch.arange(x.shape[0], device=x.device), eot_idx]
+
+
+def project_text(model: nn.Module, h: torch.Tensor) -> torch.Tensor:
+    proj = model.text_projection
+    if proj is None:
+        return h
+    return proj(h) if isinstance(proj, nn.Linear) else h @ proj
+
+
+@torch.no_grad()
+def encode_eos_hidden(model: nn.Module, tokenizer, texts: Sequence[str], device="cpu",
+                      batch_size: int = 256) -> torch.Tensor:
+    """EOS hidden state (after ln_final, before the text projection) of each text → [N, width]."""
+    out = []
+    for i in range(0, len(texts), batch_size):
+        ids = tokenizer(list(texts[i:i + batch_size])).to(device)
+        eot = ids.argmax(-1)
+        L = int(eot.max()) + 1
+        emb = model.token_embedding(ids[:, :L])
+        out.append(_run_text_tower(model, emb, eot).float())
+    return torch.cat(out) if out else torch.zeros(0, model.ln_final.normalized_shape[0])
+
+
+@torch.no_grad()
+def encode_texts(model: nn.Module, tokenizer, texts: Sequence[str], device="cpu",
+                 batch_size: int = 256) -> torch.Tensor:
+    """Normalised text features of plain prompts (cut after the longest EOS) → [N, E]."""
+    h = encode_eos_hidden(model, tokenizer, texts, device, batch_size)
+    return F.normalize(project_text(model, h.to(device)).float(), dim=-1)
+
+
+class PromptTextEncoder(nn.Module):
+    """Text features of ``[SOS] ctx_1..ctx_n <suffix> [EOS]`` for a list of prompt suffixes.
+
+    The context vectors are *inputs* (``forward(ctx)``), so one encoder serves one image or a batch
+    of images each with its own context: ``ctx`` of shape [n_ctx, W] or [B, n_ctx, W] gives
+    features [P, E] or [B, P, E] (ℓ2-normalised). ``ctx_init`` holds the token embeddings of the
+    initial words (TPT/CoOp: "a photo of a", 4 tokens). The frozen prefix/suffix embeddings are
+    buffers, and every sequence is cut right after the longest EOS (exact under the causal mask).
+    """
+
+    def __init__(self, model: nn.Module, tokenizer, suffixes: Sequence[str],
+                 ctx_init: str = "a photo of a", n_ctx: Optional[int] = None):
+        super().__init__()
+        if not suffixes:
+            raise ValueError("PromptTextEncoder needs at least one prompt suffix")
+        self.model = model
+        init_ids = tokenizer([ctx_init])[0]
+        n_init = int(init_ids.argmax()) - 1  # tokens between SOS and EOS
+        if n_ctx is None:
+            n_ctx = n_init
+        if n_ctx != n_init:
+            raise ValueError(f"TTA.N_CTX={n_ctx} but TTA.CTX_INIT={ctx_init!r} has {n_init} tokens; "
+                             f"make them agree")
+        self.n_ctx = n_ctx
+        prompts = [f"{ctx_init} {s}" for s in suffixes]
+        ids = tokenizer(prompts)
+        eot = ids.argmax(-1)
+        L = int(eot.max()) + 1
+        dev = model.token_embedding.weight.device
+        with torch.no_grad():
+            emb = model.token_embedding(ids[:, :L].to(dev)).float()
+        self.register_buffer("token_prefix", emb[:, :1].clone(), persistent=False)
+        self.register_buffer("token_suffix", emb[:, 1 + n_ctx:].clone(), persistent=False)
+        self.register_buffer("eot_idx", eot.to(dev), persistent=False)
+        self.register_buffer("ctx_init", emb[0, 1:1 + n_ctx].clone(), persistent=False)
+        self.prompts = prompts
+        self.seq_len = L
+
+    @property
+    def num_prompts(self) -> int:
+        return self.token_prefix.shape[0]
+
+    def forward(self, ctx: torch.Tensor) -> torch.Tensor:
+        single = ctx.dim() == 2
+        if single:
+            ctx = ctx.unsqueeze(0)
+        B, P = ctx.shape[0], self.num_prompts
+        W = ctx.shape[-1]
+        x = torch.cat([
+            self.token_prefix.unsqueeze(0).expand(B, -1, -1, -1),
+            ctx.unsqueeze(1).expand(-1, P, -1, -1).to(self.token_prefix.dtype),
+            self.token_suffix.unsqueeze(0).expand(B, -1, -1, -1),
+        ], dim=2).reshape(B * P, self.seq_len, W)
+        h = _run_text_tower(self.model, x, self.eot_idx.repeat(B))
+        f = F.normalize(project_text(self.model, h).float(), dim=-1).reshape(B, P, -1)
+        return f[0] if single else f

@@ -1,0 +1,91 @@
+"""Command line, with CoOp train.py's flags:
+
+    python -m argtca.run --root $DATA --dataset-config-file configs/datasets/caltech101.yaml \
+        --config-file configs/trainers/tpt.yaml --output-dir output/tpt/caltech101/seed1 --seed 1 \
+        [KEY VALUE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from argtca.config import METHOD_TO_TRAINER, get_cfg_default
+from argtca.registry import TRAINER_REGISTRY
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m argtca.run", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--root", default="", help="data root (CoOp layout); $DATA in the scripts")
+    p.add_argument("--output-dir", default="", help="output directory (default output/<method>/...)")
+    p.add_argument("--dataset-config-file", default="", help="configs/datasets/<name>.yaml")
+    p.add_argument("--config-file", default="", help="configs/trainers/<method>.yaml")
+    p.add_argument("--trainer", default="", help="trainer name (ZeroshotCLIP, TPT, CTPT, OTPT, "
+                   "ATPT, TCA, ArgTCA) or method (zeroshot, tpt, ...)")
+    p.add_argument("--backbone", default="", help="MODEL.BACKBONE.NAME, e.g. ViT-B/16")
+    p.add_argument("--seed", type=int, default=None, help="SEED (views of image i depend on it)")
+    p.add_argument("--eval-only", action="store_true", help="accepted for CoOp compatibility")
+    p.add_argument("--no-train", action="store_true", help="accepted for CoOp compatibility")
+    p.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
+    return p
+
+
+def _check_file(path: str, what: str) -> None:
+    if path and not os.path.isfile(path):
+        raise SystemExit(f"error: {what} not found: {path} (see configs/ for the available files)")
+
+
+def setup_cfg(args):
+    cfg = get_cfg_default()
+    _check_file(args.dataset_config_file, "--dataset-config-file")
+    _check_file(args.config_file, "--config-file")
+    if args.dataset_config_file:
+        cfg.merge_from_file(args.dataset_config_file)
+    if args.config_file:
+        cfg.merge_from_file(args.config_file)
+    if args.root:
+        cfg.DATASET.ROOT = args.root
+    if args.output_dir:
+        cfg.OUTPUT_DIR = args.output_dir
+    if args.seed is not None:
+        cfg.SEED = args.seed
+    if args.trainer:
+        cfg.TRAINER.NAME = METHOD_TO_TRAINER.get(args.trainer.lower(), args.trainer)
+    if args.backbone:
+        cfg.MODEL.BACKBONE.NAME = args.backbone
+    opts = list(args.opts)
+    if opts and opts[0] == "--":
+        opts = opts[1:]
+    if len(opts) % 2:
+        raise SystemExit(f"error: overrides must be KEY VALUE pairs, got {opts}")
+    cfg.merge_from_list(opts)
+    cfg.DATASET.ROOT = os.path.expanduser(os.path.expandvars(cfg.DATASET.ROOT))
+    cfg.freeze()
+    return cfg
+
+
+def build_trainer(cfg):
+    import argtca.trainers  # noqa: F401  (registration)
+    if not cfg.TRAINER.NAME:
+        raise SystemExit("error: no trainer: pass --trainer or a --config-file that sets TRAINER.NAME")
+    return TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg)
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        cfg = setup_cfg(args)
+        trainer = build_trainer(cfg)
+        trainer.test()
+    except (KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
+        if os.environ.get("ARGTCA_DEBUG"):
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

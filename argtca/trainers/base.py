@@ -1,0 +1,229 @@
+"""The test-time trainer: one loop for every method (Dassl-style hooks).
+
+A method is a subclass that names its objective, its prompts and its config node; the loop —
+views, episodic tuning, records, resume, metrics — is shared. ``TestTimeTrainer(cfg).test()`` runs a
+whole evaluation and returns the summary dict.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import sys
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+from argtca.config import get_cfg_default
+from argtca.engine.objectives import Objective
+from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, config_hash,
+                                   flatten_cfg, load_records, result_fingerprint)
+from argtca.registry import OBJECTIVE_REGISTRY
+
+
+def set_random_seed(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def default_output_dir(cfg, method: str, dataset_key: str, selector: Optional[str] = None) -> str:
+    parts = ["output", method, dataset_key] + ([selector] if selector else []) + [f"seed{cfg.SEED}"]
+    return os.path.join(*parts)
+
+
+class TestTimeTrainer:
+    """Base trainer. Subclasses set ``method``, ``label``, ``objective_name`` and may override
+    ``prompt_suffixes`` (class prompts by default) and ``check_cfg``."""
+
+    method = "tpt"
+    label = "TPT"
+    objective_name = "tpt"
+    tunes = True
+
+    def __init__(self, cfg, dataset=None, device=None):
+        self.cfg = cfg
+        self.check_cfg(cfg)
+        if device is None:
+            device = "cuda" if (cfg.USE_CUDA and torch.cuda.is_available()) else "cpu"
+        self.device = torch.device(device)
+        self.dataset = dataset
+        self.build_data_loader()
+        self.model = None
+
+    # ---------------------------------------------------------------- Dassl-style hooks
+    @property
+    def node(self):
+        return self.cfg.TRAINER.get(type(self).__name__.upper())
+
+    def check_cfg(self, cfg) -> None:
+        pass
+
+    def build_data_loader(self) -> None:
+        if self.dataset is None:
+            from argtca.datasets import build_dataset
+            self.dataset = build_dataset(self.cfg)
+        self.classnames = [c.replace("_", " ") for c in self.dataset.classnames]
+        self.lab2cname = dict(enumerate(self.classnames))
+
+    def build_objective(self) -> Objective:
+        return OBJECTIVE_REGISTRY.get(self.objective_name)(self.node)
+
+    def prompt_suffixes(self, classnames: List[str]) -> List[str]:
+        return [f"{c}." for c in classnames]
+
+    def prepare(self) -> None:
+        """Everything that must happen before tuning starts (e.g. ArgTCA's Phase 1)."""
+
+    def build_model(self) -> None:
+        from argtca.models.clip import PromptTextEncoder, load_clip
+        self.model, self.tokenizer = load_clip(self.cfg, self.device)
+        self.objective = self.build_objective()
+        self.prepare()
+        suffixes = self.prompt_suffixes(self.classnames)
+        self.text_encoder = PromptTextEncoder(self.model, self.tokenizer, suffixes,
+                                              ctx_init=self.cfg.TTA.CTX_INIT,
+                                              n_ctx=int(self.cfg.TTA.N_CTX)).to(self.device)
+        self.engine = self.build_engine()
+
+    def build_engine(self):
+        kind = str(self.cfg.TTA.ENGINE).lower()
+        if kind == "reference":
+            from argtca.engine.reference import ReferenceEngine
+            return ReferenceEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
+                                   self.device)
+        if kind == "fast":
+            from argtca.engine.fast import FastEngine
+            return FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
+                              self.device)
+        raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'reference' or 'fast'")
+
+    @property
+    def run_cfg(self):
+        """The configuration the engine sees (zero-shot runs one view and no step)."""
+        if self.tunes:
+            return self.cfg
+        c = self.cfg.clone()
+        c.defrost()
+        c.TTA.STEPS = 0
+        c.TTA.N_VIEWS = 1
+        c.freeze()
+        return c
+
+    # ---------------------------------------------------------------- identity of a run
+    @property
+    def selector(self) -> Optional[str]:
+        return None
+
+    @property
+    def display_label(self) -> str:
+        return self.label
+
+    def output_dir(self) -> str:
+        if self.cfg.OUTPUT_DIR and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR:
+            return self.cfg.OUTPUT_DIR
+        return default_output_dir(self.cfg, self.method, self.dataset.key or self.dataset.name,
+                                  self.selector)
+
+    # ---------------------------------------------------------------- the loop
+    def test(self) -> Dict[str, object]:
+        from argtca.datasets.views import TestTimeDataset, build_test_loader, build_view_generator
+        from argtca.metrics import RunningCalibration, compute_metrics
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        set_random_seed(int(cfg.SEED))
+        out_dir = self.output_dir()
+        os.makedirs(out_dir, exist_ok=True)
+        fp = result_fingerprint(cfg)
+        check_or_write_fingerprint(out_dir, fp)
+        rec_path = os.path.join(out_dir, "records.jsonl")
+        records = load_records(rec_path)
+        done = {r["index"] for r in records}
+        n_total = len(self.dataset.test)
+        todo = [i for i in range(n_total) if i not in done]
+
+        if self.model is None:
+            self.build_model()
+
+        running = RunningCalibration(n_bins=20)
+        for r in sorted(records, key=lambda r: r["index"]):
+            running.update([r["conf"]], [r["pred"] == r["label"]])
+        if todo:
+            view_gen = build_view_generator(self.run_cfg, self.dataset)
+            ds = TestTimeDataset(self.dataset.test, view_gen, int(cfg.SEED), indices=todo)
+            loader = build_test_loader(
+                ds, int(cfg.DATALOADER.NUM_WORKERS), batch_images=self.batch_images,
+                pin_memory=self.device.type == "cuda", prefetch=int(cfg.DATALOADER.PREFETCH))
+            writer = RecordWriter(rec_path)
+            bar = tqdm(total=n_total, initial=len(done), desc=f"{self.display_label} "
+                       f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
+                       file=sys.stdout)
+            t0 = time.time()
+            try:
+                for batch in loader:
+                    probs = self.engine(batch["views"], batch["path"]).float().cpu()
+                    recs = self.make_records(batch, probs)
+                    writer.write(recs)
+                    records.extend(recs)
+                    running.update([r["conf"] for r in recs], [r["pred"] == r["label"] for r in recs])
+                    bar.update(len(recs))
+                    bar.set_postfix(acc=f"{running.accuracy:.2f}", ece=f"{running.ece:.2f}")
+            finally:
+                writer.close()
+                bar.close()
+            elapsed = time.time() - t0
+        else:
+            elapsed = 0.0
+        return self.finish(out_dir, records, fp, elapsed, len(todo))
+
+    @property
+    def batch_images(self) -> int:
+        return int(self.cfg.TTA.BATCH_IMAGES) if str(self.cfg.TTA.ENGINE) == "fast" else 1
+
+    def make_records(self, batch, probs: torch.Tensor) -> List[dict]:
+        conf, pred = probs.max(-1)
+        out = []
+        for j in range(probs.shape[0]):
+            y = int(batch["label"][j])
+            onehot = torch.zeros_like(probs[j])
+            onehot[y] = 1.0
+            out.append({"index": int(batch["index"][j]), "path": batch["path"][j], "label": y,
+                        "pred": int(pred[j]), "conf": float(conf[j]), "p_label": float(probs[j, y]),
+                        "brier": float(((probs[j] - onehot) ** 2).sum())})
+        return out
+
+    def finish(self, out_dir, records, fp, elapsed, n_new) -> Dict[str, object]:
+        from argtca.metrics import compute_metrics
+        records = sorted(records, key=lambda r: r["index"])
+        m = compute_metrics([r["conf"] for r in records], [r["pred"] for r in records],
+                            [r["label"] for r in records], p_label=[r["p_label"] for r in records],
+                            brier=[r["brier"] for r in records], n_bins=20)
+        default = flatten_cfg(get_cfg_default())
+        flat = flatten_cfg(self.cfg)
+        summary = {
+            "method": self.method, "selector": self.selector, "label": self.display_label,
+            "trainer": type(self).__name__, "dataset": self.dataset.name,
+            "dataset_key": self.dataset.key or self.dataset.name.lower(), "seed": int(self.cfg.SEED),
+            "n": len(records), "accuracy": m["accuracy"], "ece": m["ece"], "adaece": m["adaece"],
+            "mce": m["mce"], "nll": m["nll"], "brier": m["brier"],
+            "backbone": self.cfg.MODEL.BACKBONE.NAME, "pretrained": self.cfg.MODEL.PRETRAINED,
+            "config_hash": config_hash(fp),
+            "overrides": {k: v for k, v in flat.items() if default.get(k) != v and k != "OUTPUT_DIR"},
+            "trainer_cfg": {k: v for k, v in flat.items()
+                            if k.startswith(f"TRAINER.{type(self).__name__.upper()}.")},
+            "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
+            "seconds_this_session": round(elapsed, 2), "images_this_session": n_new,
+        }
+        tmp = os.path.join(out_dir, "summary.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(summary, f, indent=1)
+        os.replace(tmp, os.path.join(out_dir, "summary.json"))
+        print("=> result")
+        print(f"* total: {len(records)}")
+        print(f"* accuracy: {m['accuracy']:.2f}%")
+        print(f"* ece: {m['ece']:.2f}%")
+        print(f"* output: {out_dir}")
+        return summary

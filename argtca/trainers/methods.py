@@ -1,0 +1,71 @@
+"""The baseline methods: each is its objective, its prompts and its config node — nothing else."""
+from __future__ import annotations
+
+from typing import List
+
+from argtca.registry import TRAINER_REGISTRY
+from argtca.trainers.base import TestTimeTrainer
+
+
+@TRAINER_REGISTRY.register()
+class ZeroshotCLIP(TestTimeTrainer):
+    """Zero-shot CLIP with "a photo of a {class}." (the reference row; nothing is tuned)."""
+    method, label, objective_name, tunes = "zeroshot", "Zero-shot CLIP", "none", False
+
+    def prompt_suffixes(self, classnames: List[str]) -> List[str]:
+        template = self.node.TEMPLATE
+        ctx = self.cfg.TTA.CTX_INIT
+        if not template.startswith(ctx + " "):
+            raise ValueError(f"TRAINER.ZEROSHOTCLIP.TEMPLATE={template!r} must start with "
+                             f"TTA.CTX_INIT={ctx!r} followed by a space")
+        return [template[len(ctx) + 1:].format(c) for c in classnames]
+
+
+@TRAINER_REGISTRY.register()
+class TPT(TestTimeTrainer):
+    method, label, objective_name = "tpt", "TPT", "tpt"
+
+
+@TRAINER_REGISTRY.register()
+class CTPT(TestTimeTrainer):
+    method, label, objective_name = "ctpt", "C-TPT", "ctpt"
+
+
+@TRAINER_REGISTRY.register()
+class OTPT(TestTimeTrainer):
+    method, label, objective_name = "otpt", "O-TPT", "otpt"
+
+
+@TRAINER_REGISTRY.register()
+class ATPT(TestTimeTrainer):
+    method, label, objective_name = "atpt", "A-TPT", "atpt"
+
+
+@TRAINER_REGISTRY.register()
+class TCA(TestTimeTrainer):
+    """TCA: one prompt "a photo of a {attribute} {class}." per chosen attribute (M' per class),
+    the first M' of the attribute file in file order (the TCA ranking)."""
+    method, label, objective_name = "tca", "TCA", "tca"
+
+    def load_attribute_lists(self, num_required: int, dedupe: bool = False):
+        from argtca.attributes import load_attributes
+        from argtca.models.clip import resolve_builtin
+        return load_attributes(resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE), self.classnames,
+                               num_required, dedupe=dedupe)
+
+    def check_cfg(self, cfg) -> None:
+        if int(self.node.NUM_ATTRIBUTES) < 1:
+            raise ValueError(f"TRAINER.{type(self).__name__.upper()}.NUM_ATTRIBUTES must be >= 1")
+
+    def build_data_loader(self) -> None:
+        super().build_data_loader()
+        # fail at load time, before any model is built or image tuned
+        self.attributes = self.choose_attributes()
+
+    def choose_attributes(self):
+        m = int(self.node.NUM_ATTRIBUTES)
+        lists = self.load_attribute_lists(m)
+        return {c: lists[c][:m] for c in self.classnames}
+
+    def prompt_suffixes(self, classnames: List[str]) -> List[str]:
+        return [f"{a} {c}." for c in classnames for a in self.attributes[c]]
