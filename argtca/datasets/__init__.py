@@ -1,0 +1,47 @@
+"""Datasets: CoOp's nine fine-grained sets (``coop``), the demo set (``demo``, optional) and TPT's
+test-time view generator (``views``)."""
+from __future__ import annotations
+
+from ..registry import DATASET_REGISTRY
+from .base import DataError, DatasetBase, Datum, read_json
+from . import coop  # noqa: F401  (registers the CoOp datasets)
+from .coop import COOP_DATASETS
+from .views import (TestTimeDataset, ViewGenerator, augmix_enabled, build_test_loader,
+                    build_view_generator)
+
+try:  # the demo dataset lives in its own module, written separately
+    from . import demo  # noqa: F401
+except ImportError:
+    pass
+
+__all__ = ["DataError", "DatasetBase", "Datum", "read_json", "COOP_DATASETS", "resolve_dataset_class",
+           "build_dataset", "TestTimeDataset", "ViewGenerator", "augmix_enabled",
+           "build_test_loader", "build_view_generator"]
+
+
+def resolve_dataset_class(name: str) -> type:
+    """Registered class for a class name (``OxfordPets``) or a dataset key (``oxford_pets``),
+    both case-insensitive. Unknown -> KeyError listing both spellings."""
+    name = str(name or "").strip()
+    if not name:
+        raise KeyError("DATASET.NAME is empty: pass --dataset-config-file "
+                       "configs/datasets/<name>.yaml or set DATASET.NAME; registered: "
+                       + ", ".join(DATASET_REGISTRY.registered_names()))
+    if name in DATASET_REGISTRY:
+        return DATASET_REGISTRY.get(name)
+    by_key = {}
+    for reg in DATASET_REGISTRY.registered_names():
+        cls = DATASET_REGISTRY.get(reg)
+        key = getattr(cls, "key", "")
+        if key:
+            by_key[key.lower()] = cls
+    if name.lower() in by_key:
+        return by_key[name.lower()]
+    raise KeyError(f'dataset "{name}" is not registered; use a class name '
+                   f'({", ".join(c.__name__ for c in map(DATASET_REGISTRY.get, DATASET_REGISTRY.registered_names()))}) '
+                   f'or a key ({", ".join(sorted(by_key))})')
+
+
+def build_dataset(cfg) -> DatasetBase:
+    """``DATASET_REGISTRY.get(cfg.DATASET.NAME)(cfg)``; the name may also be a dataset key."""
+    return resolve_dataset_class(cfg.DATASET.NAME)(cfg)

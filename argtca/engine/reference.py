@@ -83,7 +83,7 @@ class ReferenceEngine:
                     i = int(bad.nonzero()[0])
                     name = paths[i] if paths is not None else f"batch item {i}"
                     raise NonFiniteLossError(
-                        f"non-finite test-time loss ({float(loss[i])}) on image {name}; check the "
+                        f"non-finite test-time loss ({float(loss.detach()[i])}) on image {name}; check the "
                         f"image file and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
                 opt.zero_grad(set_to_none=True)
                 (loss.sum() * self.loss_scale).backward()

@@ -1,0 +1,250 @@
+"""TPT's test-time view generator, a test-time dataset and its loader.
+
+View 0 is the deterministic ``Resize(SIZE, bicubic, short side) + CenterCrop(SIZE)``; views
+1..N_VIEWS-1 are ``RandomResizedCrop(SIZE) + RandomHorizontalFlip`` (+ AugMix when on), all followed
+by ``ToTensor + Normalize`` (``azshue/TPT data/datautils.py::AugMixAugmenter``).
+
+Reproducibility: the random views of item ``index`` are drawn from generators seeded by
+``(seed, index)`` only (``item_rngs``), never from the global RNGs, so they do not depend on the
+processing order, on the number of DataLoader workers or on the other images. Crop and flip use a
+``torch.Generator`` with torchvision's own sampling algorithm; AugMix uses a ``numpy`` Generator.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torchvision.transforms.functional as F
+from PIL import Image, UnidentifiedImageError
+from torch.utils.data import DataLoader, Dataset
+from torchvision.transforms import InterpolationMode
+
+from .augmix import OPS, augmix_view, sample_plan
+from .base import DataError, Datum
+
+__all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
+           "augmix_enabled", "build_view_generator", "TestTimeDataset", "collate_views",
+           "build_test_loader"]
+
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+
+_INTERP = {"bicubic": InterpolationMode.BICUBIC, "bilinear": InterpolationMode.BILINEAR,
+           "nearest": InterpolationMode.NEAREST}
+
+
+def item_rngs(seed: int, index: int) -> Tuple[torch.Generator, np.random.Generator]:
+    """Independent (torch, numpy) generators for item ``index`` under run seed ``seed``.
+
+    Both are derived from ``numpy.random.SeedSequence([seed mod 2**64, index])`` (a hash of the
+    pair), so different indices or seeds give unrelated streams.
+    """
+    if int(index) < 0:
+        raise ValueError(f"item index must be >= 0, got {index}")
+    ss = np.random.SeedSequence([int(seed) % (1 << 64), int(index)])
+    torch_ss, np_ss = ss.spawn(2)
+    tg = torch.Generator()
+    tg.manual_seed(int(torch_ss.generate_state(1, np.uint64)[0]))
+    return tg, np.random.Generator(np.random.PCG64(np_ss))
+
+
+def random_resized_crop_params(width: int, height: int, scale: Sequence[float],
+                               ratio: Sequence[float], generator: torch.Generator
+                               ) -> Tuple[int, int, int, int]:
+    """``(top, left, h, w)`` of ``torchvision.transforms.RandomResizedCrop.get_params``, drawing the
+    same numbers in the same order but from ``generator`` instead of the global torch RNG."""
+    area = height * width
+    log_ratio = torch.log(torch.tensor(ratio))
+    for _ in range(10):
+        target_area = area * torch.empty(1).uniform_(scale[0], scale[1], generator=generator).item()
+        aspect = torch.exp(torch.empty(1).uniform_(log_ratio[0], log_ratio[1],
+                                                   generator=generator)).item()
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            i = torch.randint(0, height - h + 1, size=(1,), generator=generator).item()
+            j = torch.randint(0, width - w + 1, size=(1,), generator=generator).item()
+            return int(i), int(j), h, w
+    in_ratio = float(width) / float(height)
+    if in_ratio < min(ratio):
+        w = width
+        h = int(round(w / min(ratio)))
+    elif in_ratio > max(ratio):
+        h = height
+        w = int(round(h * max(ratio)))
+    else:
+        w, h = width, height
+    return (height - h) // 2, (width - w) // 2, h, w
+
+
+def _as_size(size: Any) -> int:
+    if isinstance(size, (list, tuple)):
+        if len(size) == 2 and int(size[0]) == int(size[1]):
+            size = size[0]
+        else:
+            raise ValueError(f"INPUT.SIZE={list(size)}: test-time views are square; give one int "
+                             f"(e.g. 224) or a pair of equal values")
+    size = int(size)
+    if size <= 0:
+        raise ValueError(f"INPUT.SIZE={size}: must be > 0")
+    return size
+
+
+class ViewGenerator:
+    """Callable ``(PIL image, seed, index) -> FloatTensor[n_views, 3, size, size]``.
+
+    ``augmix``: mix 3 AugMix chains into every random view (TPT's fine-grained setting).
+    ``scale``/``ratio``/bilinear crop resampling are torchvision's ``RandomResizedCrop`` defaults,
+    which TPT uses (``transforms.RandomResizedCrop(224)``).
+    """
+
+    def __init__(self, size: int = 224, n_views: int = 64, augmix: bool = False,
+                 severity: float = 1, mean: Sequence[float] = CLIP_MEAN,
+                 std: Sequence[float] = CLIP_STD, interpolation: str = "bicubic",
+                 scale: Sequence[float] = (0.08, 1.0),
+                 ratio: Sequence[float] = (3.0 / 4.0, 4.0 / 3.0)):
+        self.size = _as_size(size)
+        if int(n_views) < 1:
+            raise ValueError(f"TTA.N_VIEWS={n_views}: need at least 1 view (view 0 = center crop)")
+        self.n_views = int(n_views)
+        self.augmix = bool(augmix)
+        if self.augmix and not float(severity) > 0.1:
+            raise ValueError(f"TTA.AUGMIX_SEVERITY={severity}: must be > 0.1 (levels are "
+                             f"drawn from U(0.1, severity)); TPT uses 1")
+        self.severity = float(severity)
+        if str(interpolation).lower() not in _INTERP:
+            raise ValueError(f"INPUT.INTERPOLATION={interpolation!r}: use one of "
+                             f"{', '.join(_INTERP)}")
+        self.interpolation = _INTERP[str(interpolation).lower()]
+        self.mean = [float(x) for x in mean]
+        self.std = [float(x) for x in std]
+        if len(self.mean) != 3 or len(self.std) != 3 or min(self.std) <= 0:
+            raise ValueError(f"INPUT.PIXEL_MEAN={self.mean} / PIXEL_STD={self.std}: need 3 values "
+                             f"each, std > 0")
+        self.scale = tuple(float(x) for x in scale)
+        self.ratio = tuple(float(x) for x in ratio)
+
+    # -- pieces (public so that tests and the batched engine can recompute them) --
+    def preprocess(self, img: Image.Image) -> torch.Tensor:
+        return F.normalize(F.to_tensor(img), self.mean, self.std)
+
+    def base_view(self, img: Image.Image) -> torch.Tensor:
+        img = F.center_crop(F.resize(img, self.size, interpolation=self.interpolation),
+                            [self.size, self.size])
+        return self.preprocess(img)
+
+    def preaugment(self, img: Image.Image, generator: torch.Generator) -> Image.Image:
+        """RandomResizedCrop(size) (bilinear, torchvision defaults as in TPT) + RandomHorizontalFlip."""
+        width, height = img.size
+        i, j, h, w = random_resized_crop_params(width, height, self.scale, self.ratio, generator)
+        out = F.resized_crop(img, i, j, h, w, [self.size, self.size],
+                             interpolation=InterpolationMode.BILINEAR, antialias=True)
+        if torch.rand(1, generator=generator).item() < 0.5:
+            out = F.hflip(out)
+        return out
+
+    def random_view(self, img: Image.Image, generator: torch.Generator,
+                    rng: np.random.Generator) -> torch.Tensor:
+        crop = self.preaugment(img, generator)
+        if not self.augmix:
+            return self.preprocess(crop)
+        plan = sample_plan(rng, self.severity, self.size, OPS)
+        return augmix_view(crop, plan, self.preprocess)
+
+    def __call__(self, img: Image.Image, seed: int, index: int) -> torch.Tensor:
+        if img.mode != "RGB":
+            img = img.convert("RGB")
+        views = torch.empty(self.n_views, 3, self.size, self.size)
+        views[0] = self.base_view(img)
+        if self.n_views > 1:
+            tg, rng = item_rngs(seed, index)
+            for v in range(1, self.n_views):
+                views[v] = self.random_view(img, tg, rng)
+        return views
+
+    def __repr__(self) -> str:
+        return (f"ViewGenerator(size={self.size}, n_views={self.n_views}, augmix={self.augmix}, "
+                f"severity={self.severity}, interpolation={self.interpolation.value})")
+
+
+def augmix_enabled(policy: Any, dataset: Any) -> bool:
+    """``TTA.AUGMIX``: "auto" -> ``dataset.fine_grained``; "on"/"off" (or a bool) force it."""
+    if isinstance(policy, bool):
+        return policy
+    p = str(policy).strip().lower()
+    if p == "auto":
+        return bool(getattr(dataset, "fine_grained", False))
+    if p in ("on", "true", "1"):
+        return True
+    if p in ("off", "false", "0"):
+        return False
+    raise ValueError(f"TTA.AUGMIX={policy!r}: use 'auto' (the dataset decides), 'on' or 'off'")
+
+
+def build_view_generator(cfg, dataset) -> ViewGenerator:
+    """A ``ViewGenerator`` from ``cfg.INPUT.{SIZE,INTERPOLATION,PIXEL_MEAN,PIXEL_STD}`` and
+    ``cfg.TTA.{N_VIEWS,AUGMIX,AUGMIX_SEVERITY}``; AugMix "auto" follows ``dataset.fine_grained``."""
+    return ViewGenerator(size=cfg.INPUT.SIZE, n_views=cfg.TTA.N_VIEWS,
+                         augmix=augmix_enabled(cfg.TTA.AUGMIX, dataset),
+                         severity=cfg.TTA.AUGMIX_SEVERITY, mean=cfg.INPUT.PIXEL_MEAN,
+                         std=cfg.INPUT.PIXEL_STD, interpolation=cfg.INPUT.INTERPOLATION)
+
+
+class TestTimeDataset(Dataset):
+    """Items -> ``dict(index, views[V,3,S,S], label, path)``; views of item i depend on (seed, i).
+
+    ``indices``: optional subset of item positions served in the given order (``index`` in the
+    output is always the position in ``items``, so subsets and shards reproduce the full run).
+    """
+
+    __test__ = False   # not a pytest class
+
+    def __init__(self, items: Sequence[Datum], view_gen: ViewGenerator, seed: int,
+                 indices: Optional[Sequence[int]] = None):
+        self.items = list(items)
+        self.view_gen = view_gen
+        self.seed = int(seed)
+        if indices is None:
+            self.indices = list(range(len(self.items)))
+        else:
+            self.indices = [int(i) for i in indices]
+            bad = [i for i in self.indices if not 0 <= i < len(self.items)]
+            if bad:
+                raise IndexError(f"indices {bad[:5]} out of range for {len(self.items)} items")
+
+    def __len__(self) -> int:
+        return len(self.indices)
+
+    def __getitem__(self, k: int) -> Dict[str, Any]:
+        index = self.indices[k]
+        datum = self.items[index]
+        try:
+            with Image.open(datum.impath) as im:
+                img = im.convert("RGB")
+        except (OSError, UnidentifiedImageError) as e:
+            raise DataError(f"cannot open image {datum.impath} (item {index}): {e}; check or "
+                            f"re-download the file") from e
+        return {"index": index, "views": self.view_gen(img, self.seed, index),
+                "label": int(datum.label), "path": datum.impath}
+
+
+def collate_views(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
+    return {"index": torch.tensor([b["index"] for b in batch], dtype=torch.long),
+            "views": torch.stack([b["views"] for b in batch]),
+            "label": torch.tensor([b["label"] for b in batch], dtype=torch.long),
+            "path": [b["path"] for b in batch]}
+
+
+def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
+                      pin_memory: bool = False, prefetch: int = 4) -> DataLoader:
+    """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``."""
+    num_workers = int(num_workers)
+    if num_workers < 0 or int(batch_images) < 1:
+        raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
+                         f">= 1")
+    return DataLoader(dataset, batch_size=int(batch_images), shuffle=False,
+                      num_workers=num_workers, collate_fn=collate_views, pin_memory=pin_memory,
+                      prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
+                      drop_last=False)

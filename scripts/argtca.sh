@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Usage: bash scripts/argtca.sh DATASET SELECTOR [KEY VALUE ...]
+#   e.g. bash scripts/argtca.sh caltech101 div     (or: bash scripts/argtca.sh demo div)
+# SELECTOR: tca | div | disc | random | joint | any registered selector.
+# Data root from $DATA (not needed for demo); the attribute file from DATASET.ATTRIBUTE_FILE
+# (pass it as an override, e.g. DATASET.ATTRIBUTE_FILE /path/Caltech101_2_V.json, or set $ATTRIBUTES);
+# seed from $SEED (default 1); output in $OUTPUT_DIR or output/argtca/<dataset>/<selector>/seed<SEED>/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ $# -lt 2 ]; then
+  echo "usage: bash scripts/argtca.sh DATASET SELECTOR [KEY VALUE ...]" >&2; exit 2
+fi
+DATASET=$1; SELECTOR=$2; shift 2
+[ -f "configs/datasets/${DATASET}.yaml" ] || { echo "error: no configs/datasets/${DATASET}.yaml; available: $(ls configs/datasets | sed 's/.yaml//' | tr '\n' ' ')" >&2; exit 2; }
+SEED=${SEED:-1}
+OUT=${OUTPUT_DIR:-output/argtca/${DATASET}/${SELECTOR}/seed${SEED}}
+EXTRA=()
+if [ -n "${ATTRIBUTES:-}" ]; then EXTRA+=(DATASET.ATTRIBUTE_FILE "$ATTRIBUTES"); fi
+PY=${PYTHON:-python}
+exec "$PY" -m argtca.run --root "${DATA:-}" --seed "$SEED" \
+  --dataset-config-file "configs/datasets/${DATASET}.yaml" \
+  --config-file configs/trainers/argtca.yaml \
+  --output-dir "$OUT" TRAINER.ARGTCA.SELECTOR "$SELECTOR" ${EXTRA[@]+"${EXTRA[@]}"} "$@"

@@ -1,0 +1,43 @@
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED = REPO.parent / "shared" / "data"
+sys.path.insert(0, str(REPO))
+torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def tiny_cfg(**over):
+    from argtca.config import get_cfg_default
+    cfg = get_cfg_default()
+    cfg.MODEL.BACKBONE.NAME = "argtca-tiny-test"
+    cfg.MODEL.PRETRAINED = "random"
+    cfg.USE_CUDA = False
+    cfg.VERBOSE = False
+    cfg.DATALOADER.NUM_WORKERS = 0
+    cfg.INPUT.SIZE = 32
+    for k, v in over.items():
+        node = cfg
+        parts = k.split(".")
+        for p in parts[:-1]:
+            node = node[p]
+        node[parts[-1]] = v
+    return cfg
+
+
+@pytest.fixture
+def tiny_clip():
+    from argtca.models.clip import load_clip
+    torch.manual_seed(0)
+    return load_clip(tiny_cfg())
+
+
+@pytest.fixture
+def shared_data():
+    if not SHARED.is_dir():
+        pytest.skip("../shared/data is absent")
+    return SHARED
