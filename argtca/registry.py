@@ -17,6 +17,7 @@ class Registry:
     def __init__(self, name: str):
         self._name = name
         self._obj_map: Dict[str, Any] = {}
+        self._names: Dict[str, str] = {}  # lower-cased key -> name as registered
 
     def _do_register(self, name: str, obj: Any, force: bool = False) -> None:
         key = name.lower()
@@ -24,6 +25,7 @@ class Registry:
             raise KeyError(f'An object named "{name}" was already registered in the '
                            f'"{self._name}" registry')
         self._obj_map[key] = obj
+        self._names[key] = name
 
     def register(self, obj: Any = None, name: Optional[str] = None, force: bool = False):
         """``@REG.register()``, ``@REG.register(name="div")`` or ``REG.register(obj)``."""
@@ -49,7 +51,7 @@ class Registry:
         return str(name).lower() in self._obj_map
 
     def registered_names(self) -> List[str]:
-        return sorted(self._obj_map)
+        return sorted(self._names.values(), key=str.lower)
 
     def __repr__(self) -> str:
         return f"Registry({self._name!r}, {self.registered_names()})"

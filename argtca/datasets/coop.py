@@ -2,9 +2,10 @@
 
 Each reader takes its evaluation split (``DATASET.SPLIT``, default "test") from CoOp's
 ``split_zhou_<Name>.json`` (FGVC-Aircraft: ``variants.txt`` + ``images_variant_<split>.txt``),
-names classes from the split file (ordered by label) and checks at load time that every evaluated
-image exists. Nothing is ever written into the data root (unlike CoOp, which creates
-``split_fewshot/`` and generates missing split files).
+names classes from the split file (ordered by label; ``_`` replaced by a space as in CoOp's
+prompts, TPT's ``cls_to_names`` and TCA's attribute files; raw names in ``raw_classnames``) and
+checks at load time that every evaluated image exists. Nothing is ever written into the data
+root (unlike CoOp, which creates ``split_fewshot/`` and generates missing split files).
 """
 from __future__ import annotations
 
@@ -14,12 +15,17 @@ from typing import Any, Dict, List, Sequence, Tuple
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json
 
-__all__ = ["CoOpDataset", "JsonSplitDataset", "resolve_root", "parse_split_json",
+__all__ = ["CoOpDataset", "JsonSplitDataset", "prompt_name", "resolve_root", "parse_split_json",
            "check_images_exist", "Caltech101", "OxfordPets", "StanfordCars", "OxfordFlowers",
            "Food101", "FGVCAircraft", "DescribableTextures", "EuroSAT", "UCF101"]
 
 COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
 SPLITS = ("train", "val", "test")
+
+
+def prompt_name(name: str) -> str:
+    """Class name as used in prompts and attribute files: ``_`` -> space, stripped."""
+    return name.replace("_", " ").strip()
 
 
 def resolve_root(root: str) -> str:
@@ -130,7 +136,17 @@ class CoOpDataset(DatasetBase):
                             f"under DATASET.ROOT={root}; expected CoOp's layout "
                             f"({self.dataset_dir}/...), see {COOP_DATASETS_MD}")
         self.image_path = os.path.join(self.dataset_path, self.image_dir)
-        items, classnames = self.read_data(root, split)
+        items, raw_classnames = self.read_data(root, split)
+        # CoOp's split files spell some names with "_" (UCF101 "Apply_Eye_Makeup", Pets
+        # "american_pit_bull_terrier"); CoOp's PromptLearner, TPT's cls_to_names and TCA's
+        # attribute files use spaces, so the dataset exposes the spaced names.
+        self.raw_classnames: List[str] = list(raw_classnames)
+        classnames = [prompt_name(c) for c in raw_classnames]
+        if len(set(classnames)) != len(classnames):
+            dup = sorted({c for c in classnames if classnames.count(c) > 1})
+            raise DataError(f"{type(self).__name__}: class names {dup[:5]} collide once '_' is "
+                            f"replaced by ' '; fix the split file")
+        items = [Datum(d.impath, d.label, classnames[d.label]) for d in items]
         n = int(cfg.DATASET.NUM_IMAGES)
         if n > 0:
             items = items[:n]

@@ -2,6 +2,7 @@
 Attribute Graph (Phase 1). Nothing else changes."""
 from __future__ import annotations
 
+import json
 import os
 
 from argtca.registry import SELECTOR_REGISTRY, TRAINER_REGISTRY
@@ -51,9 +52,16 @@ class ArgTCA(TCA):
             "backbone": self.cfg.MODEL.BACKBONE.NAME,
             "pretrained": str(self.cfg.MODEL.PRETRAINED),
         }
+        out_dir = self.output_dir()
         result = run_phase1(self.classnames, self.candidates, text_fn, self.node,
-                            cache_dir=self.output_dir(), cache_key=key)
+                            cache_dir=out_dir, cache_key=key, device=str(self.device))
         self.phase1 = result
+        # the selection this run used, under a fixed name (the hashed file is phase 1's cache)
+        os.makedirs(out_dir, exist_ok=True)
+        tmp = os.path.join(out_dir, "phase1.json.tmp")
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1, default=str)
+        os.replace(tmp, os.path.join(out_dir, "phase1.json"))
         self.attributes = {c: list(result["selected"][c]) for c in self.classnames}
         if self.cfg.VERBOSE:
             for c in self.classnames[:5]:

@@ -1,0 +1,281 @@
+"""TPT's test-time views: center view, torchvision-identical crops, AugMix by hand, reproducibility."""
+import numpy as np
+import pytest
+import torch
+import torchvision.transforms as T
+from PIL import Image, ImageOps
+
+from argtca.config import get_cfg_default
+from argtca.datasets import DataError, Datum
+from argtca.datasets.augmix import (OPS, AugMixPlan, OpCall, apply_op, augmix_view, sample_op,
+                                    sample_plan)
+from argtca.datasets.views import (CLIP_MEAN, CLIP_STD, TestTimeDataset, ViewGenerator,
+                                   build_test_loader, build_view_generator, item_rngs,
+                                   random_resized_crop_params)
+
+S = 32
+
+
+def rand_img(seed=0, w=40, h=30, lo=0, hi=256):
+    arr = np.random.default_rng(seed).integers(lo, hi, size=(h, w, 3), dtype=np.uint8)
+    return Image.fromarray(arr)
+
+
+POST = T.Compose([T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])
+
+
+# ----------------------------------------------------------------------------- reference (TPT-style PIL)
+def ref_op(img, op, size):
+    n, v = op.name, op.magnitude
+    if n == "autocontrast":
+        return ImageOps.autocontrast(img)
+    if n == "equalize":
+        return ImageOps.equalize(img)
+    if n == "posterize":
+        return ImageOps.posterize(img, int(v))
+    if n == "rotate":
+        return img.rotate(v, resample=Image.BILINEAR)
+    if n == "solarize":
+        return ImageOps.solarize(img, v)
+    coeffs = {"shear_x": (1, v, 0, 0, 1, 0), "shear_y": (1, 0, 0, v, 1, 0),
+              "translate_x": (1, 0, v, 0, 1, 0), "translate_y": (1, 0, 0, 0, 1, v)}[n]
+    return img.transform((size, size), Image.AFFINE, coeffs, resample=Image.BILINEAR)
+
+
+def hand_mix(crop, plan, size):
+    """m * pre(x) + (1-m) * sum_i w_i pre(chain_i(x)) in float64 with the reference ops."""
+    x = POST(crop).double().numpy()
+    mix = np.zeros_like(x)
+    for w, chain in zip(plan.weights, plan.chains):
+        y = crop.copy()
+        for op in chain:
+            y = ref_op(y, op, size)
+        mix += w * POST(y).double().numpy()
+    return plan.m * x + (1 - plan.m) * mix
+
+
+def tpt_sample_op(name, severity, rng, size):
+    """TPT's augmix_ops level mapping, written out from the reference formulas."""
+    if name in ("autocontrast", "equalize"):
+        return 0.0
+    level = rng.uniform(0.1, severity)
+    if name == "posterize":
+        return 4 - int(level * 4 / 10)
+    if name == "solarize":
+        return 256 - int(level * 256 / 10)
+    mag = {"rotate": int(level * 30 / 10), "shear_x": level * 0.3 / 10,
+           "shear_y": level * 0.3 / 10, "translate_x": int(level * (size / 3) / 10),
+           "translate_y": int(level * (size / 3) / 10)}[name]
+    return -mag if rng.uniform() > 0.5 else mag
+
+
+# ----------------------------------------------------------------------------- AugMix ops
+@pytest.mark.parametrize("op", [OpCall("autocontrast"), OpCall("equalize"), OpCall("posterize", 2),
+                                OpCall("rotate", 12), OpCall("rotate", -3), OpCall("solarize", 120),
+                                OpCall("shear_x", 0.25), OpCall("shear_x", -0.03),
+                                OpCall("shear_y", 0.2), OpCall("translate_x", 5),
+                                OpCall("translate_x", -7), OpCall("translate_y", 4)])
+def test_ops_match_tpt_pil_ops(op):
+    img = rand_img(3, S, S, lo=40, hi=180)  # not full range, so autocontrast changes it
+    ours = np.asarray(apply_op(img, op), dtype=np.int16)
+    ref = np.asarray(ref_op(img, op, S), dtype=np.int16)
+    assert ours.shape == (S, S, 3) and np.array_equal(ours, ref)
+    assert (ours != np.asarray(img)).any(), "op left the image unchanged"
+
+
+def test_sample_op_follows_tpt_level_mapping():
+    a, b = np.random.default_rng(7), np.random.default_rng(7)
+    for k in range(400):
+        name = OPS[k % len(OPS)]
+        assert sample_op(name, 1, a, 224).magnitude == pytest.approx(tpt_sample_op(name, 1, b, 224))
+    # severity-1 ranges (brute force)
+    rng = np.random.default_rng(0)
+    draws = {n: [sample_op(n, 1, rng, 224).magnitude for _ in range(300)] for n in OPS}
+    assert set(draws["posterize"]) == {4}
+    assert set(draws["rotate"]) <= {-3, -2, -1, 0, 1, 2, 3} and min(draws["rotate"]) < 0
+    assert 231 <= min(draws["solarize"]) and max(draws["solarize"]) <= 254
+    assert all(0.003 <= abs(v) <= 0.03 for v in draws["shear_x"])
+    assert set(np.abs(draws["translate_x"])) <= set(range(8))   # int(level * 224/3 / 10) <= 7
+
+
+def test_sample_plan_distribution():
+    rng = np.random.default_rng(1)
+    plans = [sample_plan(rng, 1, S) for _ in range(400)]
+    assert all(len(p.chains) == 3 and len(p.weights) == 3 for p in plans)
+    assert all(abs(sum(p.weights) - 1) < 1e-5 and 0 <= p.m <= 1 for p in plans)
+    assert {len(c) for p in plans for c in p.chains} == {1, 2, 3}
+    assert {op.name for p in plans for c in p.chains for op in c} == set(OPS)
+    assert abs(np.mean([p.m for p in plans]) - 0.5) < 0.06            # Beta(1,1)
+    assert np.allclose(np.mean([p.weights for p in plans], 0), 1 / 3, atol=0.05)  # Dir(1,1,1)
+
+
+def test_augmix_mixing_by_hand():
+    crop = rand_img(5, S, S)
+    vg = ViewGenerator(size=S, n_views=2, augmix=True)
+    chains = ((OpCall("rotate", 10),), (OpCall("solarize", 100), OpCall("shear_x", 0.2)),
+              (OpCall("translate_y", -6), OpCall("equalize"), OpCall("posterize", 3)))
+    # m = 1: the plain preprocessed crop, exactly
+    one = augmix_view(crop, AugMixPlan(1.0, (0.2, 0.3, 0.5), chains), vg.preprocess)
+    assert torch.equal(one, POST(crop))
+    # m = 0, w = e_2: exactly the preprocessed second chain
+    only = augmix_view(crop, AugMixPlan(0.0, (0.0, 1.0, 0.0), chains), vg.preprocess)
+    assert torch.allclose(only, POST(ref_op(ref_op(crop, chains[1][0], S), chains[1][1], S)),
+                          atol=1e-6)
+    # general plan against the float64 hand computation
+    plan = AugMixPlan(0.3, (0.2, 0.3, 0.5), chains)
+    got = augmix_view(crop, plan, vg.preprocess)
+    assert got.dtype == torch.float32
+    assert np.abs(got.numpy() - hand_mix(crop, plan, S)).max() < 1e-5   # float32 vs float64
+
+
+# ----------------------------------------------------------------------------- views
+def test_crop_params_equal_torchvision():
+    for (w, h), scale, ratio in [((40, 30), (0.08, 1.0), (3 / 4, 4 / 3)),
+                                 ((224, 500), (0.08, 1.0), (3 / 4, 4 / 3)),
+                                 ((300, 8), (0.9, 1.0), (3 / 4, 4 / 3)),   # fallback branch
+                                 ((8, 300), (0.9, 1.0), (3 / 4, 4 / 3))]:
+        img = Image.new("RGB", (w, h))
+        for s in range(25):
+            g = torch.Generator().manual_seed(s)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(s)
+                want = T.RandomResizedCrop.get_params(img, list(scale), list(ratio))
+            assert random_resized_crop_params(w, h, scale, ratio, g) == want
+
+
+def test_view0_and_shape():
+    img = rand_img(0)
+    views = ViewGenerator(size=S, n_views=64, augmix=True)(img, seed=1, index=0)
+    assert views.shape == (64, 3, S, S) and views.dtype == torch.float32
+    center = T.Compose([T.Resize(S, interpolation=T.InterpolationMode.BICUBIC), T.CenterCrop(S),
+                        T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])(img)
+    assert torch.equal(views[0], center)
+    flat = views.flatten(1)
+    assert torch.cdist(flat, flat).add(torch.eye(64) * 1e9).min() > 0, "two identical views"
+
+
+def test_random_views_without_augmix_are_torchvision_pipeline():
+    """With the global RNG set to the item's torch generator state, TPT's own torchvision
+    pipeline (RandomResizedCrop(S) + RandomHorizontalFlip + ToTensor + Normalize) reproduces the
+    views bit for bit."""
+    img = rand_img(1, 50, 37)
+    V = 12
+    views = ViewGenerator(size=S, n_views=V, augmix=False)(img, seed=3, index=9)
+    tg, _ = item_rngs(3, 9)
+    pre = T.Compose([T.RandomResizedCrop(S), T.RandomHorizontalFlip()])
+    with torch.random.fork_rng(devices=[]):
+        torch.set_rng_state(tg.get_state())
+        ref = torch.stack([POST(pre(img)) for _ in range(V - 1)])
+    assert torch.equal(views[1:], ref)
+
+
+def test_augmix_views_by_hand():
+    img = rand_img(2)
+    vg = ViewGenerator(size=S, n_views=6, augmix=True)
+    views = vg(img, seed=0, index=4)
+    tg, rng = item_rngs(0, 4)
+    plain_diffs = []
+    for v in range(1, 6):
+        crop = vg.preaugment(img, tg)      # crop + flip, proven equal to torchvision above
+        plan = sample_plan(rng, 1, S)
+        assert np.abs(views[v].numpy() - hand_mix(crop, plan, S)).max() < 1e-5
+        plain_diffs.append((views[v] - POST(crop)).abs().max().item())
+    assert max(plain_diffs) > 0.1, "AugMix did not change any view"
+
+
+def _items(tmp_path, n=4):
+    items = []
+    for k in range(n):
+        p = tmp_path / f"img{k}.jpg"
+        rand_img(10 + k).save(p)
+        items.append(Datum(str(p), k % 2, f"c{k % 2}"))
+    items.append(Datum(items[0].impath, 0, "c0"))   # same file as item 0, different index
+    return items
+
+
+def test_reproducibility_order_workers_and_rng_independence(tmp_path):
+    items = _items(tmp_path)
+    vg = ViewGenerator(size=S, n_views=4, augmix=True)
+    ds = TestTimeDataset(items, vg, seed=5)
+    torch.manual_seed(123)
+    np.random.seed(123)
+    t_state, n_state = torch.get_rng_state(), np.random.get_state()[1].copy()
+    ref = {k: ds[k] for k in (3, 0, 4, 2, 1)}
+    assert torch.equal(torch.get_rng_state(), t_state) and (np.random.get_state()[1] == n_state).all()
+    torch.manual_seed(999)
+    np.random.seed(999)
+    again = TestTimeDataset(items, vg, seed=5)
+    for k in range(5):
+        d = again[k]
+        assert d["index"] == k and d["label"] == items[k].label and d["path"] == items[k].impath
+        assert torch.equal(d["views"], ref[k]["views"])
+    # subset: indices keep the global item index and its views
+    sub = TestTimeDataset(items, vg, seed=5, indices=[2])
+    assert len(sub) == 1 and sub[0]["index"] == 2 and torch.equal(sub[0]["views"], ref[2]["views"])
+    # same file, different index: same center view, different random views
+    assert torch.equal(ref[4]["views"][0], ref[0]["views"][0])
+    assert not torch.equal(ref[4]["views"][1:], ref[0]["views"][1:])
+    # another seed: same center view, different random views
+    other = TestTimeDataset(items, vg, seed=6)[2]["views"]
+    assert torch.equal(other[0], ref[2]["views"][0]) and not torch.equal(other[1:], ref[2]["views"][1:])
+    # DataLoader: 0 and 2 workers, batch 1 and 2, identical tensors
+    for workers, b in ((0, 1), (2, 2)):
+        seen = []
+        for batch in build_test_loader(ds, num_workers=workers, batch_images=b, prefetch=2):
+            B = len(batch["path"])
+            assert batch["views"].shape == (B, 4, 3, S, S)
+            assert batch["index"].dtype == torch.long and batch["label"].dtype == torch.long
+            for j in range(B):
+                k = int(batch["index"][j])
+                seen.append(k)
+                assert batch["path"][j] == items[k].impath and int(batch["label"][j]) == items[k].label
+                assert torch.equal(batch["views"][j], ref[k]["views"])
+        assert seen == list(range(5))
+
+
+def test_bad_images(tmp_path):
+    bad = tmp_path / "broken.jpg"
+    bad.write_bytes(b"not an image at all")
+    items = [Datum(str(bad), 0, "a"), Datum(str(tmp_path / "gone.jpg"), 0, "a")]
+    ds = TestTimeDataset(items, ViewGenerator(size=S, n_views=2), seed=0)
+    for k in range(2):
+        with pytest.raises(DataError, match=items[k].impath):
+            ds[k]
+    with pytest.raises(IndexError):
+        TestTimeDataset(items, ds.view_gen, seed=0, indices=[2])
+
+
+def test_build_view_generator_policy():
+    class Coarse:
+        fine_grained = False
+
+    class Fine:
+        fine_grained = True
+
+    cfg = get_cfg_default()
+    cfg.INPUT.SIZE = S
+    cfg.TTA.N_VIEWS = 5
+    assert cfg.TTA.AUGMIX == "auto"
+    vg = build_view_generator(cfg, Fine())
+    assert vg.augmix and vg.size == S and vg.n_views == 5 and vg.mean == list(CLIP_MEAN)
+    assert not build_view_generator(cfg, Coarse()).augmix
+    cfg.TTA.AUGMIX = "on"
+    assert build_view_generator(cfg, Coarse()).augmix
+    cfg.TTA.AUGMIX = "off"
+    assert not build_view_generator(cfg, Fine()).augmix
+    cfg.TTA.AUGMIX = "sometimes"
+    with pytest.raises(ValueError, match="TTA.AUGMIX"):
+        build_view_generator(cfg, Fine())
+    cfg.TTA.AUGMIX = "auto"
+    cfg.INPUT.SIZE = (S, S)
+    assert build_view_generator(cfg, Fine()).size == S
+    cfg.INPUT.SIZE = (S, 2 * S)
+    with pytest.raises(ValueError, match="INPUT.SIZE"):
+        build_view_generator(cfg, Fine())
+    cfg.INPUT.SIZE = S
+    cfg.TTA.N_VIEWS = 0
+    with pytest.raises(ValueError, match="N_VIEWS"):
+        build_view_generator(cfg, Fine())
+    cfg.TTA.N_VIEWS = 1
+    v = build_view_generator(cfg, Fine())(rand_img(0), 0, 0)
+    assert v.shape == (1, 3, S, S)
