@@ -12,8 +12,9 @@ leaves pyplot's global state (and the user's interactive backend) alone.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence, Tuple
+from typing import Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 from matplotlib import colormaps
@@ -39,7 +40,8 @@ def _colors(n: int):
 
 
 def _grid_figure(n_rows: int, n_cols: int, cell_in: float = 2.5) -> Tuple[Figure, np.ndarray]:
-    fig = Figure(figsize=(cell_in * n_cols + 1.0, cell_in * n_rows + 1.1), layout="constrained")
+    fig = Figure(figsize=(max(cell_in * n_cols + 1.0, 4.0), cell_in * n_rows + 1.1 +
+                          (0.5 if n_cols == 1 else 0.0)), layout="constrained")
     axes = np.asarray(fig.subplots(n_rows, n_cols, squeeze=False))
     return fig, axes
 
@@ -75,7 +77,8 @@ def reliability_grid(cells: Mapping[Tuple[str, str], Cell], rows: Sequence[str],
     """``cells[(row, col)] = (conf, correct)``; rows are methods, cols datasets.
 
     Blue bars: accuracy of each equal-width confidence bin. Red hatched bars: the gap between the
-    bin's accuracy and its mean confidence. Dashed black line: perfect calibration. The title
+    bin's accuracy and its mean confidence (drawn over the blue bar, hence purple, where the
+    bin is under-confident). Dashed black line: perfect calibration. The title
     of each panel gives the ECE (%) of the panel's samples; ``notes[(row, col)]`` is appended.
     """
     fig, axes = _grid_figure(len(rows), len(cols))
@@ -115,9 +118,10 @@ def reliability_grid(cells: Mapping[Tuple[str, str], Cell], rows: Sequence[str],
         axes[-1, j].set_xlabel("confidence", fontsize=9)
     handles = [Patch(color=ACC_COLOR, label="accuracy per bin"),
                Patch(facecolor=GAP_COLOR, alpha=0.35, hatch="///", edgecolor=GAP_COLOR,
-                     label="gap to mean confidence"),
+                     label="gap |acc − conf|"),
                Line2D([0], [0], ls="--", color="k", label="perfect calibration")]
-    fig.legend(handles=handles, loc="outside upper center", ncols=3, fontsize=9, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=3 if len(cols) > 1 else 1,
+               fontsize=9, frameon=False)
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
 
@@ -166,13 +170,14 @@ def confidence_hist_grid(cells: Mapping[Tuple[str, str], Cell], rows: Sequence[s
                Patch(color=WRONG_COLOR, alpha=0.8, label="incorrect"),
                Line2D([0], [0], ls="--", color="k", label="accuracy"),
                Line2D([0], [0], ls=":", color="k", lw=1.4, label="mean confidence")]
-    fig.legend(handles=handles, loc="outside upper center", ncols=4, fontsize=9, frameon=False)
+    fig.legend(handles=handles, loc="outside lower center", ncols=4 if len(cols) > 1 else 2,
+               fontsize=9, frameon=False)
     fig.suptitle(suptitle, fontsize=11)
     return _save(fig, path)
 
 
 def ece_radar(values: Mapping[str, Sequence[float]], datasets: Sequence[str], path,
-              metric: str = "ECE (%)", title: str = "ECE per dataset") -> Path:
+              metric: str = "ECE (%)", title: str = "Calibration per dataset") -> Path:
     """``values[method] = [value per dataset]`` (NaN = missing). Radar plot with one axis per
     dataset; with fewer than 3 datasets a grouped bar chart (and the title says so)."""
     methods = list(values)
@@ -198,52 +203,84 @@ def ece_radar(values: Mapping[str, Sequence[float]], datasets: Sequence[str], pa
                      f"got {n_d})", fontsize=10)
         return _save(fig, path)
 
-    fig = Figure(figsize=(8.5, 6.5), layout="constrained")
-    ax = fig.add_subplot(projection="polar")
+    # manual layout: constrained layout ignores the outward-aligned polar tick labels
+    fig = Figure(figsize=(10.5, 7.0))
+    ax = fig.add_axes((0.17, 0.07, 0.54, 0.8), projection="polar")
     angles = np.linspace(0, 2 * np.pi, n_d, endpoint=False)
     closed = np.concatenate([angles, angles[:1]])
     for k, m in enumerate(methods):
         v = np.asarray(values[m], dtype=float)
         vc = np.concatenate([v, v[:1]])
         ax.plot(closed, vc, color=colors[k], lw=1.6, marker="o", ms=3.5, label=m)
-        if np.all(np.isfinite(v)):
-            ax.fill(closed, vc, color=colors[k], alpha=0.07)
-    ax.set_xticks(angles, datasets, fontsize=9)
-    ax.tick_params(axis="x", pad=8)
+        if len(methods) <= 4 and np.all(np.isfinite(v)):
+            ax.fill(closed, vc, color=colors[k], alpha=0.08)
+    ax.set_xticks(angles, [_wrap_name(d) for d in datasets], fontsize=9)
+    ax.tick_params(axis="x", pad=6)
+    for lab, a in zip(ax.get_xticklabels(), angles):   # keep long names outside the circle
+        c = np.cos(a)
+        lab.set_horizontalalignment("left" if c > 0.1 else "right" if c < -0.1 else "center")
     ax.tick_params(axis="y", labelsize=8, labelcolor="0.35")
     ax.set_rlabel_position(90 / n_d)
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{title} — {metric}, lower is better", fontsize=11, pad=18)
-    fig.legend(loc="outside right upper", fontsize=9, frameon=False)
+    ax.set_title(f"{title}: {metric}, lower is better (closer to the centre)", fontsize=11,
+                 pad=22)
+    fig.legend(loc="upper left", bbox_to_anchor=(0.78, 0.92), fontsize=9, frameon=False)
     return _save(fig, path)
 
 
-def sweep_plot(series: Mapping[str, Dict[str, np.ndarray]], xlabel: str, path,
-               title: str = "") -> Path:
-    """``series[name] = {"x", "ece", "ece_std", "acc", "acc_std"}`` (arrays; std may be NaN).
-    Left panel ECE against x, right panel accuracy against x; error bars when std is finite."""
-    fig = Figure(figsize=(10, 4.2), layout="constrained")
-    ax_e, ax_a = fig.subplots(1, 2)
-    colors = _colors(len(series))
-    xs_all = set()
-    for k, (name, s) in enumerate(series.items()):
-        x = np.asarray(s["x"], dtype=float)
-        order = np.argsort(x)
-        xs_all.update(x.tolist())
-        for ax, key in ((ax_e, "ece"), (ax_a, "acc")):
-            y = np.asarray(s[key], dtype=float)[order]
-            err = np.asarray(s.get(f"{key}_std", np.full_like(x, np.nan)), dtype=float)[order]
-            ax.errorbar(x[order], y, yerr=np.where(np.isfinite(err), err, 0.0) if
-                        np.isfinite(err).any() else None, color=colors[k], marker="o",
-                        ms=5, lw=1.6, capsize=3, label=name if ax is ax_e else None)
-    for ax, yl in ((ax_e, "ECE (%) ↓"), (ax_a, "accuracy (%) ↑")):
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel(yl)
-        ax.grid(alpha=0.3)
-        if xs_all:
-            ticks = sorted(xs_all)
-            ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
-    fig.legend(loc="outside right upper", fontsize=9, frameon=False)
+def _wrap_name(name: str, width: int = 14) -> str:
+    """Break a long CamelCase / snake_case dataset name over two lines."""
+    if len(name) <= width:
+        return name
+    parts = re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])|[^A-Za-z0-9]+", name)
+    best, cut = None, 0
+    for i in range(1, len(parts)):
+        left = "".join(parts[:i])
+        score = abs(len(left) - len(name) / 2)
+        if best is None or score < best:
+            best, cut = score, i
+    if not cut:
+        return name
+    return "".join(parts[:cut]).rstrip("_- ") + "\n" + "".join(parts[cut:]).lstrip("_- ")
+
+
+def sweep_plot(series: Mapping[str, Mapping[str, Mapping[str, np.ndarray]]], xlabel: str,
+               path, title: str = "") -> Path:
+    """``series[dataset][line] = {"x", "ece", "acc"[, "ece_std", "acc_std"]}``.
+
+    One row per dataset: ECE against x (left) and accuracy against x (right), one line per
+    method; error bars (std over seeds) where finite. The x axis is logarithmic (base 2) when
+    the values are positive and span a factor of 4 or more (e.g. α = 5, 10, 20, 40)."""
+    datasets = list(series)
+    lines = list(dict.fromkeys(n for d in datasets for n in series[d]))
+    colors = dict(zip(lines, _colors(len(lines))))
+    fig = Figure(figsize=(9.5, 3.0 * len(datasets) + 1.2), layout="constrained")
+    axes = np.asarray(fig.subplots(len(datasets), 2, squeeze=False))
+    xs_all = sorted({float(x) for d in datasets for s in series[d].values() for x in s["x"]})
+    log = bool(xs_all) and xs_all[0] > 0 and xs_all[-1] / xs_all[0] >= 4
+    for i, d in enumerate(datasets):
+        for ax, key, yl in ((axes[i, 0], "ece", "ECE (%) ↓"), (axes[i, 1], "acc",
+                                                               "accuracy (%) ↑")):
+            for name, s in series[d].items():
+                x = np.asarray(s["x"], dtype=float)
+                o = np.argsort(x)
+                y = np.asarray(s[key], dtype=float)[o]
+                err = np.asarray(s.get(f"{key}_std", np.full(len(x), np.nan)), dtype=float)[o]
+                ax.errorbar(x[o], y, yerr=np.where(np.isfinite(err), err, 0.0)
+                            if np.isfinite(err).any() else None, color=colors[name],
+                            marker="o", ms=5, lw=1.6, capsize=3)
+            if log:
+                ax.set_xscale("log", base=2)
+            ax.set_xticks(xs_all, [f"{t:g}" for t in xs_all])
+            ax.minorticks_off()
+            ax.set_ylabel(yl)
+            ax.grid(alpha=0.3)
+            ax.set_title(d, fontsize=10)
+            if i == len(datasets) - 1:
+                ax.set_xlabel(xlabel)
+    handles = [Line2D([0], [0], color=colors[n], marker="o", lw=1.6, label=n) for n in lines]
+    fig.legend(handles=handles, loc="outside lower center", ncols=min(3, len(lines)),
+               fontsize=9, frameon=False)
     if title:
         fig.suptitle(title, fontsize=11)
     return _save(fig, path)

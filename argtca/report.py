@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import functools
+import io
 import json
 import math
 import re
@@ -33,11 +35,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .metrics import compute_metrics
 
 __all__ = [
     "ReportError", "Run", "Cell", "ResultsTable", "find_runs", "load_records", "group_runs",
-    "build_table", "table_markdown", "table_csv", "table_latex", "attribute_table",
+    "build_table", "table_markdown", "table_csv", "table_latex", "runs_csv", "attribute_table",
     "sweep_points", "ablation_table", "make_report", "make_sweep_report",
     "make_ablation_report", "main",
 ]
@@ -85,6 +86,7 @@ def _dataset_rank(key: str) -> int:
     return DATASET_ORDER.index(k) if k in DATASET_ORDER else len(DATASET_ORDER)
 
 
+@functools.lru_cache(maxsize=None)
 def _config_default(key: str) -> Any:
     """Default value of a dotted config key (None when unknown or the config is unavailable)."""
     try:
@@ -264,8 +266,8 @@ def _assign_variants(runs: Sequence[Run]) -> None:
         keys = sorted(set().union(*rel))
         varying = []
         for k in keys:
-            vals = {json.dumps(r.override(k), sort_keys=True, default=str) for r in group}
-            if len(vals) > 1:
+            first = group[0].override(k)
+            if any(not _same(r.override(k), first) for r in group[1:]):
                 varying.append(k)
         for r in group:   # a run at the config default keeps the plain label for that key
             r.variant = tuple((k, r.override(k)) for k in varying
@@ -274,6 +276,10 @@ def _assign_variants(runs: Sequence[Run]) -> None:
 
 
 def _same(a: Any, b: Any) -> bool:
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
     return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
 
 
@@ -383,9 +389,14 @@ class ResultsTable:
                     else f"Every cell averages {n} seed(s) (seeds seen: "
                          f"{', '.join(map(str, allseeds))}).")
         names = dict(self.datasets)
-        lines = ["Seeds per cell (values are means over these seeds):"]
+        groups: Dict[Tuple[int, ...], List[str]] = {}
         for (lab, dk), s in self.seeds.items():
-            lines.append(f"- {lab} / {names[dk]}: {len(s)} seed(s) ({', '.join(map(str, s))})")
+            groups.setdefault(tuple(s), []).append(f"{lab} / {names[dk]}")
+        common = max(groups, key=lambda g: len(groups[g]))
+        lines = ["Values are means over seeds:"]
+        for g, cells in sorted(groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            what = "all other cells" if g == common else "; ".join(cells)
+            lines.append(f"- {len(g)} seed(s) ({', '.join(map(str, g))}): {what}")
         return "\n".join(lines)
 
 
@@ -473,7 +484,6 @@ def table_markdown(t: ResultsTable) -> str:
 
 
 def table_csv(t: ResultsTable) -> str:
-    import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["Method", "Metric"] + t.headers)
@@ -506,7 +516,6 @@ def table_latex(t: ResultsTable) -> str:
 
 
 def runs_csv(runs: Sequence[Run]) -> str:
-    import io
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     cols = ["label", "method", "selector", "dataset", "seed", "n"] + list(METRICS) + ["path"]
@@ -592,32 +601,45 @@ def _trainer_node(method: str) -> Optional[str]:
     return {"argtca": "ARGTCA", "tca": "TCA"}.get(method)
 
 
-def sweep_points(runs: Sequence[Run], param: str) -> Dict[str, Dict[str, np.ndarray]]:
-    """ECE/accuracy against ``param`` ("ALPHA" or "BETA") for the tca/argtca runs.
+def sweep_points(runs: Sequence[Run], param: str
+                 ) -> Dict[str, Dict[str, Dict[str, np.ndarray]]]:
+    """ECE/accuracy against ``param`` ("ALPHA" or "BETA") for the tca/argtca runs, as
+    ``{dataset: {line label: {"x", "ece", "ece_std", "acc", "acc_std", "n_seeds"}}}``.
 
-    Series = (dataset, method label without variant). The other parameter is held at the value
-    that has the most distinct ``param`` values in that series (ties: the config default). Seeds
-    are averaged (std over seeds when more than one)."""
+    One line per method label (without variant suffix) and dataset. The other parameter is held
+    at the value that has the most distinct ``param`` values in that line (ties: the config
+    default), and the line label says which (e.g. ``ArgTCA (div) (β=35)``). Seeds are averaged
+    (std over seeds when more than one)."""
     other = {"ALPHA": "BETA", "BETA": "ALPHA"}[param]
+    sym = {"ALPHA": "α", "BETA": "β"}[other]
     groups: Dict[Tuple[str, str], List[Run]] = {}
-    for r in runs:
+    for r in sorted(runs, key=lambda r: (_dataset_rank(r.dataset_key), r.dataset_key,
+                                         _method_sort_key(r)[:4])):
         if _trainer_node(r.method):
             groups.setdefault((r.dataset, r.base_label), []).append(r)
-    series: Dict[str, Dict[str, np.ndarray]] = {}
-    for (ds, lab), rs in sorted(groups.items()):
+    out: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
+    for (ds, lab), rs in groups.items():
         node = _trainer_node(rs[0].method)
         pk, ok = f"TRAINER.{node}.{param}", f"TRAINER.{node}.{other}"
         by_other: Dict[float, Dict[float, List[Run]]] = {}
         for r in rs:
-            by_other.setdefault(float(r.override(ok)), {}).setdefault(
-                float(r.override(pk)), []).append(r)
+            try:
+                xo, xp = float(r.override(ok)), float(r.override(pk))
+            except (TypeError, ValueError):
+                raise ReportError(f"{r.path / 'summary.json'}: {pk}={r.override(pk)!r}, "
+                                  f"{ok}={r.override(ok)!r} are not numbers") from None
+            by_other.setdefault(xo, {}).setdefault(xp, []).append(r)
         default_other = _config_default(ok)
         fixed = max(by_other, key=lambda o: (len(by_other[o]), o == default_other, -o))
         pts = by_other[fixed]
         xs = sorted(pts)
-        cells = [Cell(lab, ds, ds, pts[x]) for x in xs]
-        sym = {"ALPHA": "α", "BETA": "β"}[other]
-        series[f"{ds} · {lab} ({sym}={fixed:g})"] = {
+        cells = []
+        for x in xs:
+            seen: Dict[int, Run] = {}
+            for r in pts[x]:
+                seen.setdefault(r.seed, r)
+            cells.append(Cell(lab, ds, ds, list(seen.values())))
+        out.setdefault(ds, {})[f"{lab} ({sym}={fixed:g})"] = {
             "x": np.asarray(xs, dtype=float),
             "ece": np.asarray([c.mean("ece") for c in cells]),
             "ece_std": np.asarray([c.std("ece") for c in cells]),
@@ -625,32 +647,33 @@ def sweep_points(runs: Sequence[Run], param: str) -> Dict[str, Dict[str, np.ndar
             "acc_std": np.asarray([c.std("accuracy") for c in cells]),
             "n_seeds": np.asarray([len(c.runs) for c in cells]),
         }
-    return series
+    return out
 
 
-def _sweep_markdown(param_series: Dict[str, Dict[str, Dict[str, np.ndarray]]]) -> str:
-    out = ["# Sensitivity", "", "Cells: accuracy / ECE (%), mean over the seeds in brackets "
-           "when more than one.", ""]
-    for sym, series in param_series.items():
+def _sweep_markdown(by_param: Dict[str, Dict[str, Dict[str, Dict[str, np.ndarray]]]]) -> str:
+    out = ["# Sensitivity", "", "Cells: accuracy / ECE (%); [k] = mean over k seeds.", ""]
+    for sym, per_ds in by_param.items():
         out += [f"## {sym}", ""]
-        if not series:
+        if not per_ds:
             out += ["No tca/argtca runs.", ""]
             continue
-        xs = sorted({x for s in series.values() for x in s["x"].tolist()})
-        out += ["| Series | " + " | ".join(f"{sym}={x:g}" for x in xs) + " |",
-                "|:---|" + "|".join(["---:"] * len(xs)) + "|"]
-        for name, s in series.items():
-            row = []
-            for x in xs:
-                hit = np.nonzero(s["x"] == x)[0]
-                if not len(hit):
-                    row.append(MISSING)
-                    continue
-                i = hit[0]
-                ns = int(s["n_seeds"][i])
-                row.append(f"{s['acc'][i]:.2f} / {s['ece'][i]:.2f}" + (f" [{ns}]" if ns > 1
-                                                                        else ""))
-            out.append(f"| {name} | " + " | ".join(row) + " |")
+        xs = sorted({x for lines in per_ds.values() for s in lines.values()
+                     for x in s["x"].tolist()})
+        out += ["| Dataset | Method | " + " | ".join(f"{sym}={x:g}" for x in xs) + " |",
+                "|:---|:---|" + "|".join(["---:"] * len(xs)) + "|"]
+        for ds, lines in per_ds.items():
+            for name, s in lines.items():
+                row = []
+                for x in xs:
+                    hit = np.nonzero(s["x"] == x)[0]
+                    if not len(hit):
+                        row.append(MISSING)
+                        continue
+                    i = hit[0]
+                    ns = int(s["n_seeds"][i])
+                    row.append(f"{s['acc'][i]:.2f} / {s['ece'][i]:.2f}"
+                               + (f" [{ns}]" if ns > 1 else ""))
+                out.append(f"| {ds} | {name} | " + " | ".join(row) + " |")
         out.append("")
     return "\n".join(out)
 
@@ -687,6 +710,15 @@ def ablation_table(runs: Sequence[Run], decimals: int = 2) -> str:
                "**raw EOS** = TRAINER.ARGTCA.EMBEDDINGS raw (selection on the CLIP text "
                "embeddings, no graph); **random** = TRAINER.ARGTCA.SELECTOR random (independent "
                "of the objective: the same runs are shown under every column).")
+    ablated = ("TRAINER.ARGTCA.EDGES", "TRAINER.ARGTCA.EMBEDDINGS")
+    sig = {}
+    for r in arg:
+        rel = {k: v for k, v in _relevant_overrides(r).items() if k not in ablated}
+        sig.setdefault(json.dumps(rel, sort_keys=True, default=str), r)
+    if len(sig) > 1:
+        _warn("ablation runs differ in other overrides too (" + "; ".join(
+            f"{r.path}: {k or '{}'}" for k, r in sig.items()) + "); the rows may not be "
+            "comparable")
     by_ds: Dict[str, List[Run]] = {}
     for r in arg:
         by_ds.setdefault(r.dataset_key, []).append(r)

@@ -91,8 +91,8 @@ def test_table_marks_and_averages(three_by_two, tmp_path):
         "| ArgTCA (div) | Acc | **46.00** | <u>91.00</u> | <u>68.50</u> |",
         "|  | ECE | **4.50** | **2.00** | **3.25** |",
     ]
-    assert "TPT / Caltech101: 2 seed(s) (1, 2)" in md
-    assert "CLIP / ImageNet: 1 seed(s) (1)" in md
+    assert "- 2 seed(s) (1, 2): TPT / Caltech101\n" in md
+    assert "- 1 seed(s) (1): all other cells" in md
 
     tex = table_latex(t)
     assert "TPT & Acc & \\underline{45.00} & \\textbf{93.00} & \\textbf{69.00} \\\\" in tex
@@ -180,14 +180,15 @@ def test_sweep_points_and_plots(tmp_path):
               sub="a5_b35_seed2")
     runs = find_runs([tmp_path])
     sa = sweep_points(runs, "ALPHA")
-    (name, s), = sa.items()
-    assert "β=35" in name
+    assert list(sa) == ["Caltech101"]
+    (name, s), = sa["Caltech101"].items()
+    assert name == "ArgTCA (div) (β=35)"
     assert s["x"].tolist() == [5.0, 10.0, 20.0]
     assert s["ece"].tolist() == pytest.approx([(6.0 + 8.0) / 2, 4.0, 5.0])
     assert s["acc"].tolist() == pytest.approx([(60.0 + 64.0) / 2, 61.0, 62.0])
     assert s["n_seeds"].tolist() == [2, 1, 1]
-    (name_b, sb), = sweep_points(runs, "BETA").items()
-    assert "α=10" in name_b
+    (name_b, sb), = sweep_points(runs, "BETA")["Caltech101"].items()
+    assert name_b == "ArgTCA (div) (α=10)"
     assert sb["x"].tolist() == [15.0, 25.0, 35.0]
     assert sb["ece"].tolist() == pytest.approx([7.0, 5.5, 4.0])
     assert main([str(tmp_path), "--out", str(tmp_path / "rep"), "--sweep"]) == 0
@@ -211,7 +212,7 @@ def test_ablation_table(tmp_path):
     assert rows[0] == "| Variant | div Acc | div ECE | disc Acc | disc ECE |"
     # full/div averages seeds 1 and 2: acc (60+62)/2 = 61, ece (3+4)/2 = 3.5
     assert rows[1] == "| full | **61.00** | **3.50** [2] | 61.00 | **2.50** |"
-    assert rows[2] == "| zero edges | 58.00 | **4.00** | 59.00 | 3.50 |"
+    assert rows[2] == "| zero edges | 58.00 | 4.00 | 59.00 | 3.50 |"
     assert rows[3] == "| raw EOS | 57.00 | 5.00 | **62.00** | 6.00 |"
     assert rows[4] == "| random | 55.00 | 7.00 | 55.00 | 7.00 |"
 
@@ -246,3 +247,96 @@ def test_radar_fallback_and_single_dataset_cli(tmp_path):
     assert "| TPT | Acc | **52.00** | **52.00** |" in (out / "table.md").read_text()
     assert "|  | NLL |" in (out / "table.md").read_text()
     assert "No phase1.json" in (out / "attributes.md").read_text()
+
+
+STUB = r'''
+import json, os, sys
+from pathlib import Path
+kind, ds, what, *kv = sys.argv[1:]
+seed = int(os.environ["SEED"])
+with open("calls.log", "a") as f:
+    f.write(" ".join([kind, ds, what] + kv) + f" | OPTS={os.environ.get('OPTS', '')}"
+            f" | OUTPUT_DIR={os.environ.get('OUTPUT_DIR', '')}\n")
+ov = {k: (float(v) if v.replace(".", "").isdigit() else v) for k, v in zip(kv[::2], kv[1::2])}
+if kind == "baseline":
+    out, method, sel = Path(f"output/{what}/{ds}/seed{seed}"), what, None
+else:
+    out = Path(os.environ.get("OUTPUT_DIR") or f"output/argtca/{ds}/{what}/seed{seed}")
+    method, sel = "argtca", what
+    if sel == "random":
+        ov["TRAINER.ARGTCA.SELECTOR"] = "random"
+# a recognisable value per run: ece = 1 + number of overrides, acc = 50 + len(str(out))
+out.mkdir(parents=True)
+(out / "summary.json").write_text(json.dumps({
+    "method": method, "selector": sel, "label": f"ArgTCA ({sel})" if sel else what.upper(),
+    "dataset": "Caltech101", "dataset_key": ds, "seed": seed, "n": 1,
+    "accuracy": 50.0 + len(str(out)), "ece": 1.0 + len(ov), "overrides": ov}))
+'''
+
+
+def _stub_repo(tmp_path):
+    import shutil
+    import sys
+    repo = tmp_path / "repo"
+    (repo / "scripts").mkdir(parents=True)
+    src = Path(__file__).resolve().parents[1] / "scripts"
+    for name in ("compare.sh", "sweep.sh", "ablation.sh"):
+        shutil.copy(src / name, repo / "scripts" / name)
+    (repo / "stub.py").write_text(STUB)
+    for name, kind in (("baseline.sh", "baseline"), ("argtca.sh", "argtca")):
+        (repo / "scripts" / name).write_text(
+            f'#!/usr/bin/env bash\nset -euo pipefail\n"{sys.executable}" stub.py {kind} "$@"\n')
+    return repo
+
+
+def _bash(repo, *args, **env):
+    import os
+    import subprocess
+    import sys
+    e = dict(os.environ, PYTHON=sys.executable,
+             PYTHONPATH=str(Path(__file__).resolve().parents[1]), **env)
+    e.pop("OUTPUT_DIR", None)
+    return subprocess.run(["bash", *args], cwd=repo, env=e, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_ablation_script_with_stub_runs(tmp_path):
+    repo = _stub_repo(tmp_path)
+    # a 'full' div run already there (e.g. from compare.sh): must be skipped, not re-run
+    pre = repo / "output/argtca/caltech101/div/seed1"
+    pre.mkdir(parents=True)
+    (pre / "summary.json").write_text(json.dumps({
+        "method": "argtca", "selector": "div", "label": "ArgTCA (div)", "dataset": "Caltech101",
+        "dataset_key": "caltech101", "seed": 1, "accuracy": 70.0, "ece": 2.0, "overrides": {}}))
+    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8")
+    assert p.returncode == 0, p.stderr
+    calls = (repo / "calls.log").read_text().splitlines()
+    assert calls == [
+        "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
+        "OUTPUT_DIR=output/ablation/caltech101/edges_none_div/seed1",
+        "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
+        "OUTPUT_DIR=output/ablation/caltech101/raw_div/seed1",
+        "argtca caltech101 disc TTA.N_VIEWS 8 | OPTS= | OUTPUT_DIR=",
+        "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
+        "OUTPUT_DIR=output/ablation/caltech101/edges_none_disc/seed1",
+        "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
+        "OUTPUT_DIR=output/ablation/caltech101/raw_disc/seed1",
+        "argtca caltech101 random TTA.N_VIEWS 8 | OPTS= | OUTPUT_DIR=",
+    ]
+    rows = md_rows((repo / "output/report/ablation_caltech101/ablation.md").read_text())
+    assert rows[1].startswith("| full | 70.00 | **2.00** |")   # the pre-existing run
+    # stub: ece = 1 + number of overrides (N_VIEWS + EDGES = 2 -> 3; random: +SELECTOR -> 3)
+    assert rows[2].startswith("| zero edges | ") and rows[2].endswith(" 3.00 |")
+    assert rows[4].startswith("| random | ") and rows[4].count("3.00") == 2
+    # a second call runs nothing
+    (repo / "calls.log").unlink()
+    assert _bash(repo, "scripts/ablation.sh", "caltech101").returncode == 0
+    assert not (repo / "calls.log").exists()
+
+
+def test_compare_script_rejects_odd_opts(tmp_path):
+    repo = _stub_repo(tmp_path)
+    p = _bash(repo, "scripts/compare.sh", "caltech101", OPTS="TTA.N_VIEWS")
+    assert p.returncode == 2 and "KEY VALUE pairs" in p.stderr
+    p = _bash(repo, "scripts/compare.sh")
+    assert p.returncode == 2 and "usage" in p.stderr

@@ -2,6 +2,8 @@
 test-time view generator (``views``)."""
 from __future__ import annotations
 
+import importlib
+
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json
 from . import coop  # noqa: F401  (registers the CoOp datasets)
@@ -10,9 +12,10 @@ from .views import (TestTimeDataset, ViewGenerator, augmix_enabled, build_test_l
                     build_view_generator)
 
 try:  # the demo dataset lives in its own module, written separately
-    from . import demo  # noqa: F401
-except ImportError:
-    pass
+    importlib.import_module(f"{__name__}.demo")
+except ModuleNotFoundError as _e:  # only a missing demo module is tolerated, not errors in it
+    if _e.name != f"{__name__}.demo":
+        raise
 
 __all__ = ["DataError", "DatasetBase", "Datum", "read_json", "COOP_DATASETS", "resolve_dataset_class",
            "build_dataset", "TestTimeDataset", "ViewGenerator", "augmix_enabled",

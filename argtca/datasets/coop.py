@@ -10,7 +10,7 @@ root (unlike CoOp, which creates ``split_fewshot/`` and generates missing split 
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Tuple
 
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json

@@ -1,0 +1,270 @@
+"""The fast engine: episodic test-time tuning of B images at once, exactly equivalent per image to
+:class:`argtca.engine.reference.ReferenceEngine` (same maths; only floating-point reordering).
+
+Every image owns its context ``ctx[b]`` and its AdamW moments (AdamW is element-wise, so one
+optimiser over a ``[B, n, W]`` tensor updates each image as if it were alone). Under fp16 autocast
+the loss is multiplied by a *static* loss scale (``TTA.LOSS_SCALE``) and an image whose gradient
+overflows skips its step alone (the reference's rule); there is no GradScaler state shared across
+images. Parameters stay fp32; CUDA computes under fp16 autocast (``TTA.PREC amp``), CPU in fp32.
+
+Exact savings over the reference:
+
+* **θ0 caching.** The context is reset to θ0 for every image, so the text features at θ0,
+  ``T0 = T(θ0)`` ([P, E]), are the same for every image: they are computed once per engine (per
+  dataset). Step 1 needs per image only the gradient ``J(θ0)ᵀ · ∂L_b/∂T``; the θ0 autograd graph is
+  kept and each batch runs one vector-Jacobian product with the B cotangents (``grad_mode``:
+  ``"vjp"`` batches them with ``torch.autograd.grad(..., is_grads_batched=True)``, ``"loop"`` runs
+  one VJP per image on the kept graph, ``"recompute"`` runs the batched forward at θ0 again as
+  the reference does).
+* **Text-only regularisers** (``objective.text_only()``): C-TPT/O-TPT/A-TPT/TCA terms depend on the
+  text features only, so their value and their gradient at θ0 are computed once.
+* **View 0** features are computed once and reused for the final prediction; prompts are already
+  cut after the longest EOS by :class:`~argtca.models.clip.PromptTextEncoder`.
+* **Zero-shot** (``TTA.STEPS 0``) predicts straight from the cached ``T0``.
+* No host-device synchronisation inside a batch: the non-finite-loss check of the reference is
+  accumulated on the device and raised (with the same message) once the batch is done.
+* Large batches are processed in chunks (images for the image tower, prompts x tokens for the text
+  tower) so memory stays bounded; chunking never changes a number beyond float reordering.
+
+Speed knobs that never change results (constructor keywords, measured in ``python -m argtca.bench``):
+``grad_mode``, ``compile_image`` (``torch.compile`` of the image tower), ``image_chunk`` (views per
+image-tower call), ``text_tokens`` (prompt tokens per text-tower call).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from argtca.engine.objectives import Objective, avg_entropy, select_confident
+from argtca.engine.reference import NonFiniteLossError, autocast_ctx
+
+GRAD_MODES = ("vjp", "loop", "recompute")
+
+
+def _env_int(name: str, default: int) -> int:
+    v = os.environ.get(name, "")
+    return int(v) if v.strip() else default
+
+
+class FastEngine:
+    """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API."""
+
+    def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
+                 grad_mode: Optional[str] = None, compile_image: Optional[bool] = None,
+                 image_chunk: Optional[int] = None, text_tokens: Optional[int] = None):
+        self.model = model
+        self.text_encoder = text_encoder
+        self.objective = objective
+        self.device = torch.device(device)
+        self.steps = int(cfg.TTA.STEPS)
+        self.selection_p = float(cfg.TTA.SELECTION_P)
+        self.lr = float(cfg.TTA.LR)
+        self.wd = float(cfg.TTA.WEIGHT_DECAY)
+        self.prec = str(cfg.TTA.PREC)
+        self.amp = self.device.type == "cuda" and self.prec == "amp"
+        self.loss_scale = float(cfg.TTA.LOSS_SCALE) if self.amp else 1.0
+        self.logit_scale = model.logit_scale.exp().detach().float()
+        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "vjp").lower()
+        if grad_mode not in GRAD_MODES:
+            raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of {GRAD_MODES}")
+        self.grad_mode = grad_mode
+        if compile_image is None:
+            compile_image = os.environ.get("ARGTCA_COMPILE", "0") not in ("", "0", "false")
+        self.compile_image = bool(compile_image) and self.device.type == "cuda"
+        self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", 1024))
+        self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 17))
+        self._encode_image = (torch.compile(model.encode_image, dynamic=False)
+                              if self.compile_image else model.encode_image)
+        self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
+        self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
+
+    # ------------------------------------------------------------------ helpers
+    def autocast(self):
+        return autocast_ctx(self.device, self.prec)
+
+    @property
+    def num_prompts(self) -> int:
+        return int(self.text_encoder.num_prompts)
+
+    def _images_per_text_call(self) -> int:
+        per_image = self.num_prompts * int(self.text_encoder.seq_len)
+        return max(1, self.text_tokens // max(1, per_image))
+
+    @torch.no_grad()
+    def image_features(self, views: torch.Tensor) -> torch.Tensor:
+        """[B, V, 3, S, S] → normalised features [B, V, E] (fp32), ``image_chunk`` views a call."""
+        B, V = views.shape[:2]
+        flat = views.flatten(0, 1)
+        out = []
+        for i in range(0, flat.shape[0], self.image_chunk):
+            x = flat[i:i + self.image_chunk].to(self.device, non_blocking=True)
+            with self.autocast():
+                out.append(self._encode_image(x))
+        f = torch.cat(out) if len(out) > 1 else out[0]
+        return F.normalize(f.float(), dim=-1).reshape(B, V, -1)
+
+    def logits(self, img: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
+        """img [B, V, E], text [B, P, E] → [B, V, P] (the reference's expression)."""
+        return self.logit_scale * torch.einsum("bve,bpe->bvp", img.to(text.dtype), text)
+
+    def text_features(self, ctx: torch.Tensor) -> torch.Tensor:
+        """Text features [B, P, E] of contexts [B, n, W] (no grad), in chunks of images."""
+        step = self._images_per_text_call()
+        out = []
+        with torch.no_grad(), self.autocast():
+            for i in range(0, ctx.shape[0], step):
+                out.append(self.text_encoder(ctx[i:i + step]))
+        return torch.cat(out) if len(out) > 1 else out[0]
+
+    def theta0(self):
+        """(ctx0 leaf [n, W], T0 = T(ctx0) [P, E] with its autograd graph), computed once."""
+        if self._theta0 is None:
+            ctx0 = self.text_encoder.ctx_init.detach().float().clone().requires_grad_(True)
+            keep = self.steps > 0 and self.grad_mode != "recompute"
+            with torch.set_grad_enabled(keep), self.autocast():
+                t0 = self.text_encoder(ctx0.unsqueeze(0))[0]
+            self._theta0 = (ctx0, t0)
+        return self._theta0
+
+    def _uses_cached_regularizer(self) -> bool:
+        o = self.objective
+        return bool(o.text_only()) and type(o).loss is Objective.loss
+
+    def regularizer0(self):
+        """(reg(T0) [1], loss_scale · ∂reg/∂T at T0 [P, E]) for text-only regularisers, once."""
+        if self._reg0 is None:
+            t = self.theta0()[1].detach().unsqueeze(0).requires_grad_(True)
+            with torch.enable_grad():
+                reg = self.objective.regularizer(t.float())
+                g = None
+                if reg.requires_grad:  # TPT's zero regulariser has no graph
+                    g, = torch.autograd.grad(reg, t, allow_unused=True,
+                                             grad_outputs=torch.full_like(reg, self.loss_scale))
+            if g is None:
+                g = torch.zeros_like(t)
+            self._reg0 = (reg.detach(), g[0].detach())
+        return self._reg0
+
+    def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths) -> None:
+        """One host sync per batch: raise the reference's error for the first bad image."""
+        if bool(bad_seen.any()):
+            i = int(bad_seen.nonzero()[0])
+            name = paths[i] if paths is not None else f"batch item {i}"
+            raise NonFiniteLossError(
+                f"non-finite test-time loss ({float(first_bad[i])}) on image {name}; check the "
+                f"image file and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+
+    @staticmethod
+    def _record_bad(loss, first_bad, bad_seen):
+        bad = ~torch.isfinite(loss.detach())
+        first_bad = torch.where(bad & ~bad_seen, loss.detach(), first_bad)
+        return first_bad, bad_seen | bad
+
+    # ------------------------------------------------------------------ step 1 at θ0
+    def _step1_cotangent(self, img: torch.Tensor, sel_p: float):
+        """Per-image loss at θ0 and its cotangent loss_scale·∂L_b/∂T ([B, P, E]); the selection."""
+        B = img.shape[0]
+        t0 = self.theta0()[1].detach()
+        t = t0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
+        with torch.enable_grad():
+            with self.autocast():
+                logits = self.logits(img, t)
+            scores = self.objective.scores(logits.float())
+            sel_idx = select_confident(scores.detach(), sel_p)
+            sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+            if self._uses_cached_regularizer():
+                reg0, reg_grad = self.regularizer0()
+                ent = avg_entropy(sel)
+                loss = ent + reg0
+                g, = torch.autograd.grad(ent.sum() * self.loss_scale, t)
+                g = g + reg_grad
+            else:
+                loss = self.objective.loss(sel, t.float())
+                g, = torch.autograd.grad(loss.sum() * self.loss_scale, t)
+        return loss.detach(), g, sel_idx
+
+    def _vjp_theta0(self, cot: torch.Tensor) -> torch.Tensor:
+        """Jᵀ(θ0)·cot for B cotangents [B, P, E] → [B, n, W] on the kept θ0 graph."""
+        ctx0, t0 = self.theta0()
+        if self.grad_mode == "vjp":
+            g, = torch.autograd.grad(t0, ctx0, grad_outputs=cot, retain_graph=True,
+                                     is_grads_batched=True)
+            return g
+        return torch.stack([torch.autograd.grad(t0, ctx0, grad_outputs=cot[b],
+                                                retain_graph=True)[0]
+                            for b in range(cot.shape[0])])
+
+    def _grad_recompute(self, ctx: torch.Tensor, img: torch.Tensor, sel_idx):
+        """Loss and (scaled) gradient by a fresh forward/backward at ``ctx``, in image chunks.
+        Returns (loss [B], grad [B, n, W], sel_idx)."""
+        step = self._images_per_text_call()
+        losses, grads, sels = [], [], []
+        for i in range(0, ctx.shape[0], step):
+            x = ctx[i:i + step].detach().requires_grad_(True)
+            with torch.enable_grad():
+                with self.autocast():
+                    text = self.text_encoder(x)
+                    logits = self.logits(img[i:i + step], text)
+                scores = self.objective.scores(logits.float())
+                s_idx = (select_confident(scores.detach(), self.selection_p) if sel_idx is None
+                         else sel_idx[i:i + step])
+                sel = torch.gather(scores, 1, s_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+                loss = self.objective.loss(sel, text.float())
+                g, = torch.autograd.grad(loss.sum() * self.loss_scale, x)
+            losses.append(loss.detach())
+            grads.append(g)
+            sels.append(s_idx)
+        return torch.cat(losses), torch.cat(grads), torch.cat(sels)
+
+    # ------------------------------------------------------------------ the episode
+    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+        """TTA.STEPS AdamW steps from θ0 for every image; returns the tuned contexts [B, n, W]."""
+        B = img.shape[0]
+        ctx0 = self.text_encoder.ctx_init.detach().float()
+        ctx = ctx0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
+        if self.steps <= 0:
+            return ctx.detach()
+        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
+        first_bad = torch.zeros(B, device=img.device)
+        bad_seen = torch.zeros(B, dtype=torch.bool, device=img.device)
+        sel_idx = None
+        for s in range(self.steps):
+            if s == 0 and self.grad_mode != "recompute":
+                loss, cot, sel_idx = self._step1_cotangent(img, self.selection_p)
+                g = self._vjp_theta0(cot)
+            else:
+                loss, g, sel_idx = self._grad_recompute(ctx, img, sel_idx)
+            first_bad, bad_seen = self._record_bad(loss, first_bad, bad_seen)
+            if self.loss_scale != 1.0:
+                g = g / self.loss_scale
+            ok = torch.isfinite(g).flatten(1).all(-1)[:, None, None]
+            ctx.grad = torch.where(ok, g, torch.zeros_like(g))
+            before = ctx.detach().clone()
+            opt.step()
+            with torch.no_grad():
+                ctx.copy_(torch.where(ok, ctx, before))
+        self._check_finite(first_bad, bad_seen, paths)
+        return ctx.detach()
+
+    @torch.no_grad()
+    def predict(self, img0: torch.Tensor, ctx: Optional[torch.Tensor]) -> torch.Tensor:
+        """img0 [B, E] (view-0 features), ctx [B, n, W] or None (= θ0) → probabilities [B, K]."""
+        if ctx is None:
+            t0 = self.theta0()[1].detach()
+            text = t0.unsqueeze(0).expand(img0.shape[0], -1, -1)
+        else:
+            text = self.text_features(ctx)
+        with self.autocast():
+            logits = self.logits(img0.unsqueeze(1), text)
+        return self.objective.probs(logits.float())[:, 0]
+
+    def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+        img = self.image_features(views)
+        if self.steps <= 0:
+            return self.predict(img[:, 0], None)
+        ctx = self.tune(img, paths)
+        return self.predict(img[:, 0], ctx)
