@@ -78,7 +78,8 @@ def load_attributes(path: str, classnames: Sequence[str], num_required: int,
             data = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise AttributeFileError(
-            f"attribute file {path!r} is not valid JSON ({e}); re-download it. " + _WHERE + ".") from e
+            f"attribute file {path!r} is not valid JSON ({e}); re-download it. " + _WHERE + "."
+        ) from e
     if not isinstance(data, dict):
         raise AttributeFileError(
             f"attribute file {path!r} must hold one JSON object (class name -> string of "

@@ -1,5 +1,7 @@
 """FastEngine == ReferenceEngine per image, for every objective, 1 and 2 steps, every gradient
 mode; plus the pieces the fast engine relies on (θ0 VJP, cached regulariser, chunking, skips)."""
+import os
+
 import pytest
 import torch
 
@@ -12,6 +14,15 @@ from conftest import tiny_cfg
 
 CLASSES = ["dog", "cat", "fish", "bird", "red car"]
 ATTRS = ["small", "furry animal"]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """The tiny model is launch-bound: one thread avoids thrashing on small shared machines."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
 
 
 def _objective(name):
@@ -142,3 +153,105 @@ def test_non_finite_loss_names_the_image(tiny_clip):
 def test_bad_grad_mode_is_an_error(tiny_clip):
     with pytest.raises(ValueError, match="grad_mode"):
         _engines(tiny_clip, "tpt", 1, grad_mode="magic")
+
+
+# ------------------------------------------------------------------------------ multi-process
+def test_shard_and_merge():
+    from argtca.engine.distributed import merge_records, shard_indices
+    todo = [0, 2, 3, 5, 8, 9, 11]
+    shards = [shard_indices(todo, r, 3) for r in range(3)]
+    assert sorted(sum(shards, [])) == todo
+    assert max(map(len, shards)) - min(map(len, shards)) <= 1
+    with pytest.raises(ValueError):
+        shard_indices(todo, 3, 3)
+    recs = [[{"index": i, "pred": i % 2, "label": 0, "conf": 0.5} for i in s] for s in shards]
+    merged = merge_records(recs[::-1])
+    assert [r["index"] for r in merged] == todo
+    # a re-done image with the same result is fine, a different result is an error
+    assert len(merge_records(recs + [recs[0][:1]])) == len(todo)
+    bad = [dict(recs[0][0], pred=7)]
+    with pytest.raises(RuntimeError, match="recorded twice"):
+        merge_records(recs + [bad])
+
+
+def test_fold_rank_files_resumes(tmp_path):
+    from argtca.engine.distributed import fold_rank_files
+    from argtca.engine.records import load_records, write_records
+    write_records(str(tmp_path / "records.jsonl"), [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
+    write_records(str(tmp_path / "records.rank0.jsonl"), [{"index": 0, "pred": 0, "label": 1, "conf": .6}])
+    with open(tmp_path / "records.rank1.jsonl", "w") as f:   # a torn last line (killed mid-write)
+        f.write('{"index": 1, "pred": 2, "label": 2, "conf": 0.7}\n{"index": 3, "pr')
+    merged = fold_rank_files(str(tmp_path))
+    assert [r["index"] for r in merged] == [0, 1, 4]
+    assert [r["index"] for r in load_records(str(tmp_path / "records.jsonl"))] == [0, 1, 4]
+    assert not list(tmp_path.glob("records.rank*"))
+
+
+_WORKER = r'''
+import os, sys, json
+sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
+import torch
+torch.set_num_threads(1)
+from conftest import tiny_cfg
+import argtca.trainers
+from argtca.registry import TRAINER_REGISTRY
+from argtca.engine.distributed import distributed_test
+cfg = tiny_cfg(**json.loads(sys.argv[1]))
+cfg.freeze()
+summary = distributed_test(TRAINER_REGISTRY.get("TPT")(cfg))
+print("RANK", os.environ["RANK"], "N", summary["n"], "ACC", summary["accuracy"])
+'''
+
+
+def _tiny_dataset_cfg(root, out, engine):
+    return {"TRAINER.NAME": "TPT", "DATASET.NAME": "Caltech101", "DATASET.ROOT": str(root),
+            "OUTPUT_DIR": str(out), "TTA.N_VIEWS": 4, "TTA.ENGINE": engine,
+            "TTA.BATCH_IMAGES": 2, "SEED": 3}
+
+
+@pytest.mark.parametrize("engine", ["fast"])
+def test_two_gloo_processes_equal_one_process(tmp_path, engine):
+    """torchrun-style: 2 CPU ranks (gloo) shard 7 images; merged records == one-process records."""
+    import json
+    import socket
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from argtca.bench import make_synthetic_coop
+    from argtca.engine.records import load_records
+    from argtca.registry import TRAINER_REGISTRY
+    import argtca.trainers  # noqa: F401
+
+    make_synthetic_coop(str(tmp_path / "data"), n_images=7, n_classes=3, pool=7, size=(48, 36))
+    over = _tiny_dataset_cfg(tmp_path / "data", tmp_path / "one", engine)
+    cfg = tiny_cfg(**over)
+    cfg.freeze()
+    one = TRAINER_REGISTRY.get("TPT")(cfg).test()
+
+    tests = Path(__file__).resolve().parent
+    script = tmp_path / "worker.py"
+    script.write_text(_WORKER.format(repo=str(tests.parent), tests=str(tests)))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    over["OUTPUT_DIR"] = str(tmp_path / "two")
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE="2",
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        procs.append(subprocess.Popen([sys.executable, str(script), json.dumps(over)], env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+    outs = [p.communicate(timeout=240)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    assert "RANK 1 N 7" in outs[1]                     # every rank gets rank 0's summary
+    a = load_records(str(tmp_path / "one" / "records.jsonl"))
+    b = load_records(str(tmp_path / "two" / "records.jsonl"))
+    assert [r["index"] for r in b] == list(range(7))
+    for x, y in zip(sorted(a, key=lambda r: r["index"]), b):
+        assert (x["index"], x["pred"], x["label"]) == (y["index"], y["pred"], y["label"])
+        assert abs(x["conf"] - y["conf"]) < 1e-5
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert two["n"] == one["n"] == 7
+    assert abs(two["accuracy"] - one["accuracy"]) < 1e-9 and abs(two["ece"] - one["ece"]) < 1e-4
+    assert not list((tmp_path / "two").glob("records.rank*"))

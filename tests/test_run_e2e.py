@@ -158,3 +158,21 @@ def test_bad_inputs_give_one_clear_error(data, tmp_path, capsys):
     assert "NUM_ATTRIBUTES" in _err(capsys)
     # no output directory was created for any refused run
     assert not any((tmp_path / f"o{i}" / "records.jsonl").exists() for i in range(1, 10))
+
+
+@pytest.mark.parametrize("selector", ["tca", "div", "disc", "random", "joint"])
+def test_argtca_each_selector_end_to_end(data, tmp_path, selector):
+    root, attr = data
+    out = tmp_path / selector
+    assert main(_args(root, out, "argtca", "TRAINER.ARGTCA.SELECTOR", selector, attr=attr)) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert s["selector"] == selector and s["n"] == 6
+    p1 = json.loads((out / "phase1.json").read_text())
+    cands = {c: ATTRS[c].split()[:10] for c in ATTRS}
+    for c, picked in p1["selected"].items():
+        assert len(picked) == 2 and len(set(picked)) == 2 and set(picked) <= set(cands[c])
+    if selector == "tca":  # TCA's ranking: the first M' in file order
+        assert p1["selected"] == {c: cands[c][:2] for c in cands}
+    # a second run on the same folder reuses phase 1 (same key) and the finished records
+    assert main(_args(root, out, "argtca", "TRAINER.ARGTCA.SELECTOR", selector, attr=attr)) == 0
+    assert json.loads((out / "phase1.json").read_text())["selected"] == p1["selected"]

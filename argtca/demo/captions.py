@@ -70,12 +70,26 @@ def caption_vocabulary() -> List[str]:
     return sorted(words)
 
 
+MixSpec = Tuple[List[str], float]   # (neutral 4-word prefix, strength t)
+P_MIX = 0.35
+
+
 def sample_caption(rng: random.Random, classname: str, attributes: Sequence[str],
-                   styles: Sequence[str]) -> List[str]:
-    """One random caption (list of words, '.' as its own word) for an image."""
+                   styles: Sequence[Tuple[str, float]], p_mix: float = P_MIX
+                   ) -> Tuple[List[str], Optional[MixSpec]]:
+    """One random caption for an image: ``(words, mix)`` ('.' is its own word).
+
+    ``styles`` are the image's ``(style, strength)`` pairs.  The stronger a style, the more likely
+    the prefix names it.  ``mix`` is not None for "soft style" captions: their 4-word prefix names
+    the style, and training replaces its 4 token embeddings by ``(1-t)*E[neutral] + t*E[styled]``
+    with ``t`` the style's strength, so the text tower answers smoothly (not as an on/off switch)
+    when the context moves from a neutral prefix toward a style word, which is what a prompt
+    tuning step does.
+    """
     attrs = list(attributes)
-    styled = [s for s in styles if s in STYLE_WORDS]
-    style = rng.choice(styled) if styled else "clean"
+    styled = [(s, t) for s, t in styles if s in STYLE_WORDS]
+    style, strength = rng.choice(styled) if styled else ("clean", 0.0)
+    mix: Optional[MixSpec] = None
 
     r = rng.random()
     if r < 0.08:
@@ -85,19 +99,23 @@ def sample_caption(rng: random.Random, classname: str, attributes: Sequence[str]
     elif r < 0.24:
         prefix = list(rng.choice(OTHER_PREFIXES))
     else:
-        name_style = rng.random() < (0.75 if styled else 0.35)
+        neutral = [rng.choice(DETS), rng.choice(MEDIA), "of", rng.choice(DETS)]
+        soft = bool(styled) and rng.random() < p_mix
+        name_style = soft or rng.random() < (0.2 + 0.7 * strength if styled else 0.35)
         if name_style:
             sw = rng.choice(STYLE_WORDS[style])
             med = rng.choice(MEDIA)
             f = rng.random()
-            if f < 0.4:
+            if f < 0.45:
                 prefix = [rng.choice(DETS), sw, med, "of"]
-            elif f < 0.75:
+            elif f < 0.85 or soft:
                 prefix = [sw, med, "of", rng.choice(DETS)]
             else:
                 prefix = [rng.choice(DETS), sw, med, "of", rng.choice(DETS)]
+            if soft:
+                mix = (neutral, strength)
         else:
-            prefix = [rng.choice(DETS), rng.choice(MEDIA), "of", rng.choice(DETS)]
+            prefix = neutral
 
     cname = classname.split()
     r = rng.random()
@@ -118,15 +136,15 @@ def sample_caption(rng: random.Random, classname: str, attributes: Sequence[str]
         content = rng.sample(attrs, k) + [rng.choice(OBJECT_WORDS)]
 
     suffix: List[str] = []
-    for s in styles:
-        if s in BACKGROUND_SUFFIX and rng.random() < 0.3:
+    for s, t in styled:
+        if s in BACKGROUND_SUFFIX and rng.random() < 0.4 * t:
             suffix = list(rng.choice(BACKGROUND_SUFFIX[s]))
     if not styled and rng.random() < 0.05:
         suffix = list(BACKGROUND_SUFFIX["clean"][0])
     words = prefix + content + suffix
     if rng.random() < 0.6:
         words.append(".")
-    return words
+    return words, mix
 
 
 def caption_text(words: Sequence[str]) -> str:

@@ -113,9 +113,12 @@ def context_probe(model, images01: torch.Tensor, labels: torch.Tensor,
     variants = {"a photo of a": emb, "zeros": torch.zeros_like(emb), "random": rnd}
     ct = CaptionTokenizer()
     for words in ("a noisy photo of", "a dark photo of", "a blurry photo of", "a patterned photo of",
-                  "a cluttered photo of", "a clean photo of", "a faded photo of"):
+                  "a messy photo of", "a clean photo of", "a faded photo of"):
         wid = torch.tensor(ct.ids(words.split())[1:-1], device=dev)
+        assert wid.numel() == 4, words
         variants[words] = model.token_embedding(wid)
+    for words in ("a noisy photo of", "a dark photo of", "a patterned photo of"):
+        variants[f"25% toward '{words}'"] = 0.75 * emb + 0.25 * variants[words]
     for name, ctx in variants.items():
         t = text_features(model, ids, ctx=ctx)
         r = metrics((scale * f_img @ t.T).softmax(-1).cpu(), labels)
@@ -137,7 +140,7 @@ def tpt_probe(model, images01: torch.Tensor, labels: torch.Tensor,
         ctx0 = model.token_embedding(ids[:1, 1:5])[0].clone()
     scale = model.logit_scale.exp().float().detach()
     n_sel = max(1, int(n_views * selection_p))
-    p_zs, p_tpt, p_avg = [], [], []
+    p_zs, p_tpt, p_avg, cos, rel = [], [], [], [], []
     for i in range(images01.shape[0]):
         x = images01[i:i + 1].to(dev)
         views = torch.cat([x, random_resized_crop(x.expand(n_views - 1, -1, -1, -1), generator=g)])
@@ -159,13 +162,18 @@ def tpt_probe(model, images01: torch.Tensor, labels: torch.Tensor,
             loss.backward()
             opt.step()
         with torch.no_grad():
-            p_tpt.append((scale * fv[:1] @ text_features(model, ids, ctx).T)[0].softmax(-1))
+            t1 = text_features(model, ids, ctx)
+            p_tpt.append((scale * fv[:1] @ t1.T)[0].softmax(-1))
+            cos.append((t1 * t0).sum(-1).mean().item())
+            rel.append(((ctx - ctx0).norm() / ctx0.norm()).item())
     P = {k: torch.stack(v).cpu() for k, v in (("zero_shot", p_zs), ("tpt", p_tpt),
                                                 ("view_avg", p_avg))}
     out = {k: metrics(v, labels) for k, v in P.items()}
     a, b = P["zero_shot"].argmax(1).eq(labels), P["tpt"].argmax(1).eq(labels)
     out["tpt"]["fixed"] = int((~a & b).sum())
     out["tpt"]["broken"] = int((a & ~b).sum())
+    out["tpt"]["text_cos_before_after"] = sum(cos) / len(cos)
+    out["tpt"]["ctx_relative_change"] = sum(rel) / len(rel)
     return out
 
 

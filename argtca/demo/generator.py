@@ -48,6 +48,23 @@ STREAMS: Dict[str, int] = {"train": 0, "val": 1, "test": 2, "pool": 3}  # pool =
 STYLES: Tuple[str, ...] = ("noisy", "dark", "blurry", "faded", "textured", "cluttered")
 _SALT = 0x5EED_DE30
 
+# The shifted test domain (the knob that sets zero-shot difficulty; part of GENERATOR_VERSION).
+TEST_SHIFT = {
+    "bg_dark": (0.0, 80.0),       # first background colour, per channel
+    "bg_light": (60.0, 170.0),    # second background colour (high-contrast texture)
+    "clutter_n": (5, 13),         # number of clutter shapes [lo, hi)
+    "clutter_size": (10.0, 34.0),
+    "occlude_p": 0.35,            # probability of one occluder over the object
+    "size_scale": 0.9,            # objects 10% smaller
+    "cast": 0.25,                 # per-channel gain in [1-cast, 1+cast]
+    "saturation": (0.5, 1.2),
+    "contrast": (0.6, 1.1),
+    "brightness": (0.6, 1.1),
+    "noise": 12.0,
+    "blur_p": 0.4,
+    "blur": (0.6, 1.1),
+}
+
 _YY, _XX = np.mgrid[0:CANVAS, 0:CANVAS].astype(np.float32)
 
 
@@ -56,7 +73,7 @@ class Sample:
     image: np.ndarray            # uint8 [64, 64, 3]
     label: int
     attributes: FrozenSet[str]   # attribute words true for this instance (synonyms expanded)
-    styles: Tuple[str, ...]      # train: the styles applied; test: ("shifted",)
+    styles: Tuple[Tuple[str, float], ...]   # train: (style, strength in [0,1]); test: (("shifted", 1.0),)
 
 
 def class_dir(classname: str) -> str:
@@ -85,14 +102,14 @@ def _texture_mask(rng: np.random.Generator) -> np.ndarray:
     return (((np.floor((_XX + ox) / p) + np.floor((_YY + oy) / p)) % 2) > 0).astype(np.float32)
 
 
-def _background(rng: np.random.Generator, domain: str, textured: bool) -> np.ndarray:
+def _background(rng: np.random.Generator, domain: str, textured: float) -> np.ndarray:
     if domain == "test":
-        c1 = rng.uniform(0, 80, 3)
-        c2 = rng.uniform(60, 170, 3)
+        c1 = rng.uniform(*TEST_SHIFT["bg_dark"], 3)
+        c2 = rng.uniform(*TEST_SHIFT["bg_light"], 3)
         m = _texture_mask(rng)
-    elif textured:                                    # the train "textured" style: low contrast
+    elif textured > 0:                                # the train "textured" style: low contrast
         c1 = rng.uniform(0, 255, 3)
-        c2 = np.clip(c1 + rng.choice([-1, 1], 3) * rng.uniform(20, 45, 3), 0, 255)
+        c2 = np.clip(c1 + rng.choice([-1, 1], 3) * rng.uniform(0.6, 1.0, 3) * 50 * textured, 0, 255)
         m = _texture_mask(rng)
     else:
         c1 = rng.uniform(0, 255, 3)
@@ -136,64 +153,64 @@ def render_sample(seed: int, stream: int, label: int, index: int) -> Sample:
     rng = np.random.default_rng([_SALT, int(seed), int(stream), int(label), int(index)])
     domain = domain_of(stream)
     cname = CLASSNAMES[label]
+    st: Dict[str, float] = {}                     # style -> strength t in [0, 1]
     if domain == "train":
-        styles: List[str] = []
-        if rng.random() >= 0.45:
-            styles.append(STYLES[int(rng.integers(len(STYLES)))])
+        if rng.random() >= 0.4:
+            st[STYLES[int(rng.integers(len(STYLES)))]] = float(rng.uniform(0.05, 1.0))
             if rng.random() < 0.2:
-                other = STYLES[int(rng.integers(len(STYLES)))]
-                if other not in styles:
-                    styles.append(other)
+                st.setdefault(STYLES[int(rng.integers(len(STYLES)))], float(rng.uniform(0.05, 1.0)))
     else:
-        styles = ["shifted"]
+        st["shifted"] = 1.0
+    styles = st
 
-    bg = _background(rng, domain, "textured" in styles)
+    bg = _background(rng, domain, st.get("textured", 0.0))
     scene = Image.fromarray(np.clip(bg + 0.5, 0, 255).astype(np.uint8), "RGB")
     d = ImageDraw.Draw(scene)
     if domain == "test":
-        _clutter(d, rng, int(rng.integers(5, 13)), 10, 34)
+        _clutter(d, rng, int(rng.integers(*TEST_SHIFT["clutter_n"])), *TEST_SHIFT["clutter_size"])
     elif "cluttered" in styles:
-        _clutter(d, rng, int(rng.integers(7, 12)), 8, 24)
+        t = st["cluttered"]
+        _clutter(d, rng, 2 + int(round(9 * t)) + int(rng.integers(0, 2)), 6 + 2 * t, 20 + 4 * t)
     else:
         _clutter(d, rng, int(rng.integers(2, 7)), 6, 20)
 
     lo, hi = SIZE_RANGE[cname]
-    size = rng.uniform(lo, hi) * (0.9 if domain == "test" else 1.0)
+    size = rng.uniform(lo, hi) * (TEST_SHIFT["size_scale"] if domain == "test" else 1.0)
     layer, attrs = DRAWERS[cname](rng, size)
     rot = ROTATION[cname]
     layer = layer.rotate(rng.uniform(-rot, rot), resample=Image.BICUBIC, expand=True)
     m = 0.38 * size
     cx, cy = rng.uniform(m, CANVAS - m, 2)
     scene.paste(layer, (int(round(cx - layer.width / 2)), int(round(cy - layer.height / 2))), layer)
-    if domain == "test" and rng.random() < 0.35:     # an occluder over part of the object
+    if domain == "test" and rng.random() < TEST_SHIFT["occlude_p"]:   # an occluder on the object
         _clutter(ImageDraw.Draw(scene), rng, 1, 10, 20, center=(cx + size * 0.3, cy + size * 0.3))
 
     img = scene.resize((IMAGE_SIZE, IMAGE_SIZE), Image.BOX)
     if "blurry" in styles:
-        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.7, 1.2)))
-    elif domain == "test" and rng.random() < 0.4:
-        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(0.6, 1.1)))
+        img = img.filter(ImageFilter.GaussianBlur(0.15 + 1.05 * st["blurry"]))
+    elif domain == "test" and rng.random() < TEST_SHIFT["blur_p"]:
+        img = img.filter(ImageFilter.GaussianBlur(rng.uniform(*TEST_SHIFT["blur"])))
     x = np.asarray(img, dtype=np.float32)
 
     if domain == "test":
-        x = x * rng.uniform(0.75, 1.25, 3)                          # colour cast
+        x = x * rng.uniform(1 - TEST_SHIFT["cast"], 1 + TEST_SHIFT["cast"], 3)   # colour cast
         lum = x.mean(-1, keepdims=True)
-        x = lum + (x - lum) * rng.uniform(0.5, 1.2)                 # saturation
+        x = lum + (x - lum) * rng.uniform(*TEST_SHIFT["saturation"])
         mu = x.mean()
-        x = mu + (x - mu) * rng.uniform(0.6, 1.1)                   # contrast
-        x = x * rng.uniform(0.6, 1.1)                               # brightness
-        sigma = 12.0
+        x = mu + (x - mu) * rng.uniform(*TEST_SHIFT["contrast"])
+        x = x * rng.uniform(*TEST_SHIFT["brightness"])
+        sigma = TEST_SHIFT["noise"]
     else:
         if "dark" in styles:
-            x = x * rng.uniform(0.4, 0.6)
+            x = x * (1.0 - 0.6 * st["dark"])
         if "faded" in styles:
             mu = x.mean()
-            x = mu + (x - mu) * rng.uniform(0.35, 0.55) + rng.uniform(10, 40)
-        sigma = rng.uniform(10, 18) if "noisy" in styles else 3.0
+            x = mu + (x - mu) * (1.0 - 0.65 * st["faded"]) + 40.0 * st["faded"]
+        sigma = 3.0 + 15.0 * st.get("noisy", 0.0)
     x = x + rng.normal(0.0, sigma, x.shape)
     image = np.clip(np.round(x), 0, 255).astype(np.uint8)
     attrs = expand_synonyms(set(attrs) | set(size_words(size)))
-    return Sample(image, label, attrs, tuple(styles))
+    return Sample(image, label, attrs, tuple(sorted(st.items())))
 
 
 def render_many(seed: int, stream: int, items: Sequence[Tuple[int, int]]) -> List[Sample]:

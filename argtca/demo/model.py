@@ -52,11 +52,18 @@ def encode_text_ids(model, ids: torch.Tensor, ctx: Optional[torch.Tensor] = None
         if ctx.dim() == 2:
             ctx = ctx.unsqueeze(0).expand(x.shape[0], -1, -1)
         x = torch.cat([x[:, :1], ctx, x[:, 1 + n:]], dim=1)
+    return encode_text_embeds(model, x, ids, normalize)
+
+
+def encode_text_embeds(model, x: torch.Tensor, ids: torch.Tensor,
+                       normalize: bool = False) -> torch.Tensor:
+    """Text features from token embeddings ``x [B, L, width]`` (pooled at the EOT of ``ids``)."""
+    L = x.shape[1]
     x = x + model.positional_embedding[:L].to(x.dtype)
     mask = model.attn_mask[:L, :L] if model.attn_mask is not None else None
     x = model.transformer(x, attn_mask=mask)
     x = model.ln_final(x)
-    x = x[torch.arange(x.shape[0], device=x.device), ids.argmax(dim=-1)]
+    x = x[torch.arange(x.shape[0], device=x.device), ids[:, :L].argmax(dim=-1)]
     if isinstance(model.text_projection, torch.nn.Linear):
         x = model.text_projection(x)
     elif model.text_projection is not None:

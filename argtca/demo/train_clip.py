@@ -20,9 +20,11 @@ import argparse
 import json
 import math
 import os
+import queue
 import random
 import shlex
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import List, Optional
@@ -35,7 +37,7 @@ from .augment import color_jitter, normalize, random_resized_crop
 from .captions import CaptionTokenizer, demo_vocab_ids, sample_caption
 from .checkpoint import load_argtca_checkpoint, save_demo_checkpoint
 from .generator import GENERATOR_VERSION, render_pool
-from .model import MODEL_NAME, build_demo_model, encode_text_ids
+from .model import MODEL_NAME, build_demo_model, encode_text_embeds
 from .render import CLASSNAMES
 
 
@@ -47,7 +49,9 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=150)
-    ap.add_argument("--n-per-class", type=int, default=5000, help="pre-rendered training images per class")
+    ap.add_argument("--n-per-class", type=int, default=4000, help="pre-rendered training images per class")
+    ap.add_argument("--soft-style", type=float, default=0.35,
+                    help="probability that a styled image gets a soft-style caption")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="render processes")
@@ -55,6 +59,7 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--report", default=None, help="evaluation JSON (default: <out>.report.json)")
     ap.add_argument("--no-eval", action="store_true")
+    ap.add_argument("--tpt-probe", action="store_true", help="also run the minimal TPT probe")
     return ap.parse_args(argv)
 
 
@@ -68,9 +73,32 @@ def param_groups(model, weight_decay: float):
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-def clip_loss(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """Symmetric InfoNCE; rows whose captions are token-identical are positives of each other."""
+def soft_style_embeddings(model, tokens: torch.Tensor, rows: torch.Tensor, neutral: torch.Tensor,
+                          ts: torch.Tensor) -> torch.Tensor:
+    """Token embeddings of ``tokens``; in ``rows`` positions 1..4 become
+    ``(1-t) * E[neutral] + t * E[tokens[:, 1:5]]``."""
+    emb = model.token_embedding(tokens)
+    if rows.numel() == 0:
+        return emb
+    B = tokens.shape[0]
+    w = torch.ones(B, device=tokens.device, dtype=emb.dtype)
+    w[rows] = ts.to(emb.dtype)
+    nid = tokens[:, 1:5].clone()
+    nid[rows] = neutral
+    w = w.view(B, 1, 1)
+    ctx = emb[:, 1:5] * w + model.token_embedding(nid) * (1 - w)
+    return torch.cat([emb[:, :1], ctx, emb[:, 5:]], dim=1)
+
+
+def clip_loss(logits: torch.Tensor, tokens: torch.Tensor,
+              unique_rows: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Symmetric InfoNCE; rows whose captions are token-identical are positives of each other
+    (except ``unique_rows``, the soft-style captions, which are only their own positives)."""
     same = (tokens[:, None, :] == tokens[None, :, :]).all(-1).float()
+    if unique_rows is not None and unique_rows.numel():
+        same[unique_rows] = 0
+        same[:, unique_rows] = 0
+        same[unique_rows, unique_rows] = 1
     target = same / same.sum(1, keepdim=True)
     li = -(target * logits.log_softmax(1)).sum(1).mean()
     lt = -(target * logits.T.log_softmax(1)).sum(1).mean()
@@ -82,6 +110,26 @@ def lr_at(step: int, base: float, warmup: int, total: int) -> float:
         return base * (step + 1) / warmup
     t = (step - warmup) / max(1, total - warmup)
     return base * 0.5 * (1 + math.cos(math.pi * t))
+
+
+def prefetch(it, depth: int):
+    """Run the generator ``it`` in a background thread, ``depth`` items ahead."""
+    q: "queue.Queue" = queue.Queue(maxsize=depth)
+    done = object()
+
+    def work():
+        try:
+            for item in it:
+                q.put(item)
+        finally:
+            q.put(done)
+
+    threading.Thread(target=work, daemon=True).start()
+    while True:
+        item = q.get()
+        if item is done:
+            return
+        yield item
 
 
 def train(args: argparse.Namespace) -> dict:
@@ -109,22 +157,47 @@ def train(args: argparse.Namespace) -> dict:
     use_amp = dev.type == "cuda"
     max_scale = math.log(100.0)
 
+    def batches():
+        """(image indices, caption tokens, soft-style rows, their neutral prefix ids, their t)
+        per step; one producer, so the order is fixed."""
+        for _ in range(args.steps):
+            idx = torch.randint(n_img, (args.batch,), generator=g_cpu)
+            caps, rows, neutral, ts = [], [], [], []
+            for j, i in enumerate(idx.tolist()):
+                words, mix = sample_caption(rng, CLASSNAMES[int(labels[i])], attrs[i], styles[i],
+                                           args.soft_style)
+                caps.append(words)
+                if mix is not None:
+                    nid = ct.ids(mix[0])[1:-1]
+                    if len(nid) == 4 and len(ct.ids(words[:4])) == 6:   # 4 tokens each
+                        rows.append(j)
+                        neutral.append(nid)
+                        ts.append(mix[1])
+            tokens = ct.batch(caps)
+            if tokens.shape[1] < 6:
+                tokens = F.pad(tokens, (0, 6 - tokens.shape[1]))
+            yield (idx, tokens, torch.tensor(rows, dtype=torch.long),
+                   torch.tensor(neutral, dtype=torch.long).view(-1, 4),
+                   torch.tensor(ts, dtype=torch.float32))
+
     losses, curve = [], []
     t0 = time.time()
-    for step in range(args.steps):
+    n_soft = 0
+    for step, (idx, tokens, rows, neutral, ts) in enumerate(prefetch(batches(), 8)):
         for grp in opt.param_groups:
             grp["lr"] = lr_at(step, args.lr, args.warmup, args.steps)
-        idx = torch.randint(n_img, (args.batch,), generator=g_cpu)
-        caps = [sample_caption(rng, CLASSNAMES[int(labels[i])], attrs[i], styles[i]) for i in idx.tolist()]
-        tokens = ct.batch(caps).to(dev, non_blocking=True)
+        tokens = tokens.to(dev, non_blocking=True)
+        rows, neutral, ts = rows.to(dev), neutral.to(dev), ts.to(dev)
+        n_soft += int(rows.numel())
         x = pool[idx.to(dev)].float() / 255.0
         x = random_resized_crop(x, scale=(0.25, 1.0), max_rotation=15.0, p_crop=0.8, generator=g)
         x = normalize(color_jitter(x, generator=g))
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=use_amp):
             fi = model.encode_image(x, normalize=True)
-            ft = encode_text_ids(model, tokens, normalize=True)
+            ft = encode_text_embeds(model, soft_style_embeddings(model, tokens, rows, neutral, ts),
+                                    tokens, normalize=True)
             logits = model.logit_scale.exp() * fi.float() @ ft.float().T
-        loss = clip_loss(logits.float(), tokens)
+        loss = clip_loss(logits.float(), tokens, rows)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -142,7 +215,7 @@ def train(args: argparse.Namespace) -> dict:
 
     model = model.float().cpu().eval()
     meta = {
-        "seed": args.seed, "steps": args.steps, "batch": args.batch, "lr": args.lr,
+        "seed": args.seed, "steps": args.steps, "soft_style": args.soft_style, "batch": args.batch, "lr": args.lr,
         "weight_decay": args.weight_decay, "warmup": args.warmup, "n_train_images": n_img,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "precision": "bf16 autocast" if use_amp else "fp32",
@@ -150,6 +223,7 @@ def train(args: argparse.Namespace) -> dict:
         "render_seconds": round(render_s, 1), "train_seconds": round(train_s, 1),
         "seconds_per_step": round(train_s / max(1, args.steps), 4),
         "final_loss": curve[-1][1] if curve else None, "loss_curve": curve,
+        "soft_style_fraction": round(n_soft / max(1, args.steps * args.batch), 4),
     }
     try:
         import open_clip
@@ -178,6 +252,12 @@ def train(args: argparse.Namespace) -> dict:
         report["context_probe_test"] = context_probe(shipped, imgs, labs)
         for k, v in report["context_probe_test"].items():
             print(f"  ctx {k:22s} acc {v['accuracy']:.1f} ece {v['ece']:.1f} cos {v['text_cos_to_plain']:.3f}")
+        if args.tpt_probe:
+            from .evaluate import tpt_probe
+            t0 = time.time()
+            report["tpt_probe_test"] = tpt_probe(shipped, imgs, labs)
+            report["tpt_probe_test"]["seconds"] = round(time.time() - t0, 1)
+            print("tpt probe", report["tpt_probe_test"], flush=True)
     path = args.report or (str(args.out) + ".report.json")
     with open(path, "w") as f:
         json.dump(report, f, indent=1)

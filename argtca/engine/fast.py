@@ -75,8 +75,9 @@ class FastEngine:
         if compile_image is None:
             compile_image = os.environ.get("ARGTCA_COMPILE", "0") not in ("", "0", "false")
         self.compile_image = bool(compile_image) and self.device.type == "cuda"
-        self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", 1024))
-        self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 17))
+        default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
+        self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
+        self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
         self._encode_image = (torch.compile(model.encode_image, dynamic=False)
                               if self.compile_image else model.encode_image)
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
@@ -102,8 +103,12 @@ class FastEngine:
         out = []
         for i in range(0, flat.shape[0], self.image_chunk):
             x = flat[i:i + self.image_chunk].to(self.device, non_blocking=True)
+            n = x.shape[0]
+            if self.compile_image and n < self.image_chunk:
+                # one compiled shape: pad the last chunk (rows are independent; pads dropped)
+                x = torch.cat([x, x.new_zeros(self.image_chunk - n, *x.shape[1:])])
             with self.autocast():
-                out.append(self._encode_image(x))
+                out.append(self._encode_image(x)[:n])
         f = torch.cat(out) if len(out) > 1 else out[0]
         return F.normalize(f.float(), dim=-1).reshape(B, V, -1)
 

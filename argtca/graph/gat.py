@@ -58,8 +58,9 @@ class _EdgeWeightedSum(torch.autograd.Function):
     def forward(ctx, alpha: Tensor, x: Tensor, src: Tensor, dst: Tensor, num_dst: int):
         n_src, heads, _ = x.shape
         crow, col, perm = _csr(dst, src, num_dst)
-        out = torch.stack([_csr_tensor(crow, col, alpha[perm, h].contiguous(),
-                                       (num_dst, n_src)) @ x[:, h] for h in range(heads)], 1)
+        a = alpha[perm].T.contiguous()  # [H, E] in CSR order
+        out = torch.stack([_csr_tensor(crow, col, a[h], (num_dst, n_src)) @ x[:, h]
+                           for h in range(heads)], 1)
         ctx.save_for_backward(alpha, x, src, dst, crow, col, perm)
         ctx.num_dst = num_dst
         return out
@@ -80,9 +81,9 @@ class _EdgeWeightedSum(torch.autograd.Function):
                 grad_alpha[perm, h] = vals
         if ctx.needs_input_grad[1]:  # SpMM with the transposed attention matrix
             crow_t, col_t, perm_t = _csr(src, dst, n_src)
-            grad_x = torch.stack([_csr_tensor(crow_t, col_t, alpha[perm_t, h].contiguous(),
-                                              (n_src, ctx.num_dst)) @ grad_out[:, h]
-                                  for h in range(heads)], 1)
+            a = alpha[perm_t].T.contiguous()
+            grad_x = torch.stack([_csr_tensor(crow_t, col_t, a[h], (n_src, ctx.num_dst))
+                                  @ grad_out[:, h] for h in range(heads)], 1)
         return grad_alpha, grad_x, None, None, None
 
 

@@ -146,9 +146,10 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
 
     ``attributes``: class -> candidate list (deduped; the graph takes the first NUM_CANDIDATES
     distinct ones). ``text_fn``: texts -> [N, width] features (e.g. CLIP's EOS hidden state);
-    not called for the ``tca`` and ``random`` selectors, which need no graph. Returns (and, with ``cache_dir``,
-    writes/reuses, see the module docstring) a dict with keys: ``selected`` {class: [attr]},
-    ``scores`` {class: [float]}, ``attention`` {class: {attr: score}} ({} without a GAT),
+    not called for the ``tca`` and ``random`` selectors, which need no graph. Returns (and,
+    with ``cache_dir``, writes/reuses, see the module docstring) a dict with keys: ``selected``
+    {class: [attr]}, ``scores`` {class: [float]}, ``attention`` {class: {attr: score}} ({}
+    without a GAT),
     ``loss_curve`` [float], ``classnames``, ``selected_by_index`` [[attr]] (robust to repeated
     class names), ``candidates`` {class: [attr]}, ``settings``, ``cache_key``, ``fingerprint``,
     ``seconds`` {"gat_train", "total"}, ``cache_file`` and ``cached`` (bool).

@@ -7,9 +7,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-Selection = "Dict[int, List[Tuple[int, float]]]"
-
-
 class SelectorError(ValueError):
     """Bad selector input: the message names the value and the fix."""
 

@@ -1,0 +1,538 @@
+"""Throughput benchmark of episodic test-time tuning: ``python -m argtca.bench [--out bench.json]``.
+
+One run builds a synthetic JPEG dataset in CoOp's Caltech101 layout (generated split file and
+attribute file, in a temporary folder), loads CLIP with **random weights** (``MODEL.PRETRAINED
+random``: the same FLOPs as the real model; accuracy numbers are meaningless) and measures, with
+the TCA objective (M' attribute prompts per class):
+
+* images/s end to end — from the JPEG files to the final metrics, through the same pieces as
+  ``TestTimeTrainer.test`` (dataset reader, views loader, engine, per-image records written to a
+  JSONL file, ``compute_metrics``) — for the reference and the fast engine, CPU views (TPT's PIL
+  pipeline in DataLoader workers) and GPU views, K=101 and K=1000 classes;
+* agreement of the fast engine with the reference engine *on identical views* (the reference tunes
+  one image at a time): identical predictions, the largest confidence difference, ECE of both;
+* peak GPU memory of each pass; with ``--variants`` the engine-only speed of the fast engine's
+  knobs (gradient mode, ``torch.compile`` of the image tower) on views already on the device;
+  with ``--profile`` where the time of one fast batch goes.
+
+Model loading, CUDA initialisation and (if on) compilation happen in a warm-up on random views
+before the timed passes; the θ0 text cache is built inside the timed pass (it is a per-dataset cost).
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import io
+import json
+import os
+import platform
+import random
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+import numpy as np
+import torch
+
+WORDS = ("red striped small furry metallic wooden spotted long round shiny feathered scaly "
+         "glossy tiny giant curved pointed fluffy rusty smooth wrinkled translucent heart-shaped "
+         "serrated delicate vibrant tropical aquatic ornamental nocturnal domestic wild antique "
+         "portable folding electric leafy thorny spiral hollow woven close-up").split()
+NOUNS = ("bird flower chair lamp guitar beetle camera motorbike crab anchor dolphin lotus "
+         "helicopter scorpion umbrella wrench kangaroo laptop pagoda pizza saxophone starfish "
+         "stapler sunflower trilobite watch wheelchair yin-yang cannon ceiling-fan").split()
+
+
+# ------------------------------------------------------------------------------ synthetic data
+def _jpeg_pool(n: int, size=(300, 225), seed: int = 0) -> List[bytes]:
+    """``n`` distinct smooth synthetic photographs (gradients + blobs), JPEG-encoded."""
+    from PIL import Image, ImageDraw, ImageFilter
+    rng = np.random.default_rng(seed)
+    w, h = size
+    out = []
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    for _ in range(n):
+        a = rng.uniform(-0.03, 0.03, (3, 2))
+        base = np.stack([128 + 90 * np.sin(a[c, 0] * xx + a[c, 1] * yy + rng.uniform(0, 6))
+                         for c in range(3)], -1)
+        img = Image.fromarray(np.clip(base, 0, 255).astype(np.uint8))
+        d = ImageDraw.Draw(img)
+        for _ in range(6):
+            x0, y0 = rng.integers(0, w), rng.integers(0, h)
+            r = rng.integers(10, 60)
+            d.ellipse([x0 - r, y0 - r, x0 + r, y0 + r], fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
+        img = img.filter(ImageFilter.GaussianBlur(1.2))
+        buf = io.BytesIO()
+        img.save(buf, format="JPEG", quality=90)
+        out.append(buf.getvalue())
+    return out
+
+
+def class_names(k: int, seed: int = 0) -> List[str]:
+    rng = random.Random(seed)
+    names, seen = [], set()
+    while len(names) < k:
+        n = f"{rng.choice(WORDS)} {rng.choice(NOUNS)}" if rng.random() < 0.6 else rng.choice(NOUNS)
+        n = n if n not in seen else f"{n} {len(names)}"
+        seen.add(n)
+        names.append(n)
+    return names
+
+
+def make_synthetic_coop(root: str, n_images: int, n_classes: int, n_attributes: int = 5,
+                        seed: int = 0, pool: int = 64, size=(300, 225)) -> Dict[str, str]:
+    """A Caltech101-layout dataset under ``root``: ``caltech-101/101_ObjectCategories/<class>/
+    <i>.jpg``, ``caltech-101/split_zhou_Caltech101.json`` (test = the ``n_images`` files, labels
+    round-robin; train lists one entry per class so that every label has a name) and a TCA-format
+    attribute file. Returns ``{"root", "attributes"}``."""
+    names = class_names(n_classes, seed)
+    base = os.path.join(root, "caltech-101")
+    img_dir = os.path.join(base, "101_ObjectCategories")
+    jpegs = _jpeg_pool(min(pool, n_images), size, seed)
+    folder = [n.replace(" ", "_") for n in names]
+    for f in folder:
+        os.makedirs(os.path.join(img_dir, f), exist_ok=True)
+    test = []
+    for i in range(n_images):
+        k = i % n_classes
+        rel = f"{folder[k]}/image_{i:05d}.jpg"
+        with open(os.path.join(img_dir, rel), "wb") as fh:
+            fh.write(jpegs[i % len(jpegs)])
+        test.append([rel, k, folder[k]])
+    split = {"train": [[f"{folder[k]}/train.jpg", k, folder[k]] for k in range(n_classes)],
+             "val": [], "test": test}
+    with open(os.path.join(base, "split_zhou_Caltech101.json"), "w") as fh:
+        json.dump(split, fh)
+    rng = random.Random(seed + 1)
+    attrs = {n: " ".join(rng.sample(WORDS, n_attributes)) for n in names}
+    attr_path = os.path.join(root, f"attributes_{n_classes}.json")
+    with open(attr_path, "w") as fh:
+        json.dump(attrs, fh)
+    return {"root": root, "attributes": attr_path}
+
+
+# ------------------------------------------------------------------------------ setup
+def bench_cfg(args, data: Dict[str, str], engine: str, views: str, n_images: int):
+    from argtca.config import get_cfg_default
+    cfg = get_cfg_default()
+    cfg.merge_from_list([
+        "TRAINER.NAME", "TCA", "DATASET.NAME", "Caltech101", "DATASET.ROOT", data["root"],
+        "DATASET.ATTRIBUTE_FILE", data["attributes"], "DATASET.NUM_IMAGES", n_images,
+        "MODEL.BACKBONE.NAME", args.backbone, "MODEL.PRETRAINED", "random",
+        "INPUT.SIZE", args.size, "TTA.N_VIEWS", args.views, "TTA.STEPS", args.steps,
+        "TTA.ENGINE", engine, "TTA.VIEWS_DEVICE", views, "TTA.BATCH_IMAGES", args.batch,
+        "TTA.AUGMIX", "on", "TRAINER.TCA.NUM_ATTRIBUTES", args.m,
+        "DATALOADER.NUM_WORKERS", args.workers, "USE_CUDA", args.device == "cuda",
+        "VERBOSE", False, "SEED", 1])
+    cfg.freeze()
+    return cfg
+
+
+class Setup:
+    """One dataset (K classes) with the shared CLIP: trainer pieces + text encoder."""
+
+    def __init__(self, args, data, model, tokenizer, device):
+        from argtca.models.clip import PromptTextEncoder
+        from argtca.trainers.methods import TCA
+        self.args, self.data, self.device = args, data, device
+        self.trainer = TCA(bench_cfg(args, data, "fast", "cpu", -1), device=device)
+        tr = self.trainer
+        tr.model, tr.tokenizer = model, tokenizer
+        tr.objective = tr.build_objective()
+        t = time.perf_counter()
+        tr.text_encoder = PromptTextEncoder(model, tokenizer, tr.prompt_suffixes(tr.classnames),
+                                            ctx_init=tr.cfg.TTA.CTX_INIT,
+                                            n_ctx=int(tr.cfg.TTA.N_CTX)).to(device)
+        self.prompt_seconds = time.perf_counter() - t
+        self.K = len(tr.classnames)
+        self.P = tr.text_encoder.num_prompts
+        self.L = int(tr.text_encoder.seq_len)
+
+    def engine(self, kind: str, **kw):
+        from argtca.engine.fast import FastEngine
+        from argtca.engine.reference import ReferenceEngine
+        tr = self.trainer
+        cfg = bench_cfg(self.args, self.data, kind, "cpu", -1)
+        if kind == "reference":
+            return ReferenceEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device)
+        return FastEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device, **kw)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=None,
+             **engine_kw) -> Dict[str, object]:
+    """The trainer's loop from JPEG files to metrics, timed; returns a result row."""
+    from argtca.datasets import build_dataset
+    from argtca.engine.gpu_views import build_views_loader
+    from argtca.engine.records import RecordWriter
+    from argtca.metrics import compute_metrics
+    args, dev, tr = setup.args, setup.device, setup.trainer
+    cfg = bench_cfg(args, setup.data, engine_kind, views, n_images)
+    batch_images = args.batch if engine_kind == "fast" else 1
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(dev)
+    eng = engine if engine is not None else setup.engine(engine_kind, **engine_kw)
+    _sync(dev)
+    t0 = time.perf_counter()
+    dataset = build_dataset(cfg)
+    loader = build_views_loader(cfg, dataset, int(cfg.SEED), list(range(len(dataset.test))),
+                                batch_images, dev, args.workers, prefetch=int(cfg.DATALOADER.PREFETCH))
+    fd, rec_path = tempfile.mkstemp(suffix=".jsonl")
+    os.close(fd)
+    writer = RecordWriter(rec_path)
+    records, t_first, n_first = [], None, 0
+    try:
+        for batch in loader:
+            probs = eng(batch["views"], batch["path"]).float().cpu()
+            recs = tr.make_records(batch, probs)
+            writer.write(recs)
+            records.extend(recs)
+            if t_first is None:
+                t_first, n_first = time.perf_counter(), len(recs)
+    finally:
+        writer.close()
+        os.unlink(rec_path)
+    m = compute_metrics([r["conf"] for r in records], [r["pred"] for r in records],
+                        [r["label"] for r in records], p_label=[r["p_label"] for r in records],
+                        brier=[r["brier"] for r in records], n_bins=20)
+    t1 = time.perf_counter()
+    n = len(records)
+    steady = (n - n_first) / (t1 - t_first) if n > n_first and t1 > t_first else float("nan")
+    row = {"engine": engine_kind, "views": views, "K": setup.K, "prompts": setup.P,
+           "tokens": setup.L, "n": n, "seconds": round(t1 - t0, 3),
+           "img_per_s": round(n / (t1 - t0), 2), "img_per_s_after_first_batch": round(steady, 2),
+           "accuracy": round(m["accuracy"], 3), "ece": round(m["ece"], 3),
+           "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
+                        if dev.type == "cuda" else None),
+           "batch_images": batch_images, "workers": args.workers}
+    row.update({k: v for k, v in engine_kw.items()})
+    print(f"  {engine_kind:9s} {views:3s} views K={setup.K:4d} n={n:4d}: {row['img_per_s']:8.2f} "
+          f"img/s (after 1st batch {row['img_per_s_after_first_batch']:.2f}), peak "
+          f"{row['peak_gib']} GiB", flush=True)
+    return row
+
+
+def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> Dict[str, object]:
+    """Reference (one image at a time) vs fast (batched) on the same view tensors."""
+    from argtca.datasets import build_dataset
+    from argtca.engine.gpu_views import build_views_loader
+    from argtca.metrics import compute_metrics
+    args, dev = setup.args, setup.device
+    cfg = bench_cfg(args, setup.data, "fast", views, n_images)
+    dataset = build_dataset(cfg)
+    loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch, dev,
+                                args.workers)
+    ref, fast = setup.engine("reference"), setup.engine("fast", **engine_kw)
+    pr, pf, labels = [], [], []
+    for batch in loader:
+        v = batch["views"]
+        pf.append(fast(v, batch["path"]).float().cpu())
+        pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
+                             for i in range(v.shape[0])]))
+        labels.append(batch["label"])
+    pr, pf, y = torch.cat(pr), torch.cat(pf), torch.cat(labels)
+    cr, yr = pr.max(-1)
+    cf, yf = pf.max(-1)
+    mr = compute_metrics(cr, yr, y)
+    mf = compute_metrics(cf, yf, y)
+    top2 = pr.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1])
+    dis = (yr != yf)
+    row = {"K": setup.K, "n": int(len(y)), "views": views,
+           "identical_predictions_pct": round(100.0 * float((~dis).float().mean()), 3),
+           "max_conf_diff": float((cr - cf).abs().max()),
+           "max_prob_diff": float((pr - pf).abs().max()),
+           "ece_reference": round(mr["ece"], 4), "ece_fast": round(mf["ece"], 4),
+           "ece_diff_points": round(abs(mr["ece"] - mf["ece"]), 4),
+           "acc_reference": round(mr["accuracy"], 3), "acc_fast": round(mf["accuracy"], 3),
+           "median_top2_margin": float(margin.median()),
+           "disagreement_top2_margins": [float(x) for x in margin[dis][:10]]}
+    print(f"  agreement K={setup.K} n={row['n']}: identical {row['identical_predictions_pct']}%, "
+          f"max |Δconf| {row['max_conf_diff']:.2e}, ECE ref {row['ece_reference']} fast "
+          f"{row['ece_fast']}", flush=True)
+    return row
+
+
+def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
+    g = torch.Generator().manual_seed(0)
+    args = setup.args
+    for kind in kinds:
+        b = args.batch if kind == "fast" else 1
+        v = torch.randn(b, args.views, 3, args.size, args.size, generator=g)
+        eng = setup.engine(kind, **engine_kw)
+        eng(v.to(setup.device), None)
+    _sync(setup.device)
+
+
+def variants(setup: Setup, n_batches: int = 4) -> List[Dict[str, object]]:
+    """Engine-only time per image (views already on the device) for the fast engine's knobs."""
+    args, dev = setup.args, setup.device
+    g = torch.Generator().manual_seed(1)
+    v = torch.randn(args.batch, args.views, 3, args.size, args.size, generator=g).to(dev)
+    rows = []
+    combos = [("reference", {}), ("fast", {"grad_mode": "recompute"}),
+              ("fast", {"grad_mode": "loop"}), ("fast", {"grad_mode": "vjp"})]
+    if dev.type == "cuda" and args.compile != "off":
+        combos.append(("fast", {"grad_mode": "vjp", "compile_image": True}))
+    for kind, kw in combos:
+        try:
+            eng = setup.engine(kind, **kw)
+            if dev.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(dev)
+            x = v[:1] if kind == "reference" else v
+            t_c = time.perf_counter()
+            eng(x, None)                          # θ0 cache / compile
+            _sync(dev)
+            t_c = time.perf_counter() - t_c
+            reps = max(2, n_batches // 2) if kind == "reference" else n_batches
+            t = time.perf_counter()
+            for _ in range(reps):
+                eng(x, None)
+            _sync(dev)
+            per_img = (time.perf_counter() - t) / (reps * x.shape[0])
+            # split: image tower vs the rest
+            t = time.perf_counter()
+            for _ in range(reps):
+                eng.image_features(x)
+            _sync(dev)
+            img_part = (time.perf_counter() - t) / (reps * x.shape[0])
+            row = {"engine": kind, **kw, "K": setup.K, "ms_per_image": round(1e3 * per_img, 3),
+                   "image_tower_ms_per_image": round(1e3 * img_part, 3),
+                   "first_call_s": round(t_c, 2),
+                   "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
+                                if dev.type == "cuda" else None)}
+        except Exception as e:  # a knob that fails on this platform is reported, not fatal
+            row = {"engine": kind, **kw, "K": setup.K, "error": f"{type(e).__name__}: {e}"[:300]}
+        print(f"  variant {row}", flush=True)
+        rows.append(row)
+    return rows
+
+
+def profile_batch(setup: Setup, **engine_kw) -> Dict[str, object]:
+    """Where the time of one fast batch goes (CUDA time by kernel family, top kernels)."""
+    from torch.profiler import ProfilerActivity, profile
+    args, dev = setup.args, setup.device
+    g = torch.Generator().manual_seed(2)
+    v = torch.randn(args.batch, args.views, 3, args.size, args.size, generator=g).to(dev)
+    eng = setup.engine("fast", **engine_kw)
+    eng(v, None)
+    _sync(dev)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    with profile(activities=acts) as prof:
+        with torch.profiler.record_function("image_features"):
+            img = eng.image_features(v)
+            _sync(dev)
+        with torch.profiler.record_function("tune"):
+            ctx = eng.tune(img)
+            _sync(dev)
+        with torch.profiler.record_function("predict"):
+            eng.predict(img[:, 0], ctx)
+            _sync(dev)
+    from torch.autograd import DeviceType
+    ev = prof.key_averages()
+    phases = {e.key: round(getattr(e, "cpu_time_total") / 1e3, 2) for e in ev
+              if e.key in ("image_features", "tune", "predict")}
+    if dev.type == "cuda":   # kernels only (CPU-side ops would count their kernels twice)
+        attr = "device_time_total"
+        kernels = [e for e in ev if getattr(e, "device_type", None) == DeviceType.CUDA
+                   and getattr(e, attr, 0) > 0]
+    else:
+        attr = "self_cpu_time_total"
+        kernels = [e for e in ev if e.key.startswith("aten::") and getattr(e, attr, 0) > 0]
+    kernels.sort(key=lambda e: -getattr(e, attr))
+    total = sum(getattr(e, attr) for e in kernels) or 1.0
+    top = [{"kernel": e.key[:90], "ms": round(getattr(e, attr) / 1e3, 3),
+            "pct": round(100 * getattr(e, attr) / total, 1), "calls": e.count} for e in kernels[:15]]
+    fam = {}
+    for e in kernels:
+        k = e.key.lower()
+        f = ("gemm" if any(s in k for s in ("gemm", "sm90", "cutlass", "matmul", "xmma", "nvjet"))
+             else "attention" if any(s in k for s in ("flash", "fmha", "attention", "efficient"))
+             else "copy/cast" if any(s in k for s in ("copy", "cast", "memcpy", "memset"))
+             else "norm" if "norm" in k else "elementwise/other")
+        fam[f] = fam.get(f, 0.0) + getattr(e, attr) / 1e3
+    out = {"batch_images": args.batch, "phases_wall_ms": phases,
+           "device_ms_total": round(total / 1e3, 2),
+           "families_ms": {k: round(v, 2) for k, v in sorted(fam.items(), key=lambda x: -x[1])},
+           "top_kernels": top}
+    print(f"  profile: {json.dumps({k: out[k] for k in ('phases_wall_ms', 'families_ms')})}",
+          flush=True)
+    return out
+
+
+# ------------------------------------------------------------------------------ main
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="python -m argtca.bench", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="bench.json", help="JSON file for all results")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--backbone", default="ViT-B/16")
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--views", type=int, default=64)
+    p.add_argument("--steps", type=int, default=1)
+    p.add_argument("--m", type=int, default=2, help="M': attribute prompts per class")
+    p.add_argument("--batch", type=int, default=16, help="TTA.BATCH_IMAGES of the fast engine")
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--classes", type=int, nargs="+", default=[101, 1000])
+    p.add_argument("--n-fast", type=int, default=1024, help="images of a fast GPU-views pass")
+    p.add_argument("--n-fast-cpu", type=int, default=512, help="images of a fast CPU-views pass")
+    p.add_argument("--n-ref", type=int, default=48, help="images of a reference pass")
+    p.add_argument("--n-agree", type=int, default=400, help="images of the agreement check")
+    p.add_argument("--large-scale", type=float, default=0.25,
+                   help="fraction of the image counts used at K>=1000")
+    p.add_argument("--grad-mode", default="vjp", help="vjp | loop | recompute | auto (fastest "
+                   "in an engine-only trial)")
+    p.add_argument("--compile", default="off", choices=["off", "on", "auto"],
+                   help="torch.compile the image tower (auto: if faster in the engine-only trial)")
+    p.add_argument("--variants", action="store_true", help="engine-only timing of the knobs")
+    p.add_argument("--profile", action="store_true", help="profile one fast batch")
+    p.add_argument("--skip", nargs="*", default=[],
+                   help="passes to skip: ref-cpu ref-gpu fast-cpu fast-gpu agree")
+    p.add_argument("--data-dir", default="", help="where to build the dataset (default: temp)")
+    return p.parse_args(argv)
+
+
+def device_info(dev: torch.device) -> Dict[str, object]:
+    info = {"torch": torch.__version__, "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "date": datetime.date.today().isoformat()}
+    try:
+        import open_clip
+        info["open_clip"] = open_clip.__version__
+    except Exception:
+        pass
+    if dev.type == "cuda":
+        p = torch.cuda.get_device_properties(dev)
+        info.update(gpu=p.name, gpu_mem_gib=round(p.total_memory / 2 ** 30, 1),
+                    sms=p.multi_processor_count)
+    return info
+
+
+def print_table(res: Dict[str, object]) -> None:
+    info = res["device"]
+    print("\n=== argtca.bench ===")
+    print(f"device: {info.get('gpu', 'cpu')}  torch {info['torch']}  cores {info['cpu_count']}  "
+          f"date {info['date']}")
+    hdr = f"{'engine':10s} {'views':5s} {'K':>5s} {'P':>5s} {'L':>3s} {'n':>5s} {'img/s':>9s} " \
+          f"{'steady':>9s} {'peak GiB':>9s}"
+    print(hdr)
+    print("-" * len(hdr))
+    for r in res["passes"]:
+        print(f"{r['engine']:10s} {r['views']:5s} {r['K']:5d} {r['prompts']:5d} {r['tokens']:3d} "
+              f"{r['n']:5d} {r['img_per_s']:9.2f} {r['img_per_s_after_first_batch']:9.2f} "
+              f"{str(r['peak_gib']):>9s}")
+    for a in res.get("agreement", []):
+        print(f"agreement K={a['K']} n={a['n']} ({a['views']} views, identical tensors): "
+              f"{a['identical_predictions_pct']}% identical predictions, max |Δconf| "
+              f"{a['max_conf_diff']:.2e}, ECE ref {a['ece_reference']} vs fast {a['ece_fast']} "
+              f"(Δ {a['ece_diff_points']} points)")
+    for k, v in res.get("speedups", {}).items():
+        print(f"speed-up {k}: {v}x")
+    for v in res.get("variants", []):
+        print(f"variant: {v}")
+    for e in res.get("errors", []):
+        print(f"ERROR {e}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    torch.manual_seed(0)
+    dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+    from argtca.models.clip import load_clip
+    res: Dict[str, object] = {"device": device_info(dev), "args": vars(args), "passes": [],
+                              "agreement": [], "variants": []}
+    tmp = args.data_dir or tempfile.mkdtemp(prefix="argtca_bench_")
+    t = time.perf_counter()
+    mcfg = bench_cfg(args, {"root": tmp, "attributes": ""}, "fast", "cpu", -1)
+    model, tok = load_clip(mcfg, dev)
+    res["model_load_s"] = round(time.perf_counter() - t, 2)
+    out_path = args.out
+
+    def save():
+        with open(out_path, "w") as f:
+            json.dump(res, f, indent=1)
+
+    def guarded(what, fn, *a, **kw):
+        try:
+            return fn(*a, **kw)
+        except Exception as e:  # one failing pass must not lose the others
+            import traceback
+            traceback.print_exc()
+            res.setdefault("errors", []).append(f"{what}: {type(e).__name__}: {e}"[:500])
+            return None
+        finally:
+            save()
+
+    engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on"}
+    for K in args.classes:
+        scale = args.large_scale if K >= 1000 else 1.0
+        n_fast = max(args.batch, int(args.n_fast * scale))
+        n_cpu = max(args.batch, int(args.n_fast_cpu * scale))
+        n_ref = max(2, int(args.n_ref * scale))
+        n_agree = int(args.n_agree * scale)
+        n_max = max(n_fast, n_cpu, n_ref, n_agree)
+        t = time.perf_counter()
+        data = make_synthetic_coop(os.path.join(tmp, f"K{K}"), n_max, K, seed=K)
+        setup = Setup(args, data, model, tok, dev)
+        print(f"K={K}: {setup.P} prompts x {setup.L} tokens; dataset built in "
+              f"{time.perf_counter() - t:.1f}s", flush=True)
+        if args.variants or "auto" in (args.grad_mode, args.compile):
+            rows = guarded("variants", variants, setup) or []
+            res["variants"].extend(rows)
+            if engine_kw["grad_mode"] == "auto":
+                ok = [r for r in rows if r["engine"] == "fast" and "error" not in r
+                      and not r.get("compile_image")]
+                engine_kw["grad_mode"] = (min(ok, key=lambda r: r["ms_per_image"])["grad_mode"]
+                                          if ok else "recompute")
+                res["chosen_grad_mode"] = engine_kw["grad_mode"]
+                print(f"  chosen grad_mode: {engine_kw['grad_mode']}", flush=True)
+            if args.compile == "auto":
+                fast = {bool(r.get("compile_image")): r["ms_per_image"] for r in rows
+                        if r["engine"] == "fast" and r.get("grad_mode") == "vjp" and "error" not in r}
+                engine_kw["compile_image"] = bool(True in fast and False in fast
+                                                  and fast[True] < 0.97 * fast[False])
+                res["chosen_compile"] = engine_kw["compile_image"]
+                print(f"  chosen compile_image: {engine_kw['compile_image']}", flush=True)
+            args.grad_mode = engine_kw["grad_mode"]
+            args.compile = "on" if engine_kw["compile_image"] else "off"
+        guarded("warmup", warmup, setup, **engine_kw)
+        if args.profile and K == args.classes[0]:
+            res["profile"] = guarded("profile", profile_batch, setup, **engine_kw)
+        passes = [("ref-cpu", "reference", "cpu", n_ref, {}), ("ref-gpu", "reference", "gpu", n_ref, {}),
+                  ("fast-cpu", "fast", "cpu", n_cpu, engine_kw), ("fast-gpu", "fast", "gpu", n_fast, engine_kw)]
+        for name, kind, views, n, kw in passes:
+            if name in args.skip or (views == "gpu" and kind == "reference" and dev.type != "cuda"):
+                continue
+            row = guarded(name, run_pass, setup, kind, views, n, **kw)
+            if row:
+                res["passes"].append(row)
+                save()
+        if "agree" not in args.skip and n_agree > 0:
+            row = guarded("agree", agreement, setup, n_agree, **engine_kw)
+            if row:
+                res["agreement"].append(row)
+        del setup
+    sp = {}
+    for K in args.classes:
+        rows = {(r["engine"], r["views"]): r["img_per_s"] for r in res["passes"] if r["K"] == K}
+        for (fe, fv) in (("fast", "gpu"), ("fast", "cpu"), ("reference", "gpu")):
+            for rv in ("cpu", "gpu"):
+                if (fe, fv) in rows and ("reference", rv) in rows and (fe, fv) != ("reference", rv):
+                    sp[f"K={K} fast+{fv} views / reference+{rv} views"] = round(
+                        rows[(fe, fv)] / rows[("reference", rv)], 1)
+    res["speedups"] = sp
+    print_table(res)
+    save()
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,174 @@
+"""Multi-GPU (or multi-process CPU) evaluation: the test set is sharded over the ranks of a
+``torchrun`` job, each rank tunes its images, and rank 0 merges the per-image records in index
+order and computes exactly the metrics of a one-process run.
+
+    torchrun --nproc_per_node 4 -m argtca.run --root $DATA \
+        --dataset-config-file configs/datasets/caltech101.yaml --config-file configs/trainers/tca.yaml \
+        --output-dir output/tca/caltech101/seed1 TTA.ENGINE fast
+
+(``argtca.run`` calls :func:`distributed_test` when ``WORLD_SIZE`` > 1.) Why the results equal one
+process: the views of item ``i`` depend on ``(SEED, i)`` only, and an image's episode never sees
+another image (the fast engine is exact per image), so which rank tunes an image does not matter.
+
+Records: rank ``r`` appends its images to ``records.rank<r>.jsonl`` in the output directory (fsync
+per batch, as the one-process loop does), so an interrupted job resumes: at start, rank 0 folds
+any rank files into ``records.jsonl``, and every rank skips the images already recorded. At the
+end rank 0 writes the merged ``records.jsonl`` (sorted by index) and ``summary.json``. The ranks
+must share the output directory (one node, or a shared file system). NCCL on CUDA (one GPU per
+rank, ``cuda:LOCAL_RANK``), gloo on CPU.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import sys
+import time
+from typing import Dict, Iterable, List, Sequence, Tuple
+
+import torch
+import torch.distributed as dist
+
+from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, load_records,
+                                   result_fingerprint, write_records)
+
+__all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
+           "distributed_test"]
+
+
+def dist_env() -> Tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's environment; (0, 1, 0) without it."""
+    return (int(os.environ.get("RANK", 0)), int(os.environ.get("WORLD_SIZE", 1)),
+            int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", 0))))
+
+
+def world_size() -> int:
+    return dist_env()[1]
+
+
+def shard_indices(indices: Sequence[int], rank: int, world: int) -> List[int]:
+    """Rank ``rank``'s share of ``indices``: every ``world``-th item (balanced: shard sizes differ
+    by at most one, and neighbouring images — often of one class — spread over the ranks)."""
+    if world < 1 or not 0 <= rank < world:
+        raise ValueError(f"rank {rank} / world size {world}: need 0 <= rank < world >= 1")
+    return list(indices)[rank::world]
+
+
+def merge_records(parts: Iterable[Iterable[dict]]) -> List[dict]:
+    """Records of all ranks → one list sorted by ``index``. The same index twice (a resumed rank
+    that re-did an image) must carry the same prediction; the first copy is kept."""
+    out: Dict[int, dict] = {}
+    for part in parts:
+        for r in part:
+            i = int(r["index"])
+            if i in out:
+                a, b = out[i], r
+                if (a["pred"], a["label"]) != (b["pred"], b["label"]) or \
+                        abs(a["conf"] - b["conf"]) > 1e-4:
+                    raise RuntimeError(f"image index {i} was recorded twice with different "
+                                       f"results ({a} vs {b}); delete the output directory and "
+                                       f"run again")
+                continue
+            out[i] = r
+    return [out[i] for i in sorted(out)]
+
+
+def fold_rank_files(out_dir: str) -> List[dict]:
+    """Merge ``records.jsonl`` and every ``records.rank*.jsonl`` of ``out_dir`` into
+    ``records.jsonl`` (sorted by index), delete the rank files, return the records."""
+    main = os.path.join(out_dir, "records.jsonl")
+    rank_files = sorted(glob.glob(os.path.join(out_dir, "records.rank*.jsonl")))
+    merged = merge_records([load_records(main)] + [load_records(p) for p in rank_files])
+    if rank_files or os.path.isfile(main):
+        write_records(main, merged)
+    for p in rank_files:
+        os.remove(p)
+    return merged
+
+
+def _barrier():
+    if dist.get_backend() == "nccl":
+        dist.barrier(device_ids=[torch.cuda.current_device()])
+    else:
+        dist.barrier()
+
+
+def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
+    """Run ``trainer``'s evaluation sharded over the torchrun ranks; returns the summary (every
+    rank gets rank 0's). Works with any :class:`~argtca.trainers.base.TestTimeTrainer`."""
+    from argtca.engine.gpu_views import build_views_loader
+    from argtca.trainers.base import set_random_seed
+    from tqdm import tqdm
+
+    rank, world, local = dist_env()
+    cfg = trainer.cfg
+    use_cuda = bool(cfg.USE_CUDA) and torch.cuda.is_available()
+    backend = backend or ("nccl" if use_cuda else "gloo")
+    own_group = not dist.is_initialized()
+    if own_group:
+        if use_cuda:
+            torch.cuda.set_device(local)
+        dist.init_process_group(backend=backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    trainer.device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
+    try:
+        set_random_seed(int(cfg.SEED))
+        out_dir = trainer.output_dir()
+        fp = result_fingerprint(cfg)
+        if rank == 0:
+            os.makedirs(out_dir, exist_ok=True)
+            check_or_write_fingerprint(out_dir, fp)
+            fold_rank_files(out_dir)
+        _barrier()
+        done = {r["index"] for r in load_records(os.path.join(out_dir, "records.jsonl"))}
+        n_total = len(trainer.dataset.test)
+        todo = [i for i in range(n_total) if i not in done]
+        mine = shard_indices(todo, rank, world)
+        # rank 0 first: a method's preparation (ArgTCA's Phase 1) may write a cache others read
+        if trainer.model is None and rank == 0:
+            trainer.build_model()
+        _barrier()
+        if trainer.model is None:
+            trainer.build_model()
+        t0 = time.time()
+        if mine:
+            loader = build_views_loader(trainer.run_cfg, trainer.dataset, int(cfg.SEED), mine,
+                                        trainer.batch_images, trainer.device,
+                                        int(cfg.DATALOADER.NUM_WORKERS),
+                                        int(cfg.DATALOADER.PREFETCH))
+            writer = RecordWriter(os.path.join(out_dir, f"records.rank{rank}.jsonl"))
+            bar = tqdm(total=len(mine), desc=f"{trainer.display_label} {trainer.dataset.name} "
+                       f"[rank 0 of {world}]", disable=not (cfg.VERBOSE and rank == 0),
+                       dynamic_ncols=True, file=sys.stdout)
+            try:
+                for batch in loader:
+                    probs = trainer.engine(batch["views"], batch["path"]).float().cpu()
+                    recs = trainer.make_records(batch, probs)
+                    writer.write(recs)
+                    bar.update(len(recs))
+            finally:
+                writer.close()
+                bar.close()
+        _barrier()
+        elapsed = time.time() - t0
+        result = [None]
+        if rank == 0:
+            try:
+                records = fold_rank_files(out_dir)
+                missing = n_total - len(records)
+                if missing:
+                    raise RuntimeError(f"{missing} of {n_total} images have no record after the "
+                                       f"distributed run in {out_dir}; run again to finish them")
+                summary = trainer.finish(out_dir, records, fp, elapsed, len(todo))
+                result[0] = dict(summary, world_size=world)
+            except Exception as e:  # tell the other ranks instead of leaving them waiting
+                result[0] = {"error": f"{type(e).__name__}: {e}"}
+        if dist.get_backend() == "nccl":
+            dist.broadcast_object_list(result, src=0, device=trainer.device)
+        else:
+            dist.broadcast_object_list(result, src=0)
+        if "error" in result[0]:
+            raise RuntimeError(f"rank 0 could not merge the records: {result[0]['error']}")
+        return result[0]
+    finally:
+        if own_group:
+            dist.destroy_process_group()

@@ -1,0 +1,153 @@
+"""Side-by-side attribute choices of several selectors (the paper's attribute-comparison table).
+
+    python -m argtca.select_attributes DATASET [--class NAME ...] [--num-classes 5]
+        [--selectors tca,div,disc] [--device cpu|cuda] [KEY VALUE ...]
+
+DATASET is a file of configs/datasets (``caltech101``), a YAML path, or a registered dataset name;
+KEY VALUE pairs are config overrides (e.g. ``DATASET.ATTRIBUTE_FILE /path/Caltech101_2_V.json``,
+``TRAINER.ARGTCA.EDGES intra``) and come after the flags. Class names are the dataset's (label
+order) when DATASET.ROOT is set, otherwise the attribute file's keys (file order). The CLIP text
+tower of MODEL.* gives h0 (EOS hidden state); the GAT is trained once and every selector reads
+the same embeddings.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+__all__ = ["comparison_table", "build_cfg", "main"]
+
+_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def comparison_table(classes: Sequence[str], selections: Mapping[str, Mapping[str, Sequence[str]]],
+                     sep: str = ", ") -> str:
+    """Fixed-width text table: one row per class, one column per selector (in the mapping's
+    order), each cell the chosen attributes joined by ``sep``. A class a selector lacks shows
+    '-'."""
+    header = ["class"] + list(selections)
+    rows = [[c] + [sep.join(selections[s][c]) if c in selections[s] else "-"
+                   for s in selections] for c in classes]
+    widths = [max(len(r[i]) for r in [header] + rows) for i in range(len(header))]
+
+    def line(cells: Sequence[str]) -> str:
+        return " | ".join(x.ljust(w) for x, w in zip(cells, widths)).rstrip()
+
+    rule = "-+-".join("-" * w for w in widths)
+    return "\n".join([line(header), rule] + [line(r) for r in rows])
+
+
+def _dataset_yaml(name: str) -> Optional[str]:
+    if name.endswith((".yaml", ".yml")) and os.path.isfile(name):
+        return name
+    folder = os.path.join(_REPO, "configs", "datasets")
+    if os.path.isdir(folder):
+        for f in sorted(os.listdir(folder)):
+            if os.path.splitext(f)[0].lower() == name.lower():
+                return os.path.join(folder, f)
+    return None
+
+
+def build_cfg(dataset: str, opts: Sequence[str]):
+    from argtca.config import get_cfg_default
+    cfg = get_cfg_default()
+    trainer_yaml = os.path.join(_REPO, "configs", "trainers", "argtca.yaml")
+    if os.path.isfile(trainer_yaml):
+        cfg.merge_from_file(trainer_yaml)
+    path = _dataset_yaml(dataset)
+    if path:
+        cfg.merge_from_file(path)
+    else:
+        cfg.DATASET.NAME = dataset
+    if len(opts) % 2:
+        raise SystemExit(f"config overrides come in KEY VALUE pairs, got {list(opts)}")
+    cfg.merge_from_list(list(opts))
+    cfg.freeze()
+    return cfg
+
+
+def _classnames(cfg, attribute_file: str) -> List[str]:
+    if str(cfg.DATASET.ROOT).strip() and cfg.DATASET.NAME:
+        from argtca.datasets import resolve_dataset_class
+        cls = resolve_dataset_class(cfg.DATASET.NAME)
+        try:
+            return list(cls(cfg, check_files=False).classnames)
+        except TypeError:
+            return list(cls(cfg).classnames)
+    from argtca.attributes import load_attributes
+    load_attributes(attribute_file, [], 1)  # validates the file (path, JSON, strings)
+    with open(attribute_file, encoding="utf-8") as f:
+        return list(json.load(f))
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    p = argparse.ArgumentParser(prog="select_attributes", description=__doc__.split("\n")[0])
+    p.add_argument("dataset")
+    p.add_argument("--class", dest="classes", action="append", default=[],
+                   help="class to show (repeat); default: the first --num-classes")
+    p.add_argument("--num-classes", type=int, default=5)
+    p.add_argument("--selectors", default="tca,div,disc")
+    p.add_argument("--device", default=None, help="default: cuda when USE_CUDA and available")
+    args, opts = p.parse_known_args(argv)  # what is left: KEY VALUE config overrides
+    flags = [o for o in opts if o.startswith("--")]
+    if flags:
+        p.error(f"unknown option(s) {flags}")
+
+    import torch
+
+    from argtca.attributes import load_attributes
+    from argtca.graph import embed_nodes, make_nodes, select_nodes
+    from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS
+    from argtca.models.clip import resolve_builtin
+    from argtca.selectors import SELECTOR_REGISTRY
+
+    cfg = build_cfg(args.dataset, opts)
+    node = cfg.TRAINER.ARGTCA
+    selectors = [s.strip().lower() for s in args.selectors.split(",") if s.strip()]
+    for s in selectors:
+        SELECTOR_REGISTRY.get(s)  # unknown -> KeyError listing the names
+    m, m_prime = int(node.NUM_CANDIDATES), int(node.NUM_ATTRIBUTES)
+    if m_prime > m:
+        raise SystemExit(f"TRAINER.ARGTCA.NUM_ATTRIBUTES={m_prime} (M') exceeds "
+                         f"NUM_CANDIDATES={m} (M)")
+    attr_file = resolve_builtin(cfg.DATASET.ATTRIBUTE_FILE)
+    classnames = _classnames(cfg, attr_file)
+    attributes = load_attributes(attr_file, classnames, m, dedupe=True)
+    nodes = make_nodes(classnames, attributes, m)
+    shown = args.classes or classnames[:args.num_classes]
+    unknown = [c for c in shown if c not in classnames]
+    if unknown:
+        raise SystemExit(f"unknown classes {unknown}; classes are e.g. {classnames[:10]}")
+
+    emb = None
+    if any(s not in NO_EMBEDDING_SELECTORS for s in selectors):
+        from argtca.models.clip import encode_eos_hidden, load_clip
+        device = args.device or ("cuda" if cfg.USE_CUDA and torch.cuda.is_available() else "cpu")
+        model, tokenizer = load_clip(cfg, device)
+        t0 = time.perf_counter()
+
+        def text_fn(texts: List[str]):
+            with torch.no_grad():
+                return encode_eos_hidden(model, tokenizer, texts, device).cpu()
+
+        ne = embed_nodes(nodes, text_fn, node, device=device)
+        emb = ne.emb
+        print(f"[phase 1] {nodes.num_nodes} nodes, EDGES={node.EDGES}, EMBEDDINGS={node.EMBEDDINGS}"
+              + (f", GAT {len(ne.loss_curve)} epochs, SupCon loss {ne.loss_curve[0]:.3f} -> "
+                 f"{ne.loss_curve[-1]:.3f}" if ne.loss_curve else "")
+              + f" ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
+    selections: Dict[str, Dict[str, List[str]]] = {}
+    for s in selectors:
+        sel = select_nodes(nodes, emb, s, m_prime, seed=int(node.SELECTOR_SEED),
+                           weight=float(node.JOINT_WEIGHT))
+        selections[s] = {c: [nodes.attrs[i] for i, _ in sel[k]] for k, c in enumerate(classnames)}
+    print(comparison_table(shown, selections))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Usage: bash scripts/bench.sh [--out bench.json] [more python -m argtca.bench flags]
+# Throughput / agreement / memory benchmark of the test-time tuning engines on a synthetic
+# Caltech101-layout JPEG dataset with random-weight ViT-B/16 (see BENCHMARKS.md).
+# Defaults: try the fast engine's gradient modes and torch.compile, keep the fastest, profile one
+# batch, then time reference vs fast engine with CPU and GPU views at K=101 and K=1000.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python}
+exec "$PY" -m argtca.bench --grad-mode auto --compile auto --variants --profile "$@"

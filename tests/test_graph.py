@@ -1,0 +1,200 @@
+"""argtca.graph: nodes, edges, AttributeGAT, attention scores, SupCon, training."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch_geometric.nn import GATConv
+
+from argtca.config import get_cfg_default
+from argtca.graph import (AttributeGAT, GraphInputError, SparseGATConv, build_graph,
+                          incoming_attention, make_nodes, source_attention, supcon_loss, train_gat)
+
+# 3 classes x 3 attributes; shared strings (after lower/trim): red (n0, n3), round (n1, n7),
+# big (n2, n5)
+CLASSES = ["apple", "box", "ball"]
+ATTRS = {"apple": ["red", "round", "big"], "box": [" Red", "square", "BIG"],
+         "ball": ["blue", "round ", "tiny"]}
+
+
+def edge_set(ei):
+    return {(int(a), int(b)) for a, b in ei.T}
+
+
+def hand_graph():
+    nodes = make_nodes(CLASSES, ATTRS, 3)
+    return nodes, nodes.node_class, nodes.attrs
+
+
+def test_nodes_order_texts_and_dedupe():
+    nodes = make_nodes(["cat", "dog"], {"cat": ["fur", "Fur", "whiskers", "tail"],
+                                        "dog": ["bark", "tail", "paws", "x"]}, 3)
+    assert nodes.attrs == ["fur", "whiskers", "tail", "bark", "tail", "paws"]
+    assert nodes.node_class.tolist() == [0, 0, 0, 1, 1, 1]
+    assert nodes.texts[1] == "a whiskers of a cat" and nodes.texts[3] == "a bark of a dog"
+    with pytest.raises(GraphInputError, match=r"'cat' has 3"):
+        make_nodes(["cat", "dog"], {"cat": ["fur", "FUR ", "a", "b"], "dog": list("abcd")}, 4)
+
+
+def test_edges_counted_by_hand():
+    _, cls, attrs = hand_graph()
+    intra = build_graph(cls, attrs, "intra")
+    inter = build_graph(cls, attrs, "inter")
+    full = build_graph(cls, attrs, "full")
+    assert intra.shape[1] == 3 * 3 * 2                       # K*M*(M-1)
+    expected_intra = {(i, j) for k in range(3) for i in range(3 * k, 3 * k + 3)
+                      for j in range(3 * k, 3 * k + 3) if i != j}
+    assert edge_set(intra) == expected_intra
+    assert edge_set(inter) == {(0, 3), (3, 0), (1, 7), (7, 1), (2, 5), (5, 2)}
+    assert edge_set(full) == expected_intra | edge_set(inter) and full.shape[1] == 24
+    assert build_graph(cls, attrs, "none").shape == (2, 0)
+    for ei in (intra, inter, full):
+        assert (ei[0] != ei[1]).all() and len(edge_set(ei)) == ei.shape[1]
+    # a string repeated inside one class gives no inter-class edge
+    ei = build_graph(torch.tensor([0, 0, 1]), ["a", "A", "b"], "inter")
+    assert ei.shape[1] == 0
+    with pytest.raises(GraphInputError, match="EDGES"):
+        build_graph(cls, attrs, "dense")
+
+
+def test_residual_identity_init():
+    x = torch.randn(5, 8)
+    assert torch.equal(AttributeGAT(8, hidden=8, heads=2).res(x), x)
+    assert torch.equal(AttributeGAT(8, hidden=12, heads=2).res(x)[:, :8], x)
+    assert torch.equal(AttributeGAT(8, hidden=12, heads=2).res(x)[:, 8:], torch.zeros(5, 4))
+    assert torch.equal(AttributeGAT(8, hidden=4, heads=2).res(x), x[:, :4])
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_zero_edge_gat_is_a_per_node_map(sparse):
+    torch.manual_seed(0)
+    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.3, proj_dim=5, sparse=sparse).eval()
+    with torch.no_grad():  # make the residual non-trivial
+        model.res.weight.add_(0.1 * torch.randn_like(model.res.weight))
+        model.conv1.bias.normal_()
+        model.conv2.bias.normal_()
+    x = torch.randn(4, 6)
+    empty = torch.zeros(2, 0, dtype=torch.long)
+    out = model(x, empty)
+    # each GATConv alone: only the self-loop, attention 1, so lin(x) + bias
+    c1 = model.conv1(x, empty, return_attention_weights=True)
+    assert torch.allclose(c1[0], x @ model.conv1.lin.weight.T + model.conv1.bias, atol=1e-6)
+    assert torch.equal(c1[1][1], torch.ones(4, 2))
+    for i in range(4):  # explicit computation, one node at a time
+        xi = x[i]
+        a = F.elu(model.conv1.lin.weight @ xi + model.conv1.bias)
+        g = model.conv2.lin.weight @ a + model.conv2.bias + model.res.weight @ xi
+        h = g / g.norm()
+        z = model.head[2].weight @ F.gelu(model.head[0].weight @ h + model.head[0].bias)
+        assert torch.allclose(out.h[i], h, atol=1e-6)
+        assert torch.allclose(out.z[i], z, atol=1e-6)
+
+
+def random_graph(n=40, e=300, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.randint(0, n, (2, e), generator=g)
+    ei = torch.unique(ei[:, ei[0] != ei[1]], dim=1)
+    return ei
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_sparse_gatconv_matches_gatconv(dropout):
+    ei = random_graph()
+    x = torch.randn(40, 12, requires_grad=True)
+    torch.manual_seed(1)
+    ref = GATConv(12, 5, heads=3, dropout=dropout)
+    torch.manual_seed(1)
+    fast = SparseGATConv(12, 5, heads=3, dropout=dropout)
+    torch.manual_seed(2)
+    o_ref, (ei_ref, a_ref) = ref(x, ei, return_attention_weights=True)
+    torch.manual_seed(2)
+    o_fast, (ei_fast, a_fast) = fast(x, ei, return_attention_weights=True)
+    assert torch.equal(ei_ref, ei_fast) and torch.allclose(a_ref, a_fast)
+    assert torch.allclose(o_ref, o_fast, atol=1e-5)
+    w = torch.randn_like(o_ref)
+    g_ref = torch.autograd.grad((o_ref * w).sum(), [x] + list(ref.parameters()))
+    g_fast = torch.autograd.grad((o_fast * w).sum(), [x] + list(fast.parameters()))
+    for a, b in zip(g_ref, g_fast):
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_incoming_attention_is_one_over_degree():
+    nodes, cls, attrs = hand_graph()
+    ei = build_graph(cls, attrs, "full")
+    torch.manual_seed(0)
+    model = AttributeGAT(7, hidden=8, heads=4).eval()
+    out = model(torch.randn(nodes.num_nodes, 7), ei)
+    deg = torch.bincount(ei[1], minlength=nodes.num_nodes) + 1      # + self-loop
+    assert sorted(set(deg.tolist())) == [3, 4]                        # the hand graph: 2 or 3 + 1
+    assert torch.allclose(incoming_attention(out.attention, nodes.num_nodes), 1.0 / deg.float(),
+                          atol=1e-6)
+
+
+def test_source_attention_against_loops():
+    ei = random_graph(n=15, e=40, seed=3)
+    ei = ei[:, ei[0] != 14]  # node 14 never a source (only its self-loop)
+    torch.manual_seed(0)
+    model = AttributeGAT(6, hidden=8, heads=2).eval()
+    with torch.no_grad():
+        out = model(torch.randn(15, 6), ei)
+    got = source_attention(out.attention, 15)
+    for v in range(15):
+        per = []
+        for e_idx, alpha in out.attention:
+            for h in range(alpha.shape[1]):
+                vals = [float(alpha[e, h]) for e in range(e_idx.shape[1])
+                        if int(e_idx[0, e]) == v and int(e_idx[1, e]) != v]
+                per.append(sum(vals) / len(vals) if vals else 0.0)
+        assert got[v].item() == pytest.approx(sum(per) / len(per), abs=1e-6)
+    assert got[14].item() == 0.0
+
+
+def supcon_by_loops(feats, labels, tau):
+    f = [[t / math.sqrt(sum(u * u for u in v)) for t in v] for v in feats.double().tolist()]
+    dot = lambda a, b: sum(p * q for p, q in zip(a, b))  # noqa: E731
+    n, terms = len(f), []
+    for i in range(n):
+        pos = [p for p in range(n) if p != i and labels[p] == labels[i]]
+        if not pos:
+            continue
+        denom = sum(math.exp(dot(f[i], f[a]) / tau) for a in range(n) if a != i)
+        terms.append(-sum(math.log(math.exp(dot(f[i], f[p]) / tau) / denom) for p in pos)
+                     / len(pos))
+    return sum(terms) / len(terms)
+
+
+@pytest.mark.parametrize("tau", [0.07, 0.5])
+def test_supcon_matches_khosla_loops(tau):
+    torch.manual_seed(0)
+    feats = torch.randn(11, 5, dtype=torch.float64)
+    labels = [0, 0, 0, 1, 1, 2, 2, 2, 2, 3, 4]   # classes 3 and 4 have no positive
+    got = supcon_loss(feats, torch.tensor(labels), tau=tau)
+    assert got.item() == pytest.approx(supcon_by_loops(feats, labels, tau), rel=1e-9)
+    none = supcon_loss(feats, torch.arange(11), tau=tau)
+    assert none.item() == 0.0
+
+
+def gat_cfg(**over):
+    g = get_cfg_default().TRAINER.ARGTCA.GAT
+    g.HIDDEN, g.HEADS, g.EPOCHS = 16, 4, 30
+    for k, v in over.items():
+        g[k] = v
+    return g
+
+
+def test_training_is_seeded_reduces_loss_and_keeps_global_rng():
+    nodes, cls, attrs = hand_graph()
+    ei = build_graph(cls, attrs, "full")
+    h0 = F.normalize(torch.randn(nodes.num_nodes, 10), dim=1)
+    torch.manual_seed(123)
+    expected_next = torch.rand(3)
+    torch.manual_seed(123)
+    m1, c1 = train_gat(h0, ei, cls, gat_cfg())
+    assert torch.equal(torch.rand(3), expected_next)      # global RNG untouched
+    m2, c2 = train_gat(h0, ei, cls, gat_cfg())
+    assert c1 == c2 and len(c1) == 30 and c1[-1] < c1[0]
+    assert not m1.training
+    _, c3 = train_gat(h0, ei, cls, gat_cfg(SEED=1))
+    assert c3 != c1
+    _, c4 = train_gat(h0, ei, cls, gat_cfg(LOSS_ON="h"))
+    assert c4 != c1
