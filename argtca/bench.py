@@ -270,17 +270,57 @@ def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
     _sync(setup.device)
 
 
-def variants(setup: Setup, n_batches: int = 4) -> List[Dict[str, object]]:
-    """Engine-only time per image (views already on the device) for the fast engine's knobs."""
+def _phase_times(eng, x, reps, dev):
+    """ms per image of image_features / tune / predict (synchronised per phase) and in total."""
+    t_img = t_tune = t_pred = 0.0
+    n = x.shape[0]
+    for _ in range(reps):
+        _sync(dev)
+        t = time.perf_counter()
+        img = eng.image_features(x)
+        _sync(dev)
+        t_img += time.perf_counter() - t
+        t = time.perf_counter()
+        ctx = eng.tune(img)
+        _sync(dev)
+        t_tune += time.perf_counter() - t
+        t = time.perf_counter()
+        eng.predict(img[:, 0], ctx)
+        _sync(dev)
+        t_pred += time.perf_counter() - t
+    k = 1e3 / (reps * n)
+    return {"image_ms": round(t_img * k, 3), "tune_ms": round(t_tune * k, 3),
+            "predict_ms": round(t_pred * k, 3), "ms_per_image": round((t_img + t_tune + t_pred) * k, 3)}
+
+
+VARIANTS = [
+    ("reference", {}),
+    ("fast", {"grad_mode": "vjp"}),
+    ("fast", {"grad_mode": "vjp", "text_attention": "math", "compile_text": True}),
+    ("fast", {"grad_mode": "vjp", "text_attention": "efficient", "compile_text": True}),
+    ("fast", {"grad_mode": "recompute", "text_attention": "math", "compile_text": True,
+              "compile_text_grad": True}),
+    ("fast", {"grad_mode": "recompute", "text_attention": "efficient", "compile_text": True,
+              "compile_text_grad": True}),
+    ("fast", {"grad_mode": "loop", "text_attention": "math", "compile_text": True,
+              "compile_text_grad": True}),
+]
+
+
+def variants(setup: Setup, n_batches: int = 3, compile_image: bool = False) -> List[Dict[str, object]]:
+    """Engine-only time per image (views already on the device) for the fast engine's knobs, split
+    into image tower / tuning / final prediction. The image tower is timed eager and compiled."""
     args, dev = setup.args, setup.device
     g = torch.Generator().manual_seed(1)
     v = torch.randn(args.batch, args.views, 3, args.size, args.size, generator=g).to(dev)
     rows = []
-    combos = [("reference", {}), ("fast", {"grad_mode": "recompute"}),
-              ("fast", {"grad_mode": "loop"}), ("fast", {"grad_mode": "vjp"})]
-    if dev.type == "cuda" and args.compile != "off":
-        combos.append(("fast", {"grad_mode": "vjp", "compile_image": True}))
+    combos = list(VARIANTS)
+    if dev.type != "cuda":
+        combos = [c for c in combos if c[0] == "reference" or c[1] == {"grad_mode": "vjp"}]
     for kind, kw in combos:
+        kw = dict(kw)
+        if kind == "fast" and compile_image:
+            kw["compile_image"] = True
         try:
             eng = setup.engine(kind, **kw)
             if dev.type == "cuda":
@@ -291,19 +331,7 @@ def variants(setup: Setup, n_batches: int = 4) -> List[Dict[str, object]]:
             _sync(dev)
             t_c = time.perf_counter() - t_c
             reps = max(2, n_batches // 2) if kind == "reference" else n_batches
-            t = time.perf_counter()
-            for _ in range(reps):
-                eng(x, None)
-            _sync(dev)
-            per_img = (time.perf_counter() - t) / (reps * x.shape[0])
-            # split: image tower vs the rest
-            t = time.perf_counter()
-            for _ in range(reps):
-                eng.image_features(x)
-            _sync(dev)
-            img_part = (time.perf_counter() - t) / (reps * x.shape[0])
-            row = {"engine": kind, **kw, "K": setup.K, "ms_per_image": round(1e3 * per_img, 3),
-                   "image_tower_ms_per_image": round(1e3 * img_part, 3),
+            row = {"engine": kind, **kw, "K": setup.K, **_phase_times(eng, x, reps, dev),
                    "first_call_s": round(t_c, 2),
                    "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
                                 if dev.type == "cuda" else None)}
@@ -311,6 +339,51 @@ def variants(setup: Setup, n_batches: int = 4) -> List[Dict[str, object]]:
             row = {"engine": kind, **kw, "K": setup.K, "error": f"{type(e).__name__}: {e}"[:300]}
         print(f"  variant {row}", flush=True)
         rows.append(row)
+    return rows
+
+
+def input_pipeline(setup: Setup, n_images: int) -> List[Dict[str, object]]:
+    """Images/s of the views loaders alone (no engine) and of the GPU view maker alone."""
+    from argtca.datasets import build_dataset
+    from argtca.engine.gpu_views import build_views_loader
+    args, dev = setup.args, setup.device
+    rows = []
+    for views in ("cpu", "gpu"):
+        cfg = bench_cfg(args, setup.data, "fast", views, n_images)
+        dataset = build_dataset(cfg)
+        _sync(dev)
+        t0 = time.perf_counter()
+        loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch,
+                                    dev, args.workers)
+        n, t_first, n_first = 0, None, 0
+        for b in loader:
+            _sync(dev)
+            n += len(b["index"])
+            if t_first is None:
+                t_first, n_first = time.perf_counter(), n
+        t1 = time.perf_counter()
+        rows.append({"views": views, "n": n, "workers": args.workers,
+                     "img_per_s": round(n / (t1 - t0), 2),
+                     "img_per_s_after_first_batch": round((n - n_first) / max(1e-9, t1 - t_first), 2)})
+        print(f"  input pipeline {rows[-1]}", flush=True)
+    # the GPU maker alone on batches already on the device
+    cfg = bench_cfg(args, setup.data, "fast", "gpu", args.batch)
+    dataset = build_dataset(cfg)
+    loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch, dev, 0)
+    maker = loader.maker
+    raw = next(iter(loader.loader))
+    batch = {k: (v.to(dev) if isinstance(v, torch.Tensor) else v) for k, v in raw.items()}
+    batch["params_cpu"] = raw["params"]
+    maker(batch)
+    _sync(dev)
+    t = time.perf_counter()
+    reps = 5
+    for _ in range(reps):
+        maker(batch)
+    _sync(dev)
+    ms = 1e3 * (time.perf_counter() - t) / (reps * len(batch["index"]))
+    rows.append({"views": "gpu maker only", "ms_per_image": round(ms, 3)})
+    print(f"  gpu view maker: {ms:.3f} ms/image", flush=True)
     return rows
 
 
@@ -340,8 +413,12 @@ def profile_batch(setup: Setup, **engine_kw) -> Dict[str, object]:
               if e.key in ("image_features", "tune", "predict")}
     if dev.type == "cuda":   # kernels only (CPU-side ops would count their kernels twice)
         attr = "device_time_total"
+        phases.update({f"{e.key} (device)": round(e.device_time_total / 1e3, 2) for e in ev
+                       if e.key in ("image_features", "tune", "predict")
+                       and getattr(e, "device_type", None) == DeviceType.CUDA})
         kernels = [e for e in ev if getattr(e, "device_type", None) == DeviceType.CUDA
-                   and getattr(e, attr, 0) > 0]
+                   and getattr(e, attr, 0) > 0
+                   and e.key not in ("image_features", "tune", "predict")]
     else:
         attr = "self_cpu_time_total"
         kernels = [e for e in ev if e.key.startswith("aten::") and getattr(e, attr, 0) > 0]
@@ -352,8 +429,8 @@ def profile_batch(setup: Setup, **engine_kw) -> Dict[str, object]:
     fam = {}
     for e in kernels:
         k = e.key.lower()
-        f = ("gemm" if any(s in k for s in ("gemm", "sm90", "cutlass", "matmul", "xmma", "nvjet"))
-             else "attention" if any(s in k for s in ("flash", "fmha", "attention", "efficient"))
+        f = ("attention" if any(s in k for s in ("flash", "fmha", "attention", "efficient", "sdpa"))
+             else "gemm" if any(s in k for s in ("gemm", "sm90", "cutlass", "matmul", "xmma", "nvjet"))
              else "copy/cast" if any(s in k for s in ("copy", "cast", "memcpy", "memset"))
              else "norm" if "norm" in k else "elementwise/other")
         fam[f] = fam.get(f, 0.0) + getattr(e, attr) / 1e3
@@ -378,7 +455,13 @@ def parse_args(argv=None):
     p.add_argument("--steps", type=int, default=1)
     p.add_argument("--m", type=int, default=2, help="M': attribute prompts per class")
     p.add_argument("--batch", type=int, default=16, help="TTA.BATCH_IMAGES of the fast engine")
-    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 2) - 1))
+    p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 3) - 2),
+                   help="DataLoader workers (default: cores - 2: the main process drives the GPU "
+                   "and a pin-memory thread copies batches)")
+    p.add_argument("--logit-scale", type=float, default=100.0,
+                   help="set CLIP's logit scale (trained CLIP: 100; random init: 14.3) so that the "
+                   "random-weight model's probabilities are as peaked as a trained one's; <= 0 "
+                   "keeps the random init")
     p.add_argument("--classes", type=int, nargs="+", default=[101, 1000])
     p.add_argument("--n-fast", type=int, default=1024, help="images of a fast GPU-views pass")
     p.add_argument("--n-fast-cpu", type=int, default=512, help="images of a fast CPU-views pass")
@@ -386,10 +469,15 @@ def parse_args(argv=None):
     p.add_argument("--n-agree", type=int, default=400, help="images of the agreement check")
     p.add_argument("--large-scale", type=float, default=0.25,
                    help="fraction of the image counts used at K>=1000")
-    p.add_argument("--grad-mode", default="vjp", help="vjp | loop | recompute | auto (fastest "
-                   "in an engine-only trial)")
-    p.add_argument("--compile", default="off", choices=["off", "on", "auto"],
-                   help="torch.compile the image tower (auto: if faster in the engine-only trial)")
+    p.add_argument("--grad-mode", default="vjp", help="vjp | loop | recompute")
+    p.add_argument("--text-attention", default="default",
+                   help="SDPA kernel of the text tower: default | math | efficient | flash | cudnn")
+    p.add_argument("--auto", action="store_true", help="run the engine-only trial of the knobs "
+                   "(--variants) and use the fastest fast-engine setting for the timed passes")
+    p.add_argument("--input", action="store_true", help="time the input pipelines alone")
+    p.add_argument("--n-input", type=int, default=256, help="images of the input-pipeline timing")
+    p.add_argument("--compile", default="off", choices=["off", "on"],
+                   help="torch.compile the image tower")
     p.add_argument("--variants", action="store_true", help="engine-only timing of the knobs")
     p.add_argument("--profile", action="store_true", help="profile one fast batch")
     p.add_argument("--skip", nargs="*", default=[],
@@ -432,7 +520,9 @@ def print_table(res: Dict[str, object]) -> None:
               f"{a['max_conf_diff']:.2e}, ECE ref {a['ece_reference']} vs fast {a['ece_fast']} "
               f"(Δ {a['ece_diff_points']} points)")
     for k, v in res.get("speedups", {}).items():
-        print(f"speed-up {k}: {v}x")
+        print(f"speed-up {k}: {v}")
+    for r in res.get("input_pipeline") or []:
+        print(f"input pipeline: {r}")
     for v in res.get("variants", []):
         print(f"variant: {v}")
     for e in res.get("errors", []):
@@ -452,6 +542,9 @@ def main(argv=None) -> int:
     t = time.perf_counter()
     mcfg = bench_cfg(args, {"root": tmp, "attributes": ""}, "fast", "cpu", -1)
     model, tok = load_clip(mcfg, dev)
+    if args.logit_scale > 0:
+        import math
+        model.logit_scale.data.fill_(math.log(args.logit_scale))
     res["model_load_s"] = round(time.perf_counter() - t, 2)
     out_path = args.out
 
@@ -470,7 +563,8 @@ def main(argv=None) -> int:
         finally:
             save()
 
-    engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on"}
+    engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on",
+                 "text_attention": args.text_attention}
     for K in args.classes:
         scale = args.large_scale if K >= 1000 else 1.0
         n_fast = max(args.batch, int(args.n_fast * scale))
@@ -483,25 +577,18 @@ def main(argv=None) -> int:
         setup = Setup(args, data, model, tok, dev)
         print(f"K={K}: {setup.P} prompts x {setup.L} tokens; dataset built in "
               f"{time.perf_counter() - t:.1f}s", flush=True)
-        if args.variants or "auto" in (args.grad_mode, args.compile):
-            rows = guarded("variants", variants, setup) or []
+        if args.variants or args.auto:
+            rows = guarded("variants", variants, setup, compile_image=args.compile == "on") or []
             res["variants"].extend(rows)
-            if engine_kw["grad_mode"] == "auto":
-                ok = [r for r in rows if r["engine"] == "fast" and "error" not in r
-                      and not r.get("compile_image")]
-                engine_kw["grad_mode"] = (min(ok, key=lambda r: r["ms_per_image"])["grad_mode"]
-                                          if ok else "recompute")
-                res["chosen_grad_mode"] = engine_kw["grad_mode"]
-                print(f"  chosen grad_mode: {engine_kw['grad_mode']}", flush=True)
-            if args.compile == "auto":
-                fast = {bool(r.get("compile_image")): r["ms_per_image"] for r in rows
-                        if r["engine"] == "fast" and r.get("grad_mode") == "vjp" and "error" not in r}
-                engine_kw["compile_image"] = bool(True in fast and False in fast
-                                                  and fast[True] < 0.97 * fast[False])
-                res["chosen_compile"] = engine_kw["compile_image"]
-                print(f"  chosen compile_image: {engine_kw['compile_image']}", flush=True)
-            args.grad_mode = engine_kw["grad_mode"]
-            args.compile = "on" if engine_kw["compile_image"] else "off"
+            ok = [r for r in rows if r["engine"] == "fast" and "error" not in r]
+            if args.auto and ok and K == args.classes[0]:
+                best = min(ok, key=lambda r: r["ms_per_image"])
+                engine_kw = {k: best[k] for k in ("grad_mode", "text_attention", "compile_text",
+                                                  "compile_text_grad", "compile_image") if k in best}
+                res["chosen_knobs"] = engine_kw
+                print(f"  chosen knobs: {engine_kw}", flush=True)
+        if args.input and K == args.classes[0]:
+            res["input_pipeline"] = guarded("input", input_pipeline, setup, args.n_input)
         guarded("warmup", warmup, setup, **engine_kw)
         if args.profile and K == args.classes[0]:
             res["profile"] = guarded("profile", profile_batch, setup, **engine_kw)
@@ -521,12 +608,21 @@ def main(argv=None) -> int:
         del setup
     sp = {}
     for K in args.classes:
-        rows = {(r["engine"], r["views"]): r["img_per_s"] for r in res["passes"] if r["K"] == K}
-        for (fe, fv) in (("fast", "gpu"), ("fast", "cpu"), ("reference", "gpu")):
+        rows = {(r["engine"], r["views"]): r for r in res["passes"] if r["K"] == K}
+        for (fe, fv) in (("fast", "gpu"), ("fast", "cpu")):
             for rv in ("cpu", "gpu"):
-                if (fe, fv) in rows and ("reference", rv) in rows and (fe, fv) != ("reference", rv):
-                    sp[f"K={K} fast+{fv} views / reference+{rv} views"] = round(
-                        rows[(fe, fv)] / rows[("reference", rv)], 1)
+                if (fe, fv) in rows and ("reference", rv) in rows:
+                    a, b = rows[(fe, fv)], rows[("reference", rv)]
+                    sp[f"K={K} {fe}+{fv} views / reference+{rv} views"] = {
+                        "end_to_end": round(a["img_per_s"] / b["img_per_s"], 1),
+                        "steady": round(a["img_per_s_after_first_batch"]
+                                        / b["img_per_s_after_first_batch"], 1)}
+        eng = {r["engine"]: r["ms_per_image"] for r in res["variants"]
+               if r["K"] == K and "error" not in r and (r["engine"] == "reference" or all(
+                   r.get(k) == v for k, v in res.get("chosen_knobs", {}).items()))}
+        if "reference" in eng and "fast" in eng:
+            sp[f"K={K} engine only (identical views on the device)"] = round(
+                eng["reference"] / eng["fast"], 1)
     res["speedups"] = sp
     print_table(res)
     save()

@@ -7,4 +7,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-exec "$PY" -m argtca.bench --grad-mode auto --compile auto --variants --profile "$@"
+exec "$PY" -m argtca.bench --auto --compile on --input --profile "$@"

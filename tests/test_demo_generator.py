@@ -2,7 +2,6 @@
 caption tokenisation, weight-file format and the shipped weights' recorded zero-shot accuracy."""
 import io
 import json
-import os
 import random
 from pathlib import Path
 

@@ -109,6 +109,28 @@ def test_chunking_does_not_change_results(tiny_clip):
     assert torch.allclose(fast(views), ref(views), atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("mode", ["recompute", "vjp"])
+def test_padded_text_calls_are_exact(tiny_clip, mode):
+    """The compiled text paths pad the last chunk by repeating row 0 and drop the extra outputs;
+    emulated here without compiling: results (and gradients) equal the reference's."""
+    ref, fast = _engines(tiny_clip, "tca", 2, grad_mode=mode)
+    fast.text_tokens = 3 * fast.num_prompts * fast.text_encoder.seq_len
+    fast.compile_text = fast.compile_text_grad = True
+    fast._encode_text = fast._encode_text_grad = fast.text_encoder
+    views = _views(6, B=4, V=10)
+    want = ref(views)
+    calls = []
+    orig = fast.text_encoder.forward
+    fast.text_encoder.forward = lambda ctx: (calls.append(ctx.shape[0]), orig(ctx))[1]
+    try:
+        assert fast._images_per_text_call() == 3      # chunks of 3 images: 3 + (1 padded to 3)
+        got = fast(views)
+    finally:
+        del fast.text_encoder.forward
+    assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
+    assert set(calls) <= {1, 3} and 3 in calls       # 1 = the θ0 pass
+
+
 def test_zero_steps_is_zero_shot_from_cached_text(tiny_clip):
     model, tok = tiny_clip
     enc = PromptTextEncoder(model, tok, [f"{c}." for c in CLASSES])

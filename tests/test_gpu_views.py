@@ -187,3 +187,12 @@ def test_views_loader_gpu_path_end_to_end(tmp_path, augmix):
     cfg.TTA.VIEWS_DEVICE = "tpu"
     with pytest.raises(ValueError, match="VIEWS_DEVICE"):
         G.build_views_loader(cfg, ds, 2, [0], 1, "cpu", 0)
+
+
+def test_vectorised_affine_matrices_equal_the_per_op_rows():
+    names = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y", "rotate"]
+    mags = torch.tensor([3.0, 0.021, -0.013, -4.0, 7.0, -1.0])
+    ids = torch.tensor([OPS.index(n) for n in names])
+    got = G.affine_matrices(ids, mags, 32)
+    want = torch.tensor([G._affine_rows(n, float(m), 32) for n, m in zip(names, mags)]).view(-1, 2, 3)
+    assert torch.allclose(got, want, atol=1e-6)

@@ -20,10 +20,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from .augment import normalize, random_resized_crop
-from .captions import SOT_ID, CaptionTokenizer
+from .captions import CaptionTokenizer
 from .generator import DEFAULT_SEED, GENERATOR_VERSION, IMAGE_DIR, SPLIT_FILE, ensure_dataset
 from .model import encode_text_ids
 from .render import CLASSNAMES
@@ -127,6 +126,35 @@ def context_probe(model, images01: torch.Tensor, labels: torch.Tensor,
     return out
 
 
+@torch.no_grad()
+def attribute_probe(model, images01: torch.Tensor, labels: torch.Tensor,
+                    attributes: Dict[str, List[str]], classnames: Sequence[str] = CLASSNAMES
+                    ) -> Dict[str, dict]:
+    """Zero-shot with TCA-style attribute prompts, bag aggregation p(c) ~ sum_k exp(s cos(x, t_ck)):
+    "a photo of a {attr} {class}." (first 2 / all attributes of the file) and attribute-only
+    "a photo of a {attr} object." (no class name)."""
+    dev = next(model.parameters()).device
+    f_img = image_features(model, images01)
+    scale = model.logit_scale.exp().float()
+    out: Dict[str, dict] = {}
+    for name, k, tmpl in (("class+attr first 2", 2, "a photo of a {a} {c}."),
+                          ("class+attr all", None, "a photo of a {a} {c}."),
+                          ("attr only first 2", 2, "a photo of a {a} object."),
+                          ("attr only all", None, "a photo of a {a} object.")):
+        texts, owner = [], []
+        for ci, c in enumerate(classnames):
+            for a in attributes[c][:k]:
+                texts.append(tmpl.format(a=a, c=c))
+                owner.append(ci)
+        ids = prompt_ids(texts, "{}")
+        t = model.encode_text(ids.to(dev), normalize=True).float()
+        logit = scale * f_img @ t.T
+        owner_t = torch.tensor(owner, device=logit.device)
+        lse = torch.stack([torch.logsumexp(logit[:, owner_t == ci], 1) for ci in range(len(classnames))], 1)
+        out[name] = metrics(lse.softmax(-1).cpu(), labels)
+    return out
+
+
 def tpt_probe(model, images01: torch.Tensor, labels: torch.Tensor,
               classnames: Sequence[str] = CLASSNAMES, n_views: int = 64, selection_p: float = 0.1,
               steps: int = 1, lr: float = 5e-3, seed: int = 0) -> Dict[str, dict]:
@@ -188,8 +216,13 @@ def evaluate_weights(weights: Optional[str] = None, split: str = "test", n: Opti
                               "split": split, "template": TEMPLATE,
                               "preprocess": "resize 64 bicubic + center crop 64, CLIP mean/std",
                               "ece_bins": N_BINS, "zero_shot": zero_shot(model, imgs, labels)}
+    if split == "test":
+        vi, vl = load_split_images(root, "val")
+        res["zero_shot_val_in_distribution"] = zero_shot(model, vi, vl)
     if probe:
+        from .attributes import load_attributes
         res["context_probe"] = context_probe(model, imgs, labels)
+        res["attribute_probe"] = attribute_probe(model, imgs, labels, load_attributes())
     if tpt:
         t = time.time()
         res["tpt_probe"] = tpt_probe(model, imgs, labels)

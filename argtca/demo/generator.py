@@ -3,12 +3,14 @@
 Two domains:
 
 * ``train`` (the CLIP's training images, and the ``train``/``val`` splits of the dataset): plain or
-  gradient backgrounds of any colour, a few small clutter shapes, mild noise.  About half of the
-  images carry one or two *styles* (``noisy``, ``dark``, ``blurry``, ``faded``, ``textured``
-  background, ``cluttered``) that the training captions name.
-* ``test`` (the ``test`` split, a distribution shift): dark high-contrast textured backgrounds
-  (stripes / blotches / checks), many larger clutter shapes that sometimes occlude the object,
-  objects 10% smaller, colour cast, contrast/saturation/brightness jitter, noise sigma 12, blur with
+  gradient backgrounds of any colour, a few small clutter shapes, mild noise (sigma 3).  60% of
+  the images carry one (sometimes two) *styles* with a strength t in [0.05, 1] that the training
+  captions name: ``noisy`` (noise sigma 3+15t), ``dark`` (x(1-0.6t)), ``blurry`` (Gaussian radius
+  0.15+1.05t), ``faded`` (contrast x(1-0.65t), lifted), ``textured`` (low-contrast texture
+  background, contrast 50t), ``cluttered`` (2+9t clutter shapes).
+* ``test`` (the ``test`` split, a distribution shift, parameters in ``TEST_SHIFT``): dark
+  textured backgrounds (stripes / blotches / checks), clutter that sometimes occludes the object,
+  objects 8% smaller, colour cast, saturation/contrast/brightness jitter, noise sigma 8, blur with
   probability 0.4.
 
 Every image is drawn from its own random stream ``default_rng([salt, seed, stream, label, index])``
@@ -37,7 +39,7 @@ from PIL import Image, ImageDraw, ImageFilter
 
 from .render import CLASSNAMES, DRAWERS, ROTATION, SIZE_RANGE, expand_synonyms, size_words
 
-GENERATOR_VERSION = "v1"
+GENERATOR_VERSION = "v2"   # bump on any change of the rendered images
 DEFAULT_SEED = 0
 IMAGE_SIZE = 64
 CANVAS = 128
@@ -50,17 +52,17 @@ _SALT = 0x5EED_DE30
 
 # The shifted test domain (the knob that sets zero-shot difficulty; part of GENERATOR_VERSION).
 TEST_SHIFT = {
-    "bg_dark": (0.0, 80.0),       # first background colour, per channel
-    "bg_light": (60.0, 170.0),    # second background colour (high-contrast texture)
-    "clutter_n": (5, 13),         # number of clutter shapes [lo, hi)
-    "clutter_size": (10.0, 34.0),
-    "occlude_p": 0.35,            # probability of one occluder over the object
-    "size_scale": 0.9,            # objects 10% smaller
-    "cast": 0.25,                 # per-channel gain in [1-cast, 1+cast]
+    "bg_dark": (0.0, 80.0),       # first background colour, per channel (dark palette)
+    "bg_light": (45.0, 135.0),    # second background colour (contrasting texture)
+    "clutter_n": (3, 8),          # number of clutter shapes [lo, hi)
+    "clutter_size": (8.0, 24.0),
+    "occlude_p": 0.2,             # probability of one occluder over the object
+    "size_scale": 0.92,           # objects 8% smaller
+    "cast": 0.2,                  # per-channel gain in [1-cast, 1+cast]
     "saturation": (0.5, 1.2),
     "contrast": (0.6, 1.1),
-    "brightness": (0.6, 1.1),
-    "noise": 12.0,
+    "brightness": (0.7, 1.1),
+    "noise": 8.0,
     "blur_p": 0.4,
     "blur": (0.6, 1.1),
 }

@@ -6,7 +6,10 @@
    ``--workers`` processes and keeps them as one uint8 tensor on the device;
 2. each step samples a batch, augments it on the device (random resized crop 0.25-1 with flip and
    +-15 deg rotation on 80% of the images, mild colour jitter) and draws one fresh caption per image
-   (:func:`argtca.demo.captions.sample_caption`);
+   (:func:`argtca.demo.captions.sample_caption`); ``--soft-style`` of the styled images get a
+   "soft style" caption whose 4 prefix embeddings are interpolated between a neutral prefix
+   ("a photo of a") and a style prefix ("a noisy photo of") by the style's strength, so that
+   the 4 context positions that TPT tunes respond smoothly to small moves;
 3. symmetric CLIP loss in which captions with identical tokens count as positives of each other;
    AdamW (betas 0.9/0.98, eps 1e-6, weight decay on weight matrices only), linear warm-up then
    cosine decay, bf16 autocast on CUDA;
@@ -44,7 +47,7 @@ from .render import CLASSNAMES
 def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description="Train the argtca demo CLIP.")
     ap.add_argument("--out", required=True, help="output weight file (argtca-clip-v1)")
-    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--steps", type=int, default=5000)
     ap.add_argument("--batch", type=int, default=512)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
@@ -204,7 +207,8 @@ def train(args: argparse.Namespace) -> dict:
         opt.step()
         with torch.no_grad():
             model.logit_scale.clamp_(0, max_scale)
-        losses.append(loss.item() if (step + 1) % 10 == 0 or step + 1 == args.steps else float("nan"))
+        every = max(1, min(10, args.log_every))
+        losses.append(loss.item() if (step + 1) % every == 0 or step + 1 == args.steps else float("nan"))
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             window = [v for v in losses[-args.log_every:] if v == v]
             m = float(np.mean(window))

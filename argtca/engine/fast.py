@@ -27,8 +27,12 @@ Exact savings over the reference:
   tower) so memory stays bounded; chunking never changes a number beyond float reordering.
 
 Speed knobs that never change results (constructor keywords, measured in ``python -m argtca.bench``):
-``grad_mode``, ``compile_image`` (``torch.compile`` of the image tower), ``image_chunk`` (views per
-image-tower call), ``text_tokens`` (prompt tokens per text-tower call).
+``grad_mode``, ``compile_image`` (``torch.compile`` of the image tower), ``compile_text`` (of the
+text tower's no-grad final pass), ``compile_text_grad`` (of its passes with gradient: θ0 graph and
+``recompute``; the backward is compiled too), ``text_attention`` (SDPA kernel of the text tower), ``image_chunk``
+(views per image-tower call), ``text_tokens`` (prompt tokens per text-tower call). Each also reads
+an environment variable (``ARGTCA_FAST_GRAD``, ``ARGTCA_COMPILE``, ``ARGTCA_COMPILE_TEXT``,
+``ARGTCA_COMPILE_TEXT_GRAD``, ``ARGTCA_TEXT_ATTENTION``, ``ARGTCA_IMAGE_CHUNK``, ``ARGTCA_TEXT_TOKENS``) when not given.
 """
 from __future__ import annotations
 
@@ -43,6 +47,10 @@ from argtca.engine.objectives import Objective, avg_entropy, select_confident
 from argtca.engine.reference import NonFiniteLossError, autocast_ctx
 
 GRAD_MODES = ("vjp", "loop", "recompute")
+# scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
+# flash/cuDNN tiles of 64-128 rows are mostly padding; "math" runs plain batched matmuls.
+TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTENTION",
+                  "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 
 
 def _env_int(name: str, default: int) -> int:
@@ -55,7 +63,9 @@ class FastEngine:
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  grad_mode: Optional[str] = None, compile_image: Optional[bool] = None,
-                 image_chunk: Optional[int] = None, text_tokens: Optional[int] = None):
+                 image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
+                 text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
+                 compile_text_grad: Optional[bool] = None):
         self.model = model
         self.text_encoder = text_encoder
         self.objective = objective
@@ -80,6 +90,24 @@ class FastEngine:
         self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
         self._encode_image = (torch.compile(model.encode_image, dynamic=False)
                               if self.compile_image else model.encode_image)
+        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
+                          or "default").lower()
+        if text_attention not in TEXT_ATTENTION:
+            raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
+                             f"{tuple(TEXT_ATTENTION)}")
+        self.text_attention = text_attention
+        if compile_text is None:
+            compile_text = os.environ.get("ARGTCA_COMPILE_TEXT", "0") not in ("", "0", "false")
+        self.compile_text = bool(compile_text) and self.device.type == "cuda"
+        if compile_text_grad is None:
+            compile_text_grad = os.environ.get("ARGTCA_COMPILE_TEXT_GRAD", "0") not in ("", "0",
+                                                                                    "false")
+        self.compile_text_grad = bool(compile_text_grad) and self.device.type == "cuda"
+        compiled = (torch.compile(text_encoder.forward, dynamic=False)
+                    if (self.compile_text or self.compile_text_grad) else None)
+        self._encode_text = compiled if self.compile_text else text_encoder
+        self._encode_text_grad = compiled if self.compile_text_grad else text_encoder
+        self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
 
@@ -87,13 +115,31 @@ class FastEngine:
     def autocast(self):
         return autocast_ctx(self.device, self.prec)
 
+    def text_ctx(self):
+        """Autocast plus the chosen attention kernel for the text tower (same maths)."""
+        name = TEXT_ATTENTION[self.text_attention]
+        if name is None or self.device.type != "cuda":
+            return self.autocast()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        stack = contextlib.ExitStack()
+        stack.enter_context(self.autocast())
+        stack.enter_context(sdpa_kernel([getattr(SDPBackend, name)]))
+        return stack
+
     @property
     def num_prompts(self) -> int:
         return int(self.text_encoder.num_prompts)
 
     def _images_per_text_call(self) -> int:
         per_image = self.num_prompts * int(self.text_encoder.seq_len)
-        return max(1, self.text_tokens // max(1, per_image))
+        return max(1, min(self.batch_images, self.text_tokens // max(1, per_image)))
+
+    @staticmethod
+    def _pad_rows(x: torch.Tensor, rows: int) -> torch.Tensor:
+        """Pad [n, ...] to ``rows`` rows by repeating row 0 (one compiled shape; the padded
+        outputs are dropped, so they add exactly zero to any gradient)."""
+        n = x.shape[0]
+        return x if n >= rows else torch.cat([x, x[:1].expand(rows - n, *x.shape[1:])])
 
     @torch.no_grad()
     def image_features(self, views: torch.Tensor) -> torch.Tensor:
@@ -120,9 +166,13 @@ class FastEngine:
         """Text features [B, P, E] of contexts [B, n, W] (no grad), in chunks of images."""
         step = self._images_per_text_call()
         out = []
-        with torch.no_grad(), self.autocast():
+        with torch.no_grad(), self.text_ctx():
             for i in range(0, ctx.shape[0], step):
-                out.append(self.text_encoder(ctx[i:i + step]))
+                x = ctx[i:i + step]
+                n = x.shape[0]
+                if self.compile_text:   # one compiled shape: pad, then drop
+                    x = self._pad_rows(x, step)
+                out.append(self._encode_text(x)[:n])
         return torch.cat(out) if len(out) > 1 else out[0]
 
     def theta0(self):
@@ -130,8 +180,9 @@ class FastEngine:
         if self._theta0 is None:
             ctx0 = self.text_encoder.ctx_init.detach().float().clone().requires_grad_(True)
             keep = self.steps > 0 and self.grad_mode != "recompute"
-            with torch.set_grad_enabled(keep), self.autocast():
-                t0 = self.text_encoder(ctx0.unsqueeze(0))[0]
+            enc = self._encode_text_grad if keep else self._encode_text
+            with torch.set_grad_enabled(keep), self.text_ctx():
+                t0 = enc(ctx0.unsqueeze(0))[0]
             self._theta0 = (ctx0, t0)
         return self._theta0
 
@@ -195,6 +246,17 @@ class FastEngine:
     def _vjp_theta0(self, cot: torch.Tensor) -> torch.Tensor:
         """Jᵀ(θ0)·cot for B cotangents [B, P, E] → [B, n, W] on the kept θ0 graph."""
         ctx0, t0 = self.theta0()
+        with self._text_backward_ctx():
+            return self._vjp(ctx0, t0, cot)
+
+    def _text_backward_ctx(self):
+        name = TEXT_ATTENTION[self.text_attention]
+        if name is None or self.device.type != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel([getattr(SDPBackend, name)])
+
+    def _vjp(self, ctx0, t0, cot):
         if self.grad_mode == "vjp":
             g, = torch.autograd.grad(t0, ctx0, grad_outputs=cot, retain_graph=True,
                                      is_grads_batched=True)
@@ -210,16 +272,21 @@ class FastEngine:
         losses, grads, sels = [], [], []
         for i in range(0, ctx.shape[0], step):
             x = ctx[i:i + step].detach().requires_grad_(True)
+            n = x.shape[0]
             with torch.enable_grad():
-                with self.autocast():
-                    text = self.text_encoder(x)
+                with self.text_ctx():
+                    if self.compile_text_grad:
+                        text = self._encode_text_grad(self._pad_rows(x, step))[:n]
+                    else:
+                        text = self.text_encoder(x)
                     logits = self.logits(img[i:i + step], text)
                 scores = self.objective.scores(logits.float())
                 s_idx = (select_confident(scores.detach(), self.selection_p) if sel_idx is None
                          else sel_idx[i:i + step])
                 sel = torch.gather(scores, 1, s_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
                 loss = self.objective.loss(sel, text.float())
-                g, = torch.autograd.grad(loss.sum() * self.loss_scale, x)
+                with self._text_backward_ctx():
+                    g, = torch.autograd.grad(loss.sum() * self.loss_scale, x)
             losses.append(loss.detach())
             grads.append(g)
             sels.append(s_idx)

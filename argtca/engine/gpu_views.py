@@ -168,6 +168,28 @@ def _affine_rows(name: str, v: float, size: int) -> List[float]:
     raise KeyError(name)
 
 
+def affine_matrices(op_ids: torch.Tensor, mags: torch.Tensor, size: int) -> torch.Tensor:
+    """Vectorised :func:`_affine_rows` for geometric op ids → [n, 2, 3] (float32, host)."""
+    op_ids = op_ids.long()
+    v = mags.double()
+    n = op_ids.numel()
+    A = torch.zeros(n, 6, dtype=torch.float64)
+    A[:, 0] = 1.0
+    A[:, 4] = 1.0
+    is_ = {name: op_ids == _OPS.index(name) for name in _GEOMETRIC}
+    a = torch.deg2rad(v)
+    c, s_ = torch.cos(a), torch.sin(a)
+    cx = size / 2.0
+    r = is_["rotate"]
+    A[r, 0], A[r, 1], A[r, 2] = c[r], -s_[r], cx - c[r] * cx + s_[r] * cx
+    A[r, 3], A[r, 4], A[r, 5] = s_[r], c[r], cx - s_[r] * cx - c[r] * cx
+    A[is_["shear_x"], 1] = v[is_["shear_x"]]
+    A[is_["shear_y"], 3] = v[is_["shear_y"]]
+    A[is_["translate_x"], 2] = torch.trunc(v[is_["translate_x"]])
+    A[is_["translate_y"], 5] = torch.trunc(v[is_["translate_y"]])
+    return A.float().view(n, 2, 3)
+
+
 class GpuViewMaker:
     """``maker(batch) -> views [B, V, 3, S, S]`` (fp32, normalised) on the batch's device.
 
@@ -176,7 +198,8 @@ class GpuViewMaker:
     build the per-op index lists, so no host-device synchronisation happens here.
     """
 
-    def __init__(self, view_gen: ViewGenerator):
+    def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None):
+        self.work_dtype = work_dtype   # None: float16 on CUDA (integers 0-255 are exact), else float32
         self.size = view_gen.size
         self.n_views = view_gen.n_views
         self.augmix = view_gen.augmix
@@ -200,7 +223,9 @@ class GpuViewMaker:
         params_cpu = batch.get("params_cpu", batch["params"]).cpu()
         params = batch["params"].to(dev, non_blocking=True)
         hw = batch["hw"].to(dev, non_blocking=True).float()
+        wd = self.work_dtype or (torch.float16 if dev.type == "cuda" else torch.float32)
         crops = self.crops(batch["canvas"].to(dev, non_blocking=True), hw, params, params_cpu)
+        crops = crops.to(wd)
         if self.augmix:
             crops = self.augment(crops, params.reshape(-1, _NCOL), params_cpu.reshape(-1, _NCOL))
         out[:, 1:] = self.normalize_float(crops).reshape(B, V - 1, 3, S, S)
@@ -208,7 +233,7 @@ class GpuViewMaker:
 
     def normalize_float(self, x255: torch.Tensor) -> torch.Tensor:
         mean, std = self.mean.to(x255.device), self.std.to(x255.device)
-        return x255.div(255).sub_(mean).div_(std)
+        return x255.float().div_(255).sub_(mean).div_(std)
 
     # -- resized crop + flip ------------------------------------------------------------------
     def crops(self, canvas: torch.Tensor, hw: torch.Tensor, params: torch.Tensor,
@@ -251,8 +276,7 @@ class GpuViewMaker:
             geo = [k for k in range(len(_OPS)) if _OPS[k] in _GEOMETRIC]
             gidx = torch.nonzero(torch.isin(col, torch.tensor(geo))).flatten()
             if gidx.numel():
-                A = torch.tensor([_affine_rows(_OPS[int(col[i])], float(mags[i, d]), self.size)
-                                  for i in gidx.tolist()], dtype=torch.float32).view(-1, 2, 3)
+                A = affine_matrices(col[gidx], mags[gidx, d], self.size)
                 self._apply(chains, gidx, lambda x, A=A: self.warp(x, A.to(dev, non_blocking=True)))
             for name, fn in (("autocontrast", self.autocontrast), ("equalize", self.equalize)):
                 idx = torch.nonzero(col == _OPS.index(name)).flatten()
@@ -263,10 +287,13 @@ class GpuViewMaker:
                 if idx.numel():
                     v = mags[idx, d].to(dev, non_blocking=True).view(-1, 1, 1, 1)
                     self._apply(chains, idx, lambda x, v=v, fn=fn: fn(x, v))
-        w = params[:, 6:6 + CHAINS].to(dev)                                     # [N, 3]
+        w = params[:, 6:6 + CHAINS].to(dev)                                     # [N, 3] fp32
         m = params[:, 5].to(dev).view(N, 1, 1, 1)
-        mix = (chains.view(N, CHAINS, *crops.shape[1:]) * w.view(N, CHAINS, 1, 1, 1)).sum(1)
-        return m * crops + (1 - m) * mix
+        c = chains.view(N, CHAINS, *crops.shape[1:])
+        mix = m * crops.float()
+        for i in range(CHAINS):   # fp32 accumulation
+            mix += (1 - m) * w[:, i].view(N, 1, 1, 1) * c[:, i].float()
+        return mix
 
     @staticmethod
     def _apply(x: torch.Tensor, idx: torch.Tensor, fn) -> None:
@@ -276,18 +303,23 @@ class GpuViewMaker:
     def warp(self, x: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         S = self.size
         src = self._base_grid(x.device) @ A.transpose(1, 2).unsqueeze(1)         # [n, S, S, 2]
-        grid = src * (2.0 / S) - 1.0
+        grid = (src * (2.0 / S) - 1.0).to(x.dtype)
         return TF.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
                               align_corners=False).round_().clamp_(0, 255)
 
     @staticmethod
     def autocontrast(x: torch.Tensor) -> torch.Tensor:
-        # PIL: lut[i] = int(i * scale + offset), scale = 255 / (hi - lo), offset = -lo * scale
-        lo = x.amin(dim=(-2, -1), keepdim=True).double()
-        hi = x.amax(dim=(-2, -1), keepdim=True).double()
+        # PIL's LUT per channel: lut[i] = int(i * scale + offset), scale = 255 / (hi - lo),
+        # offset = -lo * scale (float64, as Python computes it); identity when hi <= lo
+        n, c = x.shape[:2]
+        flat = x.reshape(n * c, -1)
+        lo = flat.amin(1, keepdim=True).double()
+        hi = flat.amax(1, keepdim=True).double()
         scale = 255.0 / (hi - lo).clamp(min=1)
-        out = torch.trunc(x.double() * scale + (-lo * scale)).clamp_(0, 255).to(x.dtype)
-        return torch.where(hi > lo, out, x)
+        i = torch.arange(256, device=x.device, dtype=torch.float64)
+        lut = torch.trunc(i * scale + (-lo * scale)).clamp_(0, 255)
+        lut = torch.where(hi > lo, lut, i.expand_as(lut)).to(x.dtype)
+        return lut.gather(1, flat.long()).reshape(x.shape)
 
     @staticmethod
     def equalize(x: torch.Tensor) -> torch.Tensor:
