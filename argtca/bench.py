@@ -295,7 +295,7 @@ def _phase_times(eng, x, reps, dev):
 
 VARIANTS = [
     ("reference", {}),
-    ("fast", {"grad_mode": "vjp"}),
+    ("fast", {"grad_mode": "vjp", "text_attention": "default"}),
     ("fast", {"grad_mode": "vjp", "text_attention": "math", "compile_text": True}),
     ("fast", {"grad_mode": "vjp", "text_attention": "efficient", "compile_text": True}),
     ("fast", {"grad_mode": "recompute", "text_attention": "math", "compile_text": True,
@@ -316,11 +316,13 @@ def variants(setup: Setup, n_batches: int = 3, compile_image: bool = False) -> L
     rows = []
     combos = list(VARIANTS)
     if dev.type != "cuda":
-        combos = [c for c in combos if c[0] == "reference" or c[1] == {"grad_mode": "vjp"}]
+        combos = [c for c in combos if c[0] == "reference" or c[1].get("text_attention") == "default"]
     for kind, kw in combos:
         kw = dict(kw)
-        if kind == "fast" and compile_image:
-            kw["compile_image"] = True
+        if kind == "fast":
+            kw["compile_image"] = compile_image
+            kw.setdefault("compile_text", False)
+            kw.setdefault("compile_text_grad", False)
         try:
             eng = setup.engine(kind, **kw)
             if dev.type == "cuda":
@@ -470,7 +472,9 @@ def parse_args(argv=None):
     p.add_argument("--large-scale", type=float, default=0.25,
                    help="fraction of the image counts used at K>=1000")
     p.add_argument("--grad-mode", default="vjp", help="vjp | loop | recompute")
-    p.add_argument("--text-attention", default="default",
+    p.add_argument("--compile-text", action="store_true",
+                   help="torch.compile the text tower (final pass and recompute passes)")
+    p.add_argument("--text-attention", default="efficient",
                    help="SDPA kernel of the text tower: default | math | efficient | flash | cudnn")
     p.add_argument("--auto", action="store_true", help="run the engine-only trial of the knobs "
                    "(--variants) and use the fastest fast-engine setting for the timed passes")
@@ -564,7 +568,8 @@ def main(argv=None) -> int:
             save()
 
     engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on",
-                 "text_attention": args.text_attention}
+                 "text_attention": args.text_attention, "compile_text": args.compile_text,
+                 "compile_text_grad": args.compile_text}
     for K in args.classes:
         scale = args.large_scale if K >= 1000 else 1.0
         n_fast = max(args.batch, int(args.n_fast * scale))

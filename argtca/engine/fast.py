@@ -26,13 +26,22 @@ Exact savings over the reference:
 * Large batches are processed in chunks (images for the image tower, prompts x tokens for the text
   tower) so memory stays bounded; chunking never changes a number beyond float reordering.
 
-Speed knobs that never change results (constructor keywords, measured in ``python -m argtca.bench``):
-``grad_mode``, ``compile_image`` (``torch.compile`` of the image tower), ``compile_text`` (of the
-text tower's no-grad final pass), ``compile_text_grad`` (of its passes with gradient: θ0 graph and
-``recompute``; the backward is compiled too), ``text_attention`` (SDPA kernel of the text tower), ``image_chunk``
-(views per image-tower call), ``text_tokens`` (prompt tokens per text-tower call). Each also reads
-an environment variable (``ARGTCA_FAST_GRAD``, ``ARGTCA_COMPILE``, ``ARGTCA_COMPILE_TEXT``,
-``ARGTCA_COMPILE_TEXT_GRAD``, ``ARGTCA_TEXT_ATTENTION``, ``ARGTCA_IMAGE_CHUNK``, ``ARGTCA_TEXT_TOKENS``) when not given.
+Speed knobs that never change results beyond float reordering (constructor keywords; each falls
+back to an environment variable; measured with ``python -m argtca.bench``, see BENCHMARKS.md):
+
+* ``compile`` (``ARGTCA_COMPILE``): default for the three ``torch.compile`` switches below. Off by
+  default: compiling costs ~50 s per dataset (per shape), which pays only for long runs.
+* ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower (~2x on an H200).
+* ``compile_text`` (``ARGTCA_COMPILE_TEXT``): the text tower's no-grad final pass (~2x).
+* ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
+  ``recompute`` mode (forward and backward compiled). The kept θ0 graph of ``vjp``/``loop`` is
+  never compiled (it is differentiated many times).
+* ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``vjp`` by default, ``recompute`` when
+  ``compile_text_grad`` is on (the fastest combinations measured).
+* ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): SDPA kernel of the text tower on CUDA,
+  ``efficient`` by default (``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``).
+* ``image_chunk`` / ``text_tokens`` (``ARGTCA_IMAGE_CHUNK`` / ``ARGTCA_TEXT_TOKENS``): views per
+  image-tower call / prompt tokens per text-tower call (memory bound).
 """
 from __future__ import annotations
 
@@ -53,6 +62,11 @@ TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTEN
                   "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
 
 
+def _env_flag(name: str, default: bool = False) -> bool:
+    v = os.environ.get(name, "").strip().lower()
+    return default if not v else v not in ("0", "false", "no", "off")
+
+
 def _env_int(name: str, default: int) -> int:
     v = os.environ.get(name, "")
     return int(v) if v.strip() else default
@@ -65,7 +79,7 @@ class FastEngine:
                  grad_mode: Optional[str] = None, compile_image: Optional[bool] = None,
                  image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
                  text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
-                 compile_text_grad: Optional[bool] = None):
+                 compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None):
         self.model = model
         self.text_encoder = text_encoder
         self.objective = objective
@@ -78,31 +92,36 @@ class FastEngine:
         self.amp = self.device.type == "cuda" and self.prec == "amp"
         self.loss_scale = float(cfg.TTA.LOSS_SCALE) if self.amp else 1.0
         self.logit_scale = model.logit_scale.exp().detach().float()
-        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "vjp").lower()
+        if compile is None:
+            compile = _env_flag("ARGTCA_COMPILE")
+        on_cuda = self.device.type == "cuda"
+        if compile_image is None:
+            compile_image = _env_flag("ARGTCA_COMPILE_IMAGE", compile)
+        if compile_text is None:
+            compile_text = _env_flag("ARGTCA_COMPILE_TEXT", compile)
+        if compile_text_grad is None:
+            compile_text_grad = _env_flag("ARGTCA_COMPILE_TEXT_GRAD", compile)
+        self.compile_image = bool(compile_image) and on_cuda
+        self.compile_text = bool(compile_text) and on_cuda
+        self.compile_text_grad = bool(compile_text_grad) and on_cuda
+        # measured on an H200: eager → "vjp" (θ0 graph kept) is fastest; compiled → "recompute"
+        # (the compiled forward+backward beats the eager batched VJP)
+        default_mode = "recompute" if self.compile_text_grad else "vjp"
+        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or default_mode).lower()
         if grad_mode not in GRAD_MODES:
             raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of {GRAD_MODES}")
         self.grad_mode = grad_mode
-        if compile_image is None:
-            compile_image = os.environ.get("ARGTCA_COMPILE", "0") not in ("", "0", "false")
-        self.compile_image = bool(compile_image) and self.device.type == "cuda"
         default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
         self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
         self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
         self._encode_image = (torch.compile(model.encode_image, dynamic=False)
                               if self.compile_image else model.encode_image)
         text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
-                          or "default").lower()
+                          or "efficient").lower()
         if text_attention not in TEXT_ATTENTION:
             raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
                              f"{tuple(TEXT_ATTENTION)}")
         self.text_attention = text_attention
-        if compile_text is None:
-            compile_text = os.environ.get("ARGTCA_COMPILE_TEXT", "0") not in ("", "0", "false")
-        self.compile_text = bool(compile_text) and self.device.type == "cuda"
-        if compile_text_grad is None:
-            compile_text_grad = os.environ.get("ARGTCA_COMPILE_TEXT_GRAD", "0") not in ("", "0",
-                                                                                    "false")
-        self.compile_text_grad = bool(compile_text_grad) and self.device.type == "cuda"
         compiled = (torch.compile(text_encoder.forward, dynamic=False)
                     if (self.compile_text or self.compile_text_grad) else None)
         self._encode_text = compiled if self.compile_text else text_encoder
@@ -180,7 +199,8 @@ class FastEngine:
         if self._theta0 is None:
             ctx0 = self.text_encoder.ctx_init.detach().float().clone().requires_grad_(True)
             keep = self.steps > 0 and self.grad_mode != "recompute"
-            enc = self._encode_text_grad if keep else self._encode_text
+            # the kept θ0 graph is differentiated many times (retain_graph): eager, never compiled
+            enc = self.text_encoder if keep else self._encode_text
             with torch.set_grad_enabled(keep), self.text_ctx():
                 t0 = enc(ctx0.unsqueeze(0))[0]
             self._theta0 = (ctx0, t0)

@@ -285,7 +285,7 @@ class GpuViewMaker:
             for name, fn in (("posterize", self.posterize), ("solarize", self.solarize)):
                 idx = torch.nonzero(col == _OPS.index(name)).flatten()
                 if idx.numel():
-                    v = mags[idx, d].to(dev, non_blocking=True).view(-1, 1, 1, 1)
+                    v = mags[idx, d].to(dev, chains.dtype, non_blocking=True).view(-1, 1, 1, 1)
                     self._apply(chains, idx, lambda x, v=v, fn=fn: fn(x, v))
         w = params[:, 6:6 + CHAINS].to(dev)                                     # [N, 3] fp32
         m = params[:, 5].to(dev).view(N, 1, 1, 1)
@@ -298,7 +298,7 @@ class GpuViewMaker:
     @staticmethod
     def _apply(x: torch.Tensor, idx: torch.Tensor, fn) -> None:
         i = idx.to(x.device, non_blocking=True)
-        x.index_copy_(0, i, fn(x.index_select(0, i)))
+        x.index_copy_(0, i, fn(x.index_select(0, i)).to(x.dtype))
 
     def warp(self, x: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
         S = self.size
