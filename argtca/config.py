@@ -44,6 +44,7 @@ _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
 _C.TTA.ENGINE = "reference"     # "reference" (one image at a time) or "fast" (batched)
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
+_C.TTA.COMPILE = False          # fast engine: torch.compile the towers (CUDA; ~50 s to compile)
 
 _C.DATALOADER = CN()
 _C.DATALOADER.NUM_WORKERS = 2

@@ -77,7 +77,9 @@ def main(argv=None) -> int:
     try:
         cfg = setup_cfg(args)
         trainer = build_trainer(cfg)
-        trainer.test()
+        from argtca.engine.distributed import distributed_test, world_size
+        # under torchrun the test set is sharded over ranks and the records merged in index order
+        distributed_test(trainer) if world_size() > 1 else trainer.test()
     except (KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         if os.environ.get("ARGTCA_DEBUG"):
             raise

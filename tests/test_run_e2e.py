@@ -176,3 +176,23 @@ def test_argtca_each_selector_end_to_end(data, tmp_path, selector):
     # a second run on the same folder reuses phase 1 (same key) and the finished records
     assert main(_args(root, out, "argtca", "TRAINER.ARGTCA.SELECTOR", selector, attr=attr)) == 0
     assert json.loads((out / "phase1.json").read_text())["selected"] == p1["selected"]
+
+
+@pytest.mark.parametrize("method", ["tpt", "tca"])
+def test_fast_engine_through_cli_matches_reference(data, tmp_path, method):
+    root, attr = data
+    a = tmp_path / "ref"
+    b = tmp_path / "fast"
+    assert main(_args(root, a, method, attr=attr)) == 0
+    assert main(_args(root, b, method, "TTA.ENGINE", "fast", "TTA.BATCH_IMAGES", "4", attr=attr)) == 0
+    ra, rb = _records(a), _records(b)
+    assert [r["index"] for r in rb] == [r["index"] for r in ra]
+    assert [r["pred"] for r in rb] == [r["pred"] for r in ra]
+    assert max(abs(x["conf"] - y["conf"]) for x, y in zip(ra, rb)) < 1e-4
+
+
+def test_gpu_views_path_runs_on_cpu_too(data, tmp_path):
+    root, attr = data
+    out = tmp_path / "gv"
+    assert main(_args(root, out, "tpt", "TTA.ENGINE", "fast", "TTA.VIEWS_DEVICE", "gpu")) == 0
+    assert len(_records(out)) == 6

@@ -97,7 +97,7 @@ class TestTimeTrainer:
         if kind == "fast":
             from argtca.engine.fast import FastEngine
             return FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                              self.device)
+                              self.device, compile=bool(self.cfg.TTA.COMPILE))
         raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'reference' or 'fast'")
 
     @property
@@ -129,8 +129,7 @@ class TestTimeTrainer:
 
     # ---------------------------------------------------------------- the loop
     def test(self) -> Dict[str, object]:
-        from argtca.datasets.views import TestTimeDataset, build_test_loader, build_view_generator
-        from argtca.metrics import RunningCalibration, compute_metrics
+        from argtca.metrics import RunningCalibration
         from tqdm import tqdm
 
         cfg = self.cfg
@@ -152,11 +151,12 @@ class TestTimeTrainer:
         for r in sorted(records, key=lambda r: r["index"]):
             running.update([r["conf"]], [r["pred"] == r["label"]])
         if todo:
-            view_gen = build_view_generator(self.run_cfg, self.dataset)
-            ds = TestTimeDataset(self.dataset.test, view_gen, int(cfg.SEED), indices=todo)
-            loader = build_test_loader(
-                ds, int(cfg.DATALOADER.NUM_WORKERS), batch_images=self.batch_images,
-                pin_memory=self.device.type == "cuda", prefetch=int(cfg.DATALOADER.PREFETCH))
+            from argtca.engine.gpu_views import build_views_loader
+            # TTA.VIEWS_DEVICE "cpu": TPT's exact PIL views; "gpu": the same transforms on the device
+            loader = build_views_loader(self.run_cfg, self.dataset, int(cfg.SEED), todo,
+                                        self.batch_images, self.device,
+                                        int(cfg.DATALOADER.NUM_WORKERS),
+                                        int(cfg.DATALOADER.PREFETCH))
             writer = RecordWriter(rec_path)
             bar = tqdm(total=n_total, initial=len(done), desc=f"{self.display_label} "
                        f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
