@@ -199,7 +199,7 @@ def ece_radar(values: Mapping[str, Sequence[float]], datasets: Sequence[str], pa
         ax.set_ylabel(metric)
         ax.margins(y=0.12)
         fig.legend(loc="outside right upper", fontsize=8, frameon=False)
-        ax.set_title(f"{title} (grouped bars: a radar plot needs ≥ 3 datasets, "
+        ax.set_title(f"{title}\n(grouped bars: a radar plot needs ≥ 3 datasets, "
                      f"got {n_d})", fontsize=10)
         return _save(fig, path)
 

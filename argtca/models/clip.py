@@ -3,6 +3,8 @@
 with learnable context vectors used by every test-time tuning method."""
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 from typing import List, Optional, Sequence, Tuple
 
@@ -69,8 +71,10 @@ def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
                              f"file (e.g. the OpenAI ViT-B-16.pt) or a tag such as 'openai'")
         compact = _is_compact_checkpoint(pretrained)
         if compact:
-            model = open_clip.create_model(name, pretrained=None)
+            with _quiet_random_init_warning():  # the weights are loaded right below
+                model = open_clip.create_model(name, pretrained=None)
             load_compact_checkpoint(model, pretrained)
+            logging.getLogger(__name__).info("loaded %s weights from %s", name, pretrained)
         else:
             model = open_clip.create_model(name, pretrained=pretrained)
     else:
@@ -93,6 +97,22 @@ def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
         raise ModelError(f"{name} keeps its text tower in model.text (CustomTextCLIP); argtca's "
                          f"prompt encoder supports CLIP-style text towers only")
     return model, tokenizer
+
+
+@contextlib.contextmanager
+def _quiet_random_init_warning():
+    """open_clip warns 'initialized randomly' when built without a tag; silence it only where we
+    load the weights ourselves right after, so the warning stays true wherever it shows."""
+    class _F(logging.Filter):
+        def filter(self, record):
+            return "No pretrained weights loaded" not in record.getMessage()
+    f = _F()
+    root = logging.getLogger()
+    root.addFilter(f)
+    try:
+        yield
+    finally:
+        root.removeFilter(f)
 
 
 def _is_compact_checkpoint(path: str) -> bool:

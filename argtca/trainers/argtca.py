@@ -2,11 +2,10 @@
 Attribute Graph (Phase 1). Nothing else changes."""
 from __future__ import annotations
 
-import json
 import os
 
 from argtca.registry import SELECTOR_REGISTRY, TRAINER_REGISTRY
-from argtca.trainers.methods import TCA
+from argtca.trainers.methods import TCA, write_json
 
 
 @TRAINER_REGISTRY.register()
@@ -57,11 +56,7 @@ class ArgTCA(TCA):
                             cache_dir=out_dir, cache_key=key, device=str(self.device))
         self.phase1 = result
         # the selection this run used, under a fixed name (the hashed file is phase 1's cache)
-        os.makedirs(out_dir, exist_ok=True)
-        tmp = os.path.join(out_dir, "phase1.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1, default=str)
-        os.replace(tmp, os.path.join(out_dir, "phase1.json"))
+        write_json(os.path.join(out_dir, "phase1.json"), result)
         self.attributes = {c: list(result["selected"][c]) for c in self.classnames}
         if self.cfg.VERBOSE:
             for c in self.classnames[:5]:
