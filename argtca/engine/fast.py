@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
-from argtca.engine.reference import NonFiniteLossError, autocast_ctx
+from argtca.engine.reference import NonFiniteLossError, ReferenceEngine
 
 GRAD_MODES = ("vjp", "loop", "recompute")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
@@ -72,7 +72,7 @@ def _env_int(name: str, default: int) -> int:
     return int(v) if v.strip() else default
 
 
-class FastEngine:
+class FastEngine(ReferenceEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API."""
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
@@ -80,18 +80,8 @@ class FastEngine:
                  image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
                  text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
                  compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None):
-        self.model = model
-        self.text_encoder = text_encoder
-        self.objective = objective
-        self.device = torch.device(device)
-        self.steps = int(cfg.TTA.STEPS)
-        self.selection_p = float(cfg.TTA.SELECTION_P)
-        self.lr = float(cfg.TTA.LR)
-        self.wd = float(cfg.TTA.WEIGHT_DECAY)
-        self.prec = str(cfg.TTA.PREC)
-        self.amp = self.device.type == "cuda" and self.prec == "amp"
-        self.loss_scale = float(cfg.TTA.LOSS_SCALE) if self.amp else 1.0
-        self.logit_scale = model.logit_scale.exp().detach().float()
+        # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
+        super().__init__(model, text_encoder, objective, cfg, device)
         if compile is None:
             compile = _env_flag("ARGTCA_COMPILE")
         on_cuda = self.device.type == "cuda"
@@ -131,9 +121,6 @@ class FastEngine:
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
 
     # ------------------------------------------------------------------ helpers
-    def autocast(self):
-        return autocast_ctx(self.device, self.prec)
-
     def text_ctx(self):
         """Autocast plus the chosen attention kernel for the text tower (same maths)."""
         name = TEXT_ATTENTION[self.text_attention]
