@@ -50,6 +50,10 @@ if HAVE_DASSL:  # pragma: no cover
     class ClassificationCalib(Classification):
         """Dassl's Classification evaluator plus ECE (20 equal-width bins, C-TPT's convention)."""
 
+        def __init__(self, cfg, lab2cname=None, **kwargs):
+            super().__init__(cfg, lab2cname=lab2cname, **kwargs)
+            self._conf = []
+
         def reset(self):
             super().reset()
             self._conf = []

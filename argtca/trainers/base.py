@@ -24,6 +24,7 @@ from argtca.registry import OBJECTIVE_REGISTRY
 
 
 def set_random_seed(seed: int) -> None:
+    seed = int(seed) % (1 << 32)  # Dassl's default SEED is -1
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
