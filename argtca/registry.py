@@ -7,7 +7,7 @@ case-insensitive, and an unknown name raises ``KeyError`` listing every register
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 __all__ = ["Registry", "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY",
            "OBJECTIVE_REGISTRY"]

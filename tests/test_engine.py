@@ -4,7 +4,6 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from argtca.engine.objectives import CTPTObjective, TPTObjective, avg_entropy, select_confident
 from argtca.engine.reference import NonFiniteLossError, ReferenceEngine

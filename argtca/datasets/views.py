@@ -217,7 +217,8 @@ class TestTimeDataset(Dataset):
     def __len__(self) -> int:
         return len(self.indices)
 
-    def __getitem__(self, k: int) -> Dict[str, Any]:
+    def load(self, k: int) -> Tuple[int, Datum, Image.Image]:
+        """``(index, datum, RGB image)`` of the k-th item; DataError naming the file if unreadable."""
         index = self.indices[k]
         datum = self.items[index]
         try:
@@ -226,6 +227,10 @@ class TestTimeDataset(Dataset):
         except (OSError, UnidentifiedImageError) as e:
             raise DataError(f"cannot open image {datum.impath} (item {index}): {e}; check or "
                             f"re-download the file") from e
+        return index, datum, img
+
+    def __getitem__(self, k: int) -> Dict[str, Any]:
+        index, datum, img = self.load(k)
         return {"index": index, "views": self.view_gen(img, self.seed, index),
                 "label": int(datum.label), "path": datum.impath}
 

@@ -28,12 +28,12 @@ import numpy as np
 import torch
 import torch.nn.functional as TF
 import torchvision.transforms.functional as F
-from PIL import Image, UnidentifiedImageError
-from torch.utils.data import DataLoader, Dataset
+from PIL import Image
+from torch.utils.data import DataLoader
 from torchvision.ops import roi_align
 
 from argtca.datasets.augmix import OPS, sample_plan
-from argtca.datasets.base import DataError, Datum
+from argtca.datasets.base import Datum
 from argtca.datasets.views import (ViewGenerator, build_test_loader, build_view_generator,
                                    item_rngs, random_resized_crop_params, TestTimeDataset)
 
@@ -91,7 +91,7 @@ def _to_uint8(img: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
 
 
-class GpuViewDataset(Dataset):
+class GpuViewDataset(TestTimeDataset):
     """Items → ``dict(index, label, path, view0 u8[3,S,S], canvas u8[3,C,C], hw i64[2], params)``.
 
     ``canvas``: the image resized (aspect kept, bilinear with antialias) so that its long side is
@@ -102,29 +102,13 @@ class GpuViewDataset(Dataset):
 
     def __init__(self, items: Sequence[Datum], view_gen: ViewGenerator, seed: int,
                  indices: Optional[Sequence[int]] = None, canvas: Optional[int] = None):
-        self.items = list(items)
-        self.view_gen = view_gen
-        self.seed = int(seed)
-        self.indices = list(range(len(self.items))) if indices is None else [int(i) for i in indices]
-        bad = [i for i in self.indices if not 0 <= i < len(self.items)]
-        if bad:
-            raise IndexError(f"indices {bad[:5]} out of range for {len(self.items)} items")
+        super().__init__(items, view_gen, seed, indices=indices)
         self.canvas = int(canvas or 2 * view_gen.size)
         if self.canvas < view_gen.size:
             raise ValueError(f"canvas={self.canvas} must be >= INPUT.SIZE={view_gen.size}")
 
-    def __len__(self) -> int:
-        return len(self.indices)
-
     def __getitem__(self, k: int) -> Dict[str, Any]:
-        index = self.indices[k]
-        datum = self.items[index]
-        try:
-            with Image.open(datum.impath) as im:
-                img = im.convert("RGB")
-        except (OSError, UnidentifiedImageError) as e:
-            raise DataError(f"cannot open image {datum.impath} (item {index}): {e}; check or "
-                            f"re-download the file") from e
+        index, datum, img = self.load(k)
         vg, S, C = self.view_gen, self.view_gen.size, self.canvas
         view0 = F.center_crop(F.resize(img, S, interpolation=vg.interpolation), [S, S])
         W, H = img.size
