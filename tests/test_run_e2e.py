@@ -196,3 +196,16 @@ def test_gpu_views_path_runs_on_cpu_too(data, tmp_path):
     out = tmp_path / "gv"
     assert main(_args(root, out, "tpt", "TTA.ENGINE", "fast", "TTA.VIEWS_DEVICE", "gpu")) == 0
     assert len(_records(out)) == 6
+
+
+def test_log_txt_parses_with_coops_regex(data, tmp_path):
+    import re
+    root, attr = data
+    out = tmp_path / "log"
+    assert main(_args(root, out, "ctpt")) == 0
+    text = (out / "log.txt").read_text()
+    s = json.loads((out / "summary.json").read_text())
+    after = text.split("=> result")[-1]  # parse_test_res.py --test-log: after its end signal
+    acc = float(re.search(r"\* accuracy: ([\.\deE+-]+)%", after).group(1))
+    ece = float(re.search(r"\* ece: ([\.\deE+-]+)%", after).group(1))
+    assert abs(acc - s["accuracy"]) < 0.006 and abs(ece - s["ece"]) < 0.006

@@ -222,9 +222,13 @@ class TestTimeTrainer:
         with open(tmp, "w") as f:
             json.dump(summary, f, indent=1)
         os.replace(tmp, os.path.join(out_dir, "summary.json"))
-        print("=> result")
-        print(f"* total: {len(records)}")
-        print(f"* accuracy: {m['accuracy']:.2f}%")
-        print(f"* ece: {m['ece']:.2f}%")
-        print(f"* output: {out_dir}")
+        lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
+                 f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
+                 f"* mce: {m['mce']:.2f}%"]
+        print("\n".join(lines[:4] + [f"* output: {out_dir}"]))
+        # Dassl/CoOp keep the result block in <output>/log.txt, where CoOp's parse_test_res.py
+        # (`--test-log --keyword accuracy|ece`) looks for it
+        with open(os.path.join(out_dir, "log.txt"), "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.display_label} on "
+                    f"{self.dataset.name}, seed {self.cfg.SEED}\n" + "\n".join(lines) + "\n")
         return summary
