@@ -75,7 +75,10 @@ def build_trainer(cfg):
 def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        cfg = setup_cfg(args)
+        try:
+            cfg = setup_cfg(args)
+        except AssertionError as e:  # yacs asserts on unknown keys given on the command line
+            raise KeyError(f"{e}; every key and its default is in argtca/config.py") from e
         trainer = build_trainer(cfg)
         from argtca.engine.distributed import distributed_test, world_size
         # under torchrun the test set is sharded over ranks and the records merged in index order

@@ -209,3 +209,11 @@ def test_log_txt_parses_with_coops_regex(data, tmp_path):
     acc = float(re.search(r"\* accuracy: ([\.\deE+-]+)%", after).group(1))
     ece = float(re.search(r"\* ece: ([\.\deE+-]+)%", after).group(1))
     assert abs(acc - s["accuracy"]) < 0.006 and abs(ece - s["ece"]) < 0.006
+
+
+def test_unknown_or_mistyped_config_keys_are_one_clear_error(data, tmp_path, capsys):
+    root, attr = data
+    assert main(_args(root, tmp_path / "k1", "tpt", "TTA.BOGUS", "1")) == 2
+    assert "TTA.BOGUS" in capsys.readouterr().err
+    assert main(_args(root, tmp_path / "k2", "tpt", "TTA.LR", "fast")) == 2
+    assert "LR" in capsys.readouterr().err
