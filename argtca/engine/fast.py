@@ -53,7 +53,7 @@ import torch
 import torch.nn.functional as F
 
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
-from argtca.engine.reference import NonFiniteLossError, ReferenceEngine
+from argtca.engine.reference import ReferenceEngine, raise_if_non_finite
 
 GRAD_MODES = ("vjp", "loop", "recompute")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
@@ -214,12 +214,7 @@ class FastEngine(ReferenceEngine):
 
     def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths) -> None:
         """One host sync per batch: raise the reference's error for the first bad image."""
-        if bool(bad_seen.any()):
-            i = int(bad_seen.nonzero()[0])
-            name = paths[i] if paths is not None else f"batch item {i}"
-            raise NonFiniteLossError(
-                f"non-finite test-time loss ({float(first_bad[i])}) on image {name}; check the "
-                f"image file and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+        raise_if_non_finite(first_bad, bad_seen, paths)
 
     @staticmethod
     def _record_bad(loss, first_bad, bad_seen):

@@ -21,6 +21,17 @@ class NonFiniteLossError(RuntimeError):
     pass
 
 
+def raise_if_non_finite(loss: torch.Tensor, bad: torch.Tensor,
+                        paths: Optional[Sequence[str]] = None) -> None:
+    """``loss`` [B] and ``bad`` [B] (bool): raise for the first bad image, naming its file."""
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        name = paths[i] if paths is not None else f"batch item {i}"
+        raise NonFiniteLossError(
+            f"non-finite test-time loss ({float(loss[i])}) on image {name}; check the image file "
+            f"and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+
+
 def autocast_ctx(device: torch.device, prec: str):
     if device.type == "cuda" and prec == "amp":
         return torch.autocast("cuda", dtype=torch.float16)
@@ -78,13 +89,7 @@ class ReferenceEngine:
                     sel_idx = select_confident(scores.detach(), self.selection_p)
                 sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
                 loss = self.objective.loss(sel, text.float())
-                bad = ~torch.isfinite(loss.detach())
-                if bool(bad.any()):
-                    i = int(bad.nonzero()[0])
-                    name = paths[i] if paths is not None else f"batch item {i}"
-                    raise NonFiniteLossError(
-                        f"non-finite test-time loss ({float(loss.detach()[i])}) on image {name}; check the "
-                        f"image file and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+                raise_if_non_finite(loss.detach(), ~torch.isfinite(loss.detach()), paths)
                 opt.zero_grad(set_to_none=True)
                 (loss.sum() * self.loss_scale).backward()
             before = ctx.detach().clone()
