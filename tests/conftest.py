@@ -28,6 +28,15 @@ def tiny_cfg(**over):
     return cfg
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models are launch-bound: one thread avoids thrashing on small shared machines."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def tiny_clip():
     from argtca.models.clip import load_clip

@@ -16,13 +16,7 @@ CLASSES = ["dog", "cat", "fish", "bird", "red car"]
 ATTRS = ["small", "furry animal"]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """The tiny model is launch-bound: one thread avoids thrashing on small shared machines."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _objective(name):

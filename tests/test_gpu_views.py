@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 import torchvision.transforms.functional as F
-from PIL import Image, ImageOps
+from PIL import Image
 
 from argtca.datasets.augmix import AugMixPlan, OpCall, OPS, apply_op, augmix_view
 from argtca.datasets.base import Datum
@@ -12,12 +12,7 @@ from argtca.datasets.views import ViewGenerator
 from argtca.engine import gpu_views as G
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _smooth_image(w=70, h=52, seed=0):
