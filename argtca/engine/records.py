@@ -51,10 +51,15 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object]) -> None:
                 f"{' ...' if len(diff) > 6 else ''}); use another --output-dir or delete {out_dir} "
                 f"to start over")
         return
-    os.makedirs(out_dir, exist_ok=True)
+    write_json(path, fp, sort_keys=True, default=str)
+
+
+def write_json(path: str, obj, **dump_kwargs) -> None:
+    """Atomic JSON write (temp file + rename): a killed run never leaves a half-written file."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
-        json.dump(fp, f, indent=1, sort_keys=True, default=str)
+        json.dump(obj, f, indent=1, **dump_kwargs)
     os.replace(tmp, path)
 
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from argtca.engine.records import write_json
 from argtca.graph.gat import AttributeGAT, source_attention
 from argtca.graph.nodes import AttributeNodes, GraphInputError, build_graph, make_nodes
 from argtca.graph.supcon import supcon_loss
@@ -204,11 +205,7 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
                     "total": time.perf_counter() - t_start},
     }
     if path:
-        os.makedirs(cache_dir, exist_ok=True)
-        tmp = path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, path)
+        write_json(path, result)
     result["cached"] = False
     result["cache_file"] = path
     return result

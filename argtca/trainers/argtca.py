@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 
 from argtca.registry import SELECTOR_REGISTRY, TRAINER_REGISTRY
-from argtca.trainers.methods import TCA, write_json
+from argtca.engine.records import write_json
+from argtca.trainers.methods import TCA
 
 
 @TRAINER_REGISTRY.register()
@@ -56,7 +57,7 @@ class ArgTCA(TCA):
                             cache_dir=out_dir, cache_key=key, device=str(self.device))
         self.phase1 = result
         # the selection this run used, under a fixed name (the hashed file is phase 1's cache)
-        write_json(os.path.join(out_dir, "phase1.json"), result)
+        write_json(os.path.join(out_dir, "phase1.json"), result, default=str)
         self.attributes = {c: list(result["selected"][c]) for c in self.classnames}
         if self.cfg.VERBOSE:
             for c in self.classnames[:5]:

@@ -6,7 +6,6 @@ whole evaluation and returns the summary dict.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import sys
@@ -18,7 +17,7 @@ import torch
 
 from argtca.config import get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, config_hash,
+from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, config_hash, write_json,
                                    flatten_cfg, load_records, result_fingerprint)
 from argtca.registry import OBJECTIVE_REGISTRY
 
@@ -218,10 +217,7 @@ class TestTimeTrainer:
             "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
             "seconds_this_session": round(elapsed, 2), "images_this_session": n_new,
         }
-        tmp = os.path.join(out_dir, "summary.json.tmp")
-        with open(tmp, "w") as f:
-            json.dump(summary, f, indent=1)
-        os.replace(tmp, os.path.join(out_dir, "summary.json"))
+        write_json(os.path.join(out_dir, "summary.json"), summary)
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
                  f"* mce: {m['mce']:.2f}%"]

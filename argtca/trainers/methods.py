@@ -1,10 +1,10 @@
 """The baseline methods: each is its objective, its prompts and its config node — nothing else."""
 from __future__ import annotations
 
-import json
 import os
 from typing import List
 
+from argtca.engine.records import write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import TestTimeTrainer
 
@@ -74,16 +74,8 @@ class TCA(TestTimeTrainer):
         # that reports can put TCA's picks beside the graph selectors'
         write_json(os.path.join(self.output_dir(), "phase1.json"),
                    {"selector": "tca", "selected": self.attributes,
-                    "note": "TCA: the first M' attributes of each class in file order; no graph"})
+                    "note": "TCA: the first M' attributes of each class in file order; no graph"},
+                   default=str)
 
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
         return [f"{a} {c}." for c in classnames for a in self.attributes[c]]
-
-
-def write_json(path: str, obj) -> None:
-    """Atomic JSON write (a killed run never leaves a half-written file)."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(obj, f, indent=1, default=str)
-    os.replace(tmp, path)
