@@ -32,9 +32,8 @@ class ArgTCA(TCA):
 
     def choose_attributes(self):
         # validated now (file, classes, M distinct candidates); chosen in prepare() once CLIP is up
+        # (Phase 1 takes the first NUM_CANDIDATES distinct attributes of each list)
         self.candidates = self.load_attribute_lists(int(self.node.NUM_CANDIDATES), dedupe=True)
-        self.candidates = {c: self.candidates[c][:int(self.node.NUM_CANDIDATES)]
-                           for c in self.classnames}
         return None
 
     def prepare(self) -> None:
