@@ -28,6 +28,18 @@ def tiny_cfg(**over):
     return cfg
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_network_no_user_cache(tmp_path_factory):
+    """No test touches the network or the user's download cache (argtca/fetch.py); fetch tests
+    opt back in with monkeypatch and a local HTTP server."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ARGTCA_OFFLINE", "1")
+    mp.setenv("ARGTCA_DOWNLOADS", str(tmp_path_factory.mktemp("downloads")))
+    mp.delenv("ARGTCA_MIRROR", raising=False)
+    yield
+    mp.undo()
+
+
 @pytest.fixture(scope="module")
 def one_thread():
     """Tiny models are launch-bound: one thread avoids thrashing on small shared machines."""

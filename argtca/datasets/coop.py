@@ -4,7 +4,8 @@ Each reader takes its evaluation split (``DATASET.SPLIT``, default "test") from 
 ``split_zhou_<Name>.json`` (FGVC-Aircraft: ``variants.txt`` + ``images_variant_<split>.txt``),
 names classes from the split file (ordered by label; ``_`` replaced by a space as in CoOp's
 prompts, TPT's ``cls_to_names`` and TCA's attribute files; raw names in ``raw_classnames``) and
-checks at load time that every evaluated image exists. Nothing is ever written into the data
+checks at load time that every evaluated image exists and opens as an image (header read,
+``DATASET.CHECK_IMAGES``; see :mod:`argtca.datasets.images`). Nothing is ever written into the data
 root (unlike CoOp, which creates ``split_fewshot/`` and generates missing split files).
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Dict, List, Sequence, Tuple
 
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json
+from .images import check_images
 
 __all__ = ["CoOpDataset", "JsonSplitDataset", "prompt_name", "resolve_root", "parse_split_json",
            "check_images_exist", "Caltech101", "OxfordPets", "StanfordCars", "OxfordFlowers",
@@ -155,6 +157,9 @@ class CoOpDataset(DatasetBase):
                 raise DataError(f"{type(self).__name__}: image folder {self.image_path} not "
                                 f"found; expected CoOp's layout, see {COOP_DATASETS_MD}")
             check_images_exist(items, f"{type(self).__name__} split {split!r}")
+            # DATASET.CHECK_IMAGES: "header" (default) opens every file's header in threads
+            check_images(items, f"{type(self).__name__} split {split!r}",
+                         cfg.DATASET.get("CHECK_IMAGES", "header"))
         super().__init__(items, classnames, root=root)
 
     def read_data(self, root: str, split: str) -> Tuple[List[Datum], List[str]]:
@@ -175,8 +180,9 @@ class JsonSplitDataset(CoOpDataset):
             raise DataError(f"DATASET.SPLIT={split!r} is not a CoOp split; use one of "
                             f"{', '.join(SPLITS)}")
         split_path = os.path.join(root, self.dataset_dir, self.split_file)
-        if not os.path.isfile(split_path):
-            raise DataError(f"split file {split_path} not found: {self.split_missing_hint()}")
+        if not os.path.isfile(split_path):  # not in the data root: the cached (fetched) copy
+            from ..fetch import fetch_split_file
+            split_path = fetch_split_file(self.split_file, split_path, self.split_missing_hint())
         return parse_split_json(split_path, self.image_path, split)
 
 

@@ -1,0 +1,270 @@
+"""argtca.fetch through a real local HTTP server: attribute files, split files, failures."""
+import hashlib
+import http.server
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from argtca import fetch
+from argtca.attributes import AttributeFileError
+from argtca.config import get_cfg_default
+from argtca.datasets import DataError, resolve_dataset_class
+from argtca.fetch import KNOWN_FILES, TCA_ATTRIBUTE_FILES, FetchError
+
+SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+class _Server:
+    """http.server in a thread serving ``directory``; ``requests`` lists the paths asked for."""
+
+    def __init__(self, directory, handler=None):
+        self.requests = []
+        outer = self
+
+        class H(handler or http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(directory), **k)
+
+            def do_GET(self):
+                outer.requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def online(monkeypatch, tmp_path):
+    """Network allowed, a private download cache; returns the cache folder."""
+    monkeypatch.delenv("ARGTCA_OFFLINE", raising=False)
+    cache = tmp_path / "downloads"
+    monkeypatch.setenv("ARGTCA_DOWNLOADS", str(cache))
+    return cache
+
+
+def _serve(monkeypatch, directory, handler=None):
+    srv = _Server(directory, handler)
+    monkeypatch.setenv("ARGTCA_MIRROR", srv.url)
+    return srv
+
+
+def _files(folder: Path):
+    return sorted(p.name for p in folder.rglob("*") if p.is_file()) if folder.exists() else []
+
+
+def _attr_dir(shared_data):
+    d = shared_data / "tca_attributes"
+    if not d.is_dir():
+        pytest.skip("../shared/data/tca_attributes is absent")
+    return d
+
+
+# ----------------------------------------------------------------------------- registry
+def test_recorded_hashes_are_those_of_the_published_files(shared_data):
+    for kind, folder in (("attributes", "tca_attributes"), ("splits", "coop_splits")):
+        names = [n for n, kf in KNOWN_FILES.items() if kf.kind == kind and kf.sha256]
+        for name in names:
+            p = shared_data / folder / name
+            if p.is_file():
+                assert hashlib.sha256(p.read_bytes()).hexdigest() == KNOWN_FILES[name].sha256, name
+    # every file of the reference folders is registered
+    for p in (shared_data / "tca_attributes").glob("*.json"):
+        assert KNOWN_FILES[p.name].kind == "attributes"
+
+
+def test_every_dataset_knows_its_files():
+    import argtca.datasets.coop as coop
+    for cls in coop.COOP_DATASETS:
+        assert TCA_ATTRIBUTE_FILES[cls.__name__] in KNOWN_FILES
+        if issubclass(cls, coop.JsonSplitDataset):
+            assert KNOWN_FILES[cls.split_file].kind == "splits"
+    for kf in KNOWN_FILES.values():
+        assert kf.urls and all(u.startswith("https://") for u in kf.urls)
+        if kf.kind == "attributes":
+            assert fetch.TCA_COMMIT in kf.urls[0] and kf.urls[0].endswith("/TCA/Attributes/" + kf.name)
+
+
+# ----------------------------------------------------------------------------- download
+def test_attribute_file_downloaded_verified_cached(monkeypatch, online, shared_data):
+    src = _attr_dir(shared_data)
+    srv = _serve(monkeypatch, src)
+    try:
+        cfg = get_cfg_default()
+        cfg.DATASET.NAME = "caltech101"          # the key works as well as the class name
+        path = Path(fetch.attribute_file_for(cfg))
+        assert path == online / "attributes" / "Caltech101_2_V.json"
+        assert path.read_bytes() == (src / "Caltech101_2_V.json").read_bytes()
+        assert srv.requests == ["/Caltech101_2_V.json"]
+        # the ImageNet variants share ImageNet's file
+        cfg.DATASET.NAME = "ImageNetA"
+        assert Path(fetch.attribute_file_for(cfg)).name == "ImageNet_2_V.json"
+        assert _files(online) == ["Caltech101_2_V.json", "ImageNet_2_V.json"]
+    finally:
+        srv.close()
+    # server gone: the cache answers, without a request
+    cfg.DATASET.NAME = "Caltech101"
+    assert Path(fetch.attribute_file_for(cfg)) == path
+    # an explicit path wins and is not fetched
+    mine = online.parent / "mine.json"
+    mine.write_text('{"a": "b"}')
+    cfg.DATASET.ATTRIBUTE_FILE = str(mine)
+    assert fetch.attribute_file_for(cfg) == str(mine)
+
+
+def test_checksum_mismatch_caches_nothing(monkeypatch, online, shared_data, tmp_path):
+    src = _attr_dir(shared_data)
+    bad = tmp_path / "served"
+    bad.mkdir()
+    data = json.loads((src / "EuroSAT_2_V.json").read_text())
+    data["Forest"] = "tampered"
+    (bad / "EuroSAT_2_V.json").write_text(json.dumps(data))
+    srv = _serve(monkeypatch, bad)
+    try:
+        with pytest.raises(FetchError) as e:
+            fetch.fetch("EuroSAT_2_V.json")
+    finally:
+        srv.close()
+    msg = str(e.value)
+    assert "sha256" in msg and KNOWN_FILES["EuroSAT_2_V.json"].sha256 in msg
+    assert str(online / "attributes" / "EuroSAT_2_V.json") in msg   # where to copy it by hand
+    assert _files(online) == []
+
+
+class _Truncating(http.server.SimpleHTTPRequestHandler):
+    """Announces the full length, sends half, closes."""
+
+    def do_GET(self):
+        body = (Path(self.directory) / self.path.lstrip("/")).read_bytes()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[: len(body) // 2])
+        self.wfile.flush()
+        self.close_connection = True
+
+
+def test_partial_download_caches_nothing(monkeypatch, online, shared_data):
+    srv = _serve(monkeypatch, _attr_dir(shared_data), handler=_Truncating)
+    try:
+        with pytest.raises(FetchError) as e:
+            fetch.fetch("OxfordPets_2_V.json")
+    finally:
+        srv.close()
+    msg = str(e.value)
+    assert "OxfordPets_2_V.json" in msg and "incomplete" in msg.lower(), msg
+    assert _files(online) == []
+
+
+def test_server_down_and_offline_say_what_to_copy_where(monkeypatch, online):
+    with socket.socket() as s:                       # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("ARGTCA_MIRROR", f"http://127.0.0.1:{port}")
+    cfg = get_cfg_default()
+    cfg.DATASET.NAME = "SUN397"
+    with pytest.raises(AttributeFileError) as e:
+        fetch.attribute_file_for(cfg)
+    msg = str(e.value)
+    dest = online / "attributes" / "SUN397_2_V.json"
+    for part in ("SUN397_2_V.json", str(dest), "Offline?", "DATASET.ATTRIBUTE_FILE",
+                 f"{fetch.TCA_COMMIT}/TCA/Attributes/SUN397_2_V.json"):
+        assert part in msg, part
+    assert _files(online) == []
+    monkeypatch.setenv("ARGTCA_OFFLINE", "1")
+    with pytest.raises(FetchError, match="ARGTCA_OFFLINE") as e:
+        fetch.fetch("SUN397_2_V.json")
+    assert str(dest) in str(e.value)
+
+
+def test_corrupt_cache_file_is_named(online):
+    p = online / "attributes" / "Food101_2_V.json"
+    p.parent.mkdir(parents=True)
+    p.write_text("{}")
+    with pytest.raises(FetchError) as e:
+        fetch.fetch("Food101_2_V.json")
+    assert str(p) in str(e.value) and "delete it" in str(e.value)
+
+
+def test_unknown_dataset_needs_explicit_file():
+    cfg = get_cfg_default()
+    cfg.DATASET.NAME = "Demo"
+    cfg.DATASET.ATTRIBUTE_FILE = ""
+    with pytest.raises(AttributeFileError, match="DATASET.ATTRIBUTE_FILE"):
+        fetch.attribute_file_for(cfg)
+
+
+# ----------------------------------------------------------------------------- split files
+def test_missing_split_file_is_fetched_not_written_into_root(monkeypatch, online, shared_data,
+                                                            tmp_path):
+    splits = shared_data / "coop_splits"
+    if not (splits / "split_zhou_DescribableTextures.json").is_file():
+        pytest.skip("coop_splits absent")
+    root = tmp_path / "data"
+    (root / "dtd" / "images").mkdir(parents=True)
+    srv = _serve(monkeypatch, splits)
+    try:
+        cfg = get_cfg_default()
+        cfg.DATASET.ROOT = str(root)
+        ds = resolve_dataset_class("dtd")(cfg, check_files=False)
+    finally:
+        srv.close()
+    assert len(ds.test) == 1692 and ds.num_classes == 47        # shared/data/README.md
+    assert all(d.impath.startswith(str(root / "dtd" / "images") + "/") for d in ds.test)
+    assert _files(root) == []                                   # nothing written into the root
+    assert _files(online) == ["split_zhou_DescribableTextures.json"]
+
+
+def test_unhashed_split_is_checked_by_structure(monkeypatch, online, tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    # what Google Drive answers for a file it will not serve directly: an HTML page
+    (served / "split_zhou_Food101.json").write_text("<html><body>Virus scan warning</body></html>")
+    srv = _serve(monkeypatch, served)
+    try:
+        with pytest.raises(FetchError, match="not JSON"):
+            fetch.fetch("split_zhou_Food101.json")
+        assert _files(online) == []
+        split = {"train": [], "val": [], "test": [["apple_pie/1.jpg", 0, "apple_pie"]]}
+        (served / "split_zhou_Food101.json").write_text(json.dumps(split))
+        p = fetch.fetch("split_zhou_Food101.json")
+    finally:
+        srv.close()
+    assert json.loads(p.read_text()) == split
+
+
+def test_imagenet_classnames_checked_by_structure(monkeypatch, online, tmp_path):
+    served = tmp_path / "served"
+    served.mkdir()
+    lines = [f"n{i:08d} class {i}" for i in range(1000)]
+    (served / "classnames.txt").write_text("\n".join(lines[:999]) + "\n")
+    srv = _serve(monkeypatch, served)
+    try:
+        with pytest.raises(FetchError, match="999 lines"):
+            fetch.fetch("classnames.txt")
+        (served / "classnames.txt").write_text("\n".join(lines) + "\n")
+        assert fetch.fetch("classnames.txt").read_text().splitlines() == lines
+    finally:
+        srv.close()
+
+
+def test_split_missing_offline_keeps_the_data_root_hint(tmp_path):
+    (tmp_path / "eurosat" / "2750").mkdir(parents=True)
+    cfg = get_cfg_default()
+    cfg.DATASET.ROOT = str(tmp_path)
+    with pytest.raises(DataError) as e:
+        resolve_dataset_class("eurosat")(cfg)
+    msg = str(e.value)
+    assert str(tmp_path / "eurosat" / "split_zhou_EuroSAT.json") in msg
+    assert "ARGTCA_OFFLINE" in msg and "DATASETS.md" in msg
