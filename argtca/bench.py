@@ -120,7 +120,7 @@ def bench_cfg(args, data: Dict[str, str], engine: str, views: str, n_images: int
         "TRAINER.NAME", "TCA", "DATASET.NAME", "Caltech101", "DATASET.ROOT", data["root"],
         "DATASET.ATTRIBUTE_FILE", data["attributes"], "DATASET.NUM_IMAGES", n_images,
         "MODEL.BACKBONE.NAME", args.backbone, "MODEL.PRETRAINED", "random",
-        "INPUT.SIZE", args.size, "TTA.N_VIEWS", args.views, "TTA.STEPS", args.steps,
+        "INPUT.SIZE", (args.size, args.size), "TTA.N_VIEWS", args.views, "TTA.STEPS", args.steps,
         "TTA.ENGINE", engine, "TTA.VIEWS_DEVICE", views, "TTA.BATCH_IMAGES", args.batch,
         "TTA.AUGMIX", "on", "TRAINER.TCA.NUM_ATTRIBUTES", args.m,
         "DATALOADER.NUM_WORKERS", args.workers, "USE_CUDA", args.device == "cuda",

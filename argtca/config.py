@@ -6,9 +6,47 @@ Unknown keys in a YAML file or on the command line are errors (yacs behaviour, k
 """
 from __future__ import annotations
 
+import math
+from ast import literal_eval
+
 from yacs.config import CfgNode as CN
 
-_C = CN()
+
+def _as_size_pair(value):
+    """An int (old configs: ``INPUT.SIZE 224``) -> ``(224, 224)``; anything else unchanged."""
+    if isinstance(value, str):
+        try:
+            value = literal_eval(value)
+        except (ValueError, SyntaxError):
+            return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return (value, value)
+    return value
+
+
+class _Config(CN):
+    """argtca's root node: ``INPUT.SIZE`` is a pair (Dassl's type); an int given in a YAML file or
+    on the command line, as older argtca configs did, is read as a square size."""
+
+    @classmethod
+    def _decode_cfg_value(cls, value):
+        return CN._decode_cfg_value(value)   # child nodes stay plain, like the defaults' children
+
+    def merge_from_other_cfg(self, cfg_other):
+        inp = cfg_other.get("INPUT") if hasattr(cfg_other, "get") else None
+        if hasattr(inp, "get") and "SIZE" in inp:
+            inp["SIZE"] = _as_size_pair(inp["SIZE"])
+        return super().merge_from_other_cfg(cfg_other)
+
+    def merge_from_list(self, cfg_list):
+        cfg_list = list(cfg_list)
+        for i in range(0, len(cfg_list) - 1, 2):
+            if cfg_list[i] == "INPUT.SIZE":
+                cfg_list[i + 1] = _as_size_pair(cfg_list[i + 1])
+        return super().merge_from_list(cfg_list)
+
+
+_C = _Config()
 _C.OUTPUT_DIR = "./output"
 _C.SEED = 1
 _C.USE_CUDA = True
@@ -24,7 +62,7 @@ _C.DATASET.ATTRIBUTE_FILE = ""  # TCA-format attribute JSON (class -> "attr1 att
 
 # ----------------------------------------------------------------------------- input / views
 _C.INPUT = CN()
-_C.INPUT.SIZE = 224
+_C.INPUT.SIZE = (224, 224)       # (height, width) as in Dassl; views are square
 _C.INPUT.INTERPOLATION = "bicubic"
 _C.INPUT.PIXEL_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _C.INPUT.PIXEL_STD = [0.26862954, 0.26130258, 0.27577711]
@@ -113,3 +151,126 @@ METHOD_TO_TRAINER = {
     "zeroshot": "ZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
     "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA",
 }
+
+
+# ----------------------------------------------------------------------------- value checks
+class ConfigError(ValueError):
+    """A configuration value outside its range: the message names the key, the value and what
+    is allowed."""
+
+
+# keys with a closed set of spellings (exact, lower case: the code compares them as written)
+CFG_CHOICES = {
+    "DATASET.CHECK_IMAGES": ("header", "decode", "off"),
+    "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
+    "TTA.VIEWS_DEVICE": ("cpu", "gpu"),
+    "TTA.PREC": ("amp", "fp32"),
+    "TTA.ENGINE": ("reference", "fast"),
+    "TRAINER.TCA.ENTROPY_INPUT": ("prob", "logprob"),
+    "TRAINER.ARGTCA.ENTROPY_INPUT": ("prob", "logprob"),
+    "TRAINER.ARGTCA.EMBEDDINGS": ("gat", "raw"),
+    "TRAINER.ARGTCA.EDGES": ("full", "intra", "inter", "none"),
+    "TRAINER.ARGTCA.GAT.LOSS_ON": ("h", "z"),
+}
+_AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
+
+
+def _get(cfg, key: str):
+    node = cfg
+    for part in key.split("."):
+        if not hasattr(node, "get") or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
+_MISSING = object()
+
+
+def check_cfg_values(cfg, tunes=None) -> None:
+    """Refuse out-of-range values before anything is loaded; one :class:`ConfigError` line listing
+    every bad key with its value and the allowed range.
+
+    ``tunes``: whether the run tunes prompts (every method but zero-shot CLIP); ``None`` reads it
+    from ``TRAINER.NAME``. Tuned runs need ``TTA.STEPS >= 1`` and ``TTA.N_VIEWS >= 2`` (the
+    confident-view selection needs views to choose from); zero-shot ignores both. Keys a
+    configuration lacks (e.g. a Dassl config without argtca's nodes) are skipped.
+    """
+    if tunes is None:
+        name = str(_get(cfg, "TRAINER.NAME") or "").strip().lower()
+        tunes = name not in ("", "zeroshotclip", "zeroshot")
+    errors = []
+
+    def num(key, ok, allowed, integer=False):
+        v = _get(cfg, key)
+        if v is _MISSING:
+            return
+        bad_type = isinstance(v, bool) or not isinstance(v, (int, float)) or (
+            integer and not isinstance(v, int))
+        if bad_type or not math.isfinite(v) or not ok(v):
+            errors.append(f"{key}={v!r} (allowed: {allowed})")
+
+    for key, choices in CFG_CHOICES.items():
+        v = _get(cfg, key)
+        if v is not _MISSING and v not in choices:
+            errors.append(f"{key}={v!r} (allowed: {', '.join(choices)})")
+    aug = _get(cfg, "TTA.AUGMIX")
+    if aug is not _MISSING and not isinstance(aug, bool) and str(aug).strip().lower() not in _AUGMIX:
+        errors.append(f"TTA.AUGMIX={aug!r} (allowed: auto, on, off)")
+
+    num("DATASET.NUM_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
+    for key in ("INPUT.PIXEL_MEAN", "INPUT.PIXEL_STD"):
+        v = _get(cfg, key)
+        if v is _MISSING:
+            continue
+        vals = list(v) if isinstance(v, (list, tuple)) else [v]
+        ok = len(vals) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                    and math.isfinite(x) for x in vals)
+        if ok and key.endswith("STD"):
+            ok = min(vals) > 0
+        if not ok:
+            each = ", each > 0" if key.endswith("STD") else ""
+            errors.append(f"{key}={v!r} (allowed: 3 finite numbers{each})")
+
+    num("TTA.N_VIEWS", (lambda v: v >= 2) if tunes else (lambda v: v >= 1),
+        ">= 2 for tuned methods (view 0 plus augmented views to select from)" if tunes else ">= 1",
+        True)
+    num("TTA.SELECTION_P", lambda v: 0 < v <= 1, "(0, 1], the fraction of views kept; TPT: 0.1")
+    if tunes:
+        num("TTA.STEPS", lambda v: v >= 1, ">= 1 for tuned methods (0 steps is zero-shot: use "
+            "the zeroshot trainer)", True)
+        num("TTA.LR", lambda v: v > 0, "> 0")
+    else:
+        num("TTA.STEPS", lambda v: v >= 0, ">= 0", True)
+    if aug is _MISSING or isinstance(aug, bool) or str(aug).strip().lower() not in ("off", "false", "0"):
+        num("TTA.AUGMIX_SEVERITY", lambda v: v > 0.1, "> 0.1 (AugMix levels are drawn from "
+            "U(0.1, severity)); TPT: 1")
+    num("TTA.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
+    num("TTA.N_CTX", lambda v: v >= 1, ">= 1", True)
+    num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
+    num("TTA.BATCH_IMAGES", lambda v: v >= 1, ">= 1", True)
+    num("DATALOADER.NUM_WORKERS", lambda v: v >= 0, ">= 0 (0 loads in the main process)", True)
+    num("DATALOADER.PREFETCH", lambda v: v >= 1, ">= 1", True)
+
+    for m in ("CTPT", "OTPT", "ATPT"):
+        num(f"TRAINER.{m}.LAMBDA", lambda v: v >= 0, ">= 0 (the sign is part of the objective)")
+    num("TRAINER.ATPT.TAU", lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT")
+    for m in ("TCA", "ARGTCA"):
+        num(f"TRAINER.{m}.NUM_ATTRIBUTES", lambda v: v >= 1, ">= 1", True)
+        num(f"TRAINER.{m}.ALPHA", lambda v: v >= 0, ">= 0")
+        num(f"TRAINER.{m}.BETA", lambda v: v >= 0, ">= 0")
+    num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)
+    num("TRAINER.ARGTCA.SELECTOR_SEED", lambda v: v >= 0, ">= 0", True)
+    num("TRAINER.ARGTCA.JOINT_WEIGHT", lambda v: 0 <= v <= 1, "[0, 1]")
+    heads = _get(cfg, "TRAINER.ARGTCA.GAT.HEADS")
+    num("TRAINER.ARGTCA.GAT.HEADS", lambda v: v >= 1, ">= 1", True)
+    if isinstance(heads, int) and heads >= 1:
+        num("TRAINER.ARGTCA.GAT.HIDDEN", lambda v: v >= 1 and v % heads == 0,
+            f">= 1 and divisible by TRAINER.ARGTCA.GAT.HEADS={heads}", True)
+    num("TRAINER.ARGTCA.GAT.DROPOUT", lambda v: 0 <= v < 1, "[0, 1)")
+    num("TRAINER.ARGTCA.GAT.EPOCHS", lambda v: v >= 0, ">= 0", True)
+    num("TRAINER.ARGTCA.GAT.LR", lambda v: v > 0, "> 0")
+    num("TRAINER.ARGTCA.GAT.TAU", lambda v: v > 0, "> 0")
+    if errors:
+        raise ConfigError("configuration value out of range: " + "; ".join(errors)
+                          + " (every key and its default is in argtca/config.py)")

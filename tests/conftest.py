@@ -18,7 +18,7 @@ def tiny_cfg(**over):
     cfg.USE_CUDA = False
     cfg.VERBOSE = False
     cfg.DATALOADER.NUM_WORKERS = 0
-    cfg.INPUT.SIZE = 32
+    cfg.INPUT.SIZE = (32, 32)
     for k, v in over.items():
         node = cfg
         parts = k.split(".")

@@ -164,7 +164,7 @@ def test_demo_config_paths_resolve():
     from argtca.models.clip import resolve_builtin
     cfg = get_cfg_default()
     cfg.merge_from_file(str(REPO / "configs" / "datasets" / "demo.yaml"))
-    assert cfg.INPUT.SIZE == 64 and cfg.MODEL.BACKBONE.NAME == "argtca-demo-clip"
+    assert cfg.INPUT.SIZE == (64, 64) and cfg.MODEL.BACKBONE.NAME == "argtca-demo-clip"
     assert Path(resolve_builtin(cfg.MODEL.PRETRAINED)).resolve() == (ASSETS / "demo_clip.pt").resolve()
     assert Path(resolve_builtin(cfg.DATASET.ATTRIBUTE_FILE)).resolve() == \
         (ASSETS / "demo_attributes.json").resolve()

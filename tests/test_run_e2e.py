@@ -9,7 +9,7 @@ from argtca.run import main
 from helpers_data import ATTRS, make_caltech, write_attributes
 
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
-        "INPUT.SIZE", "32", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
+        "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
         "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "3"]
 
 
