@@ -72,8 +72,40 @@ def build_trainer(cfg):
     return TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg)
 
 
+# Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
+EXIT_OK = 0
+EXIT_INTERNAL = 1     # a bug: the traceback, then one line
+EXIT_BAD_INPUT = 2    # bad input or an unusable/unwritable output folder: one line naming the fix
+EXIT_INTERRUPTED = 130  # Ctrl-C: one line saying how to resume
+
+
+def _resume_hint(trainer, argv) -> str:
+    import shlex
+    where = ""
+    if trainer is not None:
+        try:
+            where = f" in {os.path.join(trainer.output_dir(), 'records.jsonl')}"
+        except Exception:  # no dataset yet: nothing recorded
+            pass
+    return (f"the finished images are kept{where}; run the same command again to resume: "
+            f"python -m argtca.run {shlex.join(argv)}")
+
+
+def _os_error_line(e: OSError, trainer, argv) -> str:
+    import errno
+    what = f"{e.filename}: {e.strerror}" if e.filename else str(e)
+    if e.errno in (errno.ENOSPC, errno.EROFS, errno.EACCES, errno.EPERM, errno.EDQUOT,
+                   errno.EFBIG):
+        return (f"error: cannot write {what}: free space or make the output folder writable "
+                f"(or pass another --output-dir); {_resume_hint(trainer, argv)}")
+    return f"error: {what}"
+
+
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
+    debug = bool(os.environ.get("ARGTCA_DEBUG"))
+    trainer = None
     try:
         try:
             cfg = setup_cfg(args)
@@ -83,13 +115,36 @@ def main(argv=None) -> int:
         from argtca.engine.distributed import distributed_test, world_size
         # under torchrun the test set is sharded over ranks and the records merged in index order
         distributed_test(trainer) if world_size() > 1 else trainer.test()
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print(f"interrupted: {_resume_hint(trainer, argv)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except SystemExit as e:   # setup's one-line errors (argparse exits by itself)
+        if debug or not isinstance(e.code, str):
+            raise
+        print(e.code if e.code.startswith("error") else f"error: {e.code}", file=sys.stderr)
+        return EXIT_BAD_INPUT
     except (KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
-        if os.environ.get("ARGTCA_DEBUG"):
+        if debug:
             raise
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"error: {msg}", file=sys.stderr)
-        return 2
-    return 0
+        return EXIT_BAD_INPUT
+    except OSError as e:   # read-only or full output folder, ...
+        if debug:
+            raise
+        print(_os_error_line(e, trainer, argv), file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except Exception as e:
+        if debug:
+            raise
+        import traceback
+        traceback.print_exc()
+        print(f"error: internal error ({type(e).__name__}: {e}); this is a bug, please report it "
+              f"with the traceback above; {_resume_hint(trainer, argv)}", file=sys.stderr)
+        return EXIT_INTERNAL
+    return EXIT_OK
 
 
 if __name__ == "__main__":

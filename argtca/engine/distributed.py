@@ -28,8 +28,8 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, load_records,
-                                   result_fingerprint, write_records)
+from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerprint,
+                                   check_records, load_records, run_fingerprint, write_records)
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
            "distributed_test"]
@@ -110,15 +110,28 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         dist.init_process_group(backend=backend)
     rank, world = dist.get_rank(), dist.get_world_size()
     trainer.device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
+    lock = None
     try:
         set_random_seed(int(cfg.SEED))
         out_dir = trainer.output_dir()
-        fp = result_fingerprint(cfg)
-        if rank == 0:
-            os.makedirs(out_dir, exist_ok=True)
-            check_or_write_fingerprint(out_dir, fp)
-            fold_rank_files(out_dir)
-        _barrier()
+        fp = run_fingerprint(cfg, trainer.dataset)
+        problem = [None]
+        if rank == 0:   # rank 0 holds the folder's lock for the job; its refusals reach every rank
+            try:
+                os.makedirs(out_dir, exist_ok=True)
+                lock = RunLock(out_dir).acquire()
+                check_or_write_fingerprint(out_dir, fp)
+                check_records(fold_rank_files(out_dir), trainer.dataset,
+                              os.path.join(out_dir, "records.jsonl"))
+            except Exception as e:
+                problem[0] = str(e)
+        if dist.get_backend() == "nccl":
+            dist.broadcast_object_list(problem, src=0, device=trainer.device)
+        else:
+            dist.broadcast_object_list(problem, src=0)
+        if problem[0] is not None:
+            from argtca.engine.records import RunFolderError
+            raise RunFolderError(problem[0])
         done = {r["index"] for r in load_records(os.path.join(out_dir, "records.jsonl"))}
         n_total = len(trainer.dataset.test)
         todo = [i for i in range(n_total) if i not in done]
@@ -170,5 +183,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
             raise RuntimeError(f"rank 0 could not merge the records: {result[0]['error']}")
         return result[0]
     finally:
+        if lock is not None:
+            lock.release()
         if own_group:
             dist.destroy_process_group()

@@ -53,7 +53,8 @@ import torch
 import torch.nn.functional as F
 
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
-from argtca.engine.reference import ReferenceEngine, raise_if_non_finite
+from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
+                                      raise_if_non_finite_probs, _name)
 
 GRAD_MODES = ("vjp", "loop", "recompute")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
@@ -212,9 +213,17 @@ class FastEngine(ReferenceEngine):
             self._reg0 = (reg.detach(), g[0].detach())
         return self._reg0
 
-    def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths) -> None:
-        """One host sync per batch: raise the reference's error for the first bad image."""
-        raise_if_non_finite(first_bad, bad_seen, paths)
+    def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths,
+                      img: Optional[torch.Tensor] = None) -> None:
+        """One host sync per batch. For the first bad image the reference episode is re-run alone
+        (only on this error path) to name the step and the loss terms; should it not reproduce
+        (float reordering), the error names the image and the loss."""
+        if not bool(bad_seen.any()):
+            return
+        i = int(bad_seen.nonzero()[0])
+        if img is not None:
+            ReferenceEngine.tune(self, img[i:i + 1], [_name(paths, i)])
+        raise_if_non_finite(first_bad, bad_seen, paths, hint=self.hint)
 
     @staticmethod
     def _record_bad(loss, first_bad, bad_seen):
@@ -321,7 +330,7 @@ class FastEngine(ReferenceEngine):
             opt.step()
             with torch.no_grad():
                 ctx.copy_(torch.where(ok, ctx, before))
-        self._check_finite(first_bad, bad_seen, paths)
+        self._check_finite(first_bad, bad_seen, paths, img)
         return ctx.detach()
 
     @torch.no_grad()
@@ -338,7 +347,7 @@ class FastEngine(ReferenceEngine):
 
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
-        if self.steps <= 0:
-            return self.predict(img[:, 0], None)
-        ctx = self.tune(img, paths)
-        return self.predict(img[:, 0], ctx)
+        ctx = self.tune(img, paths) if self.steps > 0 else None
+        probs = self.predict(img[:, 0], ctx)
+        raise_if_non_finite_probs(probs, paths, self.hint)
+        return probs

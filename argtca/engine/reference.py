@@ -14,22 +14,58 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.objectives import Objective, select_confident
+from argtca.engine.objectives import Objective, avg_entropy, select_confident
 
 
 class NonFiniteLossError(RuntimeError):
-    pass
+    """A test-time loss or prediction that is NaN/inf: raised before anything is recorded."""
+
+
+def _name(paths: Optional[Sequence[str]], i: int) -> str:
+    return str(paths[i]) if paths is not None else f"batch item {i}"
 
 
 def raise_if_non_finite(loss: torch.Tensor, bad: torch.Tensor,
-                        paths: Optional[Sequence[str]] = None) -> None:
-    """``loss`` [B] and ``bad`` [B] (bool): raise for the first bad image, naming its file."""
+                        paths: Optional[Sequence[str]] = None, entropy: Optional[torch.Tensor] = None,
+                        hint: str = "", step: Optional[int] = None) -> None:
+    """``loss`` [B] and ``bad`` [B] (bool): raise for the first bad image, naming its file, the
+    loss terms (``entropy`` [B]: the entropy term; the rest is the objective's regulariser) and
+    the settings to change (``hint``)."""
     if bool(bad.any()):
         i = int(bad.nonzero()[0])
-        name = paths[i] if paths is not None else f"batch item {i}"
+        total = float(loss[i])
+        terms = ""
+        if entropy is not None:
+            h = float(entropy[i])
+            terms = f" = entropy term {h} + regulariser {total - h}"
+        at = f" at tuning step {step + 1}" if step is not None else ""
         raise NonFiniteLossError(
-            f"non-finite test-time loss ({float(loss[i])}) on image {name}; check the image file "
-            f"and the objective's weights (e.g. TRAINER.*.LAMBDA/ALPHA/BETA)")
+            f"non-finite test-time loss{at} on image {_name(paths, i)}: loss {total}{terms}; "
+            f"check that image file, or change {hint or 'the objective weights or TTA.LR'}")
+
+
+def raise_if_non_finite_probs(probs: torch.Tensor, paths: Optional[Sequence[str]] = None,
+                              hint: str = "") -> None:
+    """``probs`` [B, K]: raise for the first image whose class probabilities are not all finite
+    (checked before the records are written)."""
+    bad = ~torch.isfinite(probs.detach()).all(-1)
+    if bool(bad.any()):
+        i = int(bad.nonzero()[0])
+        n = int((~torch.isfinite(probs[i])).sum())
+        raise NonFiniteLossError(
+            f"non-finite prediction on image {_name(paths, i)} ({n} of {probs.shape[-1]} class "
+            f"probabilities are NaN/inf; nothing was recorded for it): the tuned prompt diverged "
+            f"or the image is broken; check that image file, or change "
+            f"{hint or 'the objective weights or TTA.LR'}")
+
+
+def settings_hint(objective, lr: float, steps: int, prec: str) -> str:
+    """The settings that can make a loss or prediction non-finite, with their values."""
+    node = getattr(objective, "node", None)
+    weights = [f"{k}={getattr(node, k)}" for k in ("LAMBDA", "ALPHA", "BETA", "TAU")
+               if node is not None and isinstance(getattr(node, k, None), (int, float))]
+    w = f"the objective weights TRAINER.*.{{{', '.join(weights)}}}, " if weights else ""
+    return f"{w}TTA.LR={lr}, TTA.STEPS={steps} or TTA.PREC={prec} (fp32 is the safest)"
 
 
 def autocast_ctx(device: torch.device, prec: str):
@@ -52,6 +88,7 @@ class ReferenceEngine:
         self.amp = self.device.type == "cuda" and self.prec == "amp"
         self.loss_scale = float(cfg.TTA.LOSS_SCALE) if self.amp else 1.0
         self.logit_scale = model.logit_scale.exp().detach().float()
+        self.hint = settings_hint(objective, self.lr, self.steps, self.prec)
 
     def autocast(self):
         return autocast_ctx(self.device, self.prec)
@@ -79,7 +116,7 @@ class ReferenceEngine:
             return ctx.detach()
         opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
         sel_idx = None
-        for _ in range(self.steps):
+        for step in range(self.steps):
             with torch.enable_grad():
                 with self.autocast():
                     text = self.text_encoder(ctx)
@@ -89,7 +126,10 @@ class ReferenceEngine:
                     sel_idx = select_confident(scores.detach(), self.selection_p)
                 sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
                 loss = self.objective.loss(sel, text.float())
-                raise_if_non_finite(loss.detach(), ~torch.isfinite(loss.detach()), paths)
+                bad = ~torch.isfinite(loss.detach())
+                if bool(bad.any()):
+                    raise_if_non_finite(loss.detach(), bad, paths, avg_entropy(sel.detach()),
+                                        self.hint, step)
                 opt.zero_grad(set_to_none=True)
                 (loss.sum() * self.loss_scale).backward()
             before = ctx.detach().clone()
@@ -114,4 +154,6 @@ class ReferenceEngine:
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
         ctx = self.tune(img, paths)
-        return self.predict(img[:, 0], ctx)
+        probs = self.predict(img[:, 0], ctx)
+        raise_if_non_finite_probs(probs, paths, self.hint)
+        return probs

@@ -17,8 +17,9 @@ import torch
 
 from argtca.config import get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.records import (RecordWriter, check_or_write_fingerprint, config_hash, write_json,
-                                   flatten_cfg, load_records, result_fingerprint)
+from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
+                                   config_hash, write_json, flatten_cfg, load_records,
+                                   run_fingerprint)
 from argtca.registry import OBJECTIVE_REGISTRY
 
 
@@ -129,28 +130,35 @@ class TestTimeTrainer:
 
     # ---------------------------------------------------------------- the loop
     def test(self) -> Dict[str, object]:
-        from argtca.metrics import RunningCalibration
-        from tqdm import tqdm
-
         cfg = self.cfg
         set_random_seed(int(cfg.SEED))
         out_dir = self.output_dir()
         os.makedirs(out_dir, exist_ok=True)
-        fp = result_fingerprint(cfg)
+        # one writer per folder: a second run here is refused; the kernel frees the lock on death
+        with RunLock(out_dir):
+            return self._test_in(out_dir)
+
+    def _test_in(self, out_dir: str) -> Dict[str, object]:
+        from argtca.engine.reference import raise_if_non_finite_probs
+        from argtca.metrics import RunningCalibration
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        fp = run_fingerprint(cfg, self.dataset)   # configuration + test set
         check_or_write_fingerprint(out_dir, fp)
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)
+        check_records(records, self.dataset, rec_path)   # each one is the dataset's item
         done = {r["index"] for r in records}
         n_total = len(self.dataset.test)
         todo = [i for i in range(n_total) if i not in done]
-
-        if self.model is None:
-            self.build_model()
 
         running = RunningCalibration(n_bins=20)
         for r in sorted(records, key=lambda r: r["index"]):
             running.update([r["conf"]], [r["pred"] == r["label"]])
         if todo:
+            if self.model is None:
+                self.build_model()
             from argtca.engine.gpu_views import build_views_loader
             # TTA.VIEWS_DEVICE "cpu": TPT's exact PIL views; "gpu": the same transforms on the device
             loader = build_views_loader(self.run_cfg, self.dataset, int(cfg.SEED), todo,
@@ -165,6 +173,8 @@ class TestTimeTrainer:
             try:
                 for batch in loader:
                     probs = self.engine(batch["views"], batch["path"]).float().cpu()
+                    # never write a non-finite prediction (the engines check it too)
+                    raise_if_non_finite_probs(probs, batch["path"], getattr(self.engine, "hint", ""))
                     recs = self.make_records(batch, probs)
                     writer.write(recs)
                     records.extend(recs)
