@@ -231,10 +231,15 @@ class TestTimeTrainer:
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
                  f"* mce: {m['mce']:.2f}%"]
-        print("\n".join(lines[:4] + [f"* output: {out_dir}"]))
-        # Dassl/CoOp keep the result block in <output>/log.txt, where CoOp's parse_test_res.py
-        # (`--test-log --keyword accuracy|ece`) looks for it
-        with open(os.path.join(out_dir, "log.txt"), "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {self.display_label} on "
-                    f"{self.dataset.name}, seed {self.cfg.SEED}\n" + "\n".join(lines) + "\n")
+        header = f"{self.display_label} on {self.dataset.name}, seed {self.cfg.SEED}"
+        self.log_result(out_dir, header, lines)
         return summary
+
+    def log_result(self, out_dir: str, header: str, lines: List[str]) -> None:
+        """The one writer of the result block. Here: a short block on the console and the full
+        block appended to ``<out_dir>/log.txt``, where CoOp's ``parse_test_res.py --test-log``
+        looks for it. Under Dassl (argtca.dassl_plugin) Dassl's logger owns log.txt and this is
+        replaced by a print through it."""
+        print("\n".join(lines[:4] + [f"* output: {out_dir}"]))
+        with open(os.path.join(out_dir, "log.txt"), "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {header}\n" + "\n".join(lines) + "\n")
