@@ -59,6 +59,9 @@ _C.DATASET.NAME = ""            # registered dataset name (Caltech101, OxfordPet
 _C.DATASET.SPLIT = "test"       # split of the CoOp split file used for evaluation
 _C.DATASET.NUM_IMAGES = -1      # >0: evaluate only the first N images of the split (quick runs)
 _C.DATASET.ATTRIBUTE_FILE = ""  # TCA-format attribute JSON (class -> "attr1 attr2 ...")
+_C.DATASET.CHECK_IMAGES = "header"  # load-time check of every evaluated image: "header" (open
+                                    # each file's header, in threads), "decode" (decode each one
+                                    # too: catches truncated files), "off"
 
 # ----------------------------------------------------------------------------- input / views
 _C.INPUT = CN()
@@ -127,7 +130,8 @@ _C.TRAINER.ARGTCA.ALPHA = 10.0
 _C.TRAINER.ARGTCA.BETA = 35.0
 _C.TRAINER.ARGTCA.ENTROPY_INPUT = "prob"
 _C.TRAINER.ARGTCA.SELECTOR = "div"     # tca | div | disc | random | joint | any registered one
-_C.TRAINER.ARGTCA.NUM_CANDIDATES = 10  # M: attributes per class that become graph nodes
+_C.TRAINER.ARGTCA.NUM_CANDIDATES = 10  # M: the first M distinct attributes of a class become
+                                       # nodes (fewer where a class has fewer: M_k = min(M, distinct))
 _C.TRAINER.ARGTCA.SELECTOR_SEED = 42   # seed of the random selector
 _C.TRAINER.ARGTCA.JOINT_WEIGHT = 0.5   # joint selector: w*Div + (1-w)*Disc
 _C.TRAINER.ARGTCA.EMBEDDINGS = "gat"   # "gat" (trained graph) or "raw" (select on h0)
@@ -139,7 +143,8 @@ _C.TRAINER.ARGTCA.GAT.DROPOUT = 0.1    # attention dropout
 _C.TRAINER.ARGTCA.GAT.EPOCHS = 100
 _C.TRAINER.ARGTCA.GAT.LR = 1e-3
 _C.TRAINER.ARGTCA.GAT.TAU = 0.07
-_C.TRAINER.ARGTCA.GAT.LOSS_ON = "z"    # "z" (projection head) or "h" (h^L, as the paper writes)
+_C.TRAINER.ARGTCA.GAT.LOSS_ON = "h"    # "h": SupCon on h^L/||h^L|| (the paper's Eq. 7);
+                                       # "z": on the projection head (a deviation, SupCon-style)
 _C.TRAINER.ARGTCA.GAT.SEED = 0
 
 

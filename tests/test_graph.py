@@ -7,7 +7,8 @@ import torch.nn.functional as F
 from torch_geometric.nn import GATConv
 
 from argtca.config import get_cfg_default
-from argtca.graph import (AttributeGAT, GraphInputError, SparseGATConv, build_graph,
+from argtca.graph import (AttributeGAT, GraphInputError, ShortClassWarning, SparseGATConv,
+                          build_graph,
                           incoming_attention, make_nodes, source_attention, supcon_loss, train_gat)
 
 # 3 classes x 3 attributes; shared strings (after lower/trim): red (n0, n3), round (n1, n7),
@@ -32,8 +33,32 @@ def test_nodes_order_texts_and_dedupe():
     assert nodes.attrs == ["fur", "whiskers", "tail", "bark", "tail", "paws"]
     assert nodes.node_class.tolist() == [0, 0, 0, 1, 1, 1]
     assert nodes.texts[1] == "a whiskers of a cat" and nodes.texts[3] == "a bark of a dog"
-    with pytest.raises(GraphInputError, match=r"'cat' has 3"):
-        make_nodes(["cat", "dog"], {"cat": ["fur", "FUR ", "a", "b"], "dog": list("abcd")}, 4)
+
+
+
+def test_short_classes_get_fewer_nodes_one_warning_and_error_below_m_prime():
+    attrs = {"cat": ["fur", "FUR ", "a", "b"], "dog": list("abcd"), "owl": ["x", "X", "x"]}
+    with pytest.warns(ShortClassWarning) as rec:
+        nodes = make_nodes(["cat", "dog", "owl"], attrs, 4)
+    assert len(rec) == 1
+    msg = str(rec[0].message)
+    assert "'cat' (3)" in msg and "'owl' (1)" in msg and "'dog'" not in msg and "M=4" in msg
+    assert nodes.sizes == [3, 4, 1] and nodes.short == {"cat": 3, "owl": 1}
+    assert nodes.attrs == ["fur", "a", "b", "a", "b", "c", "d", "x"]
+    assert nodes.nodes_of(0) == [0, 1, 2] and nodes.nodes_of(1) == [3, 4, 5, 6]
+    assert nodes.nodes_of(2) == [7]
+    assert nodes.raw[0] == ["fur", "FUR ", "a", "b"]
+    # sum_k M_k (M_k - 1) intra edges: 3*2 + 4*3 + 0
+    assert build_graph(nodes.node_class, nodes.attrs, "intra").shape[1] == 18
+    # an error only where M_k < M' (here M' = 2: owl), naming the class and the file
+    with pytest.raises(GraphInputError, match=r"'owl' has 1") as e:
+        make_nodes(["cat", "dog", "owl"], attrs, 4, min_per_class=2, source="f.json")
+    assert "'cat'" not in str(e.value) and "f.json" in str(e.value)
+    assert "NUM_ATTRIBUTES" in str(e.value)
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning when every class has M distinct attributes
+        make_nodes(["dog"], attrs, 4)
 
 
 def test_edges_counted_by_hand():
@@ -83,11 +108,60 @@ def test_zero_edge_gat_is_a_per_node_map(sparse):
     for i in range(4):  # explicit computation, one node at a time
         xi = x[i]
         a = F.elu(model.conv1.lin.weight @ xi + model.conv1.bias)
-        g = model.conv2.lin.weight @ a + model.conv2.bias + model.res.weight @ xi
+        g = F.elu(model.conv2.lin.weight @ a + model.conv2.bias) + model.res.weight @ xi
         h = g / g.norm()
         z = model.head[2].weight @ F.gelu(model.head[0].weight @ h + model.head[0].bias)
         assert torch.allclose(out.h[i], h, atol=1e-6)
         assert torch.allclose(out.z[i], z, atol=1e-6)
+
+
+def appendix_forward(model, x, edges):
+    """The appendix's equations written out with loops, from the model's parameters only:
+    per layer, per target node i and head k, attention over N(i) + {i} (edges j -> i),
+    LeakyReLU(0.2) scores, softmax, weighted sum, heads concatenated + bias, ELU; then
+    h^L = normalize(h^(2) + W_res h^(0))."""
+    n = x.shape[0]
+    nbrs = {i: [i] + [int(j) for j, t in edges.T.tolist() if t == i and j != i] for i in range(n)}
+    h = x
+    for conv in (model.conv1, model.conv2):
+        heads, ch = conv.heads, conv.out_channels
+        wh = (h @ conv.lin.weight.T).view(n, heads, ch)
+        a_src, a_dst = conv.att_src[0], conv.att_dst[0]          # [heads, ch]
+        rows = []
+        for i in range(n):
+            parts = []
+            for k in range(heads):
+                e = torch.stack([F.leaky_relu((a_src[k] * wh[j, k]).sum()
+                                              + (a_dst[k] * wh[i, k]).sum(), 0.2)
+                                 for j in nbrs[i]])
+                alpha = torch.exp(e - e.max()) / torch.exp(e - e.max()).sum()
+                parts.append(sum(alpha[q] * wh[j, k] for q, j in enumerate(nbrs[i])))
+            rows.append(F.elu(torch.cat(parts) + conv.bias))
+        h = torch.stack(rows)
+    g = h + x @ model.res.weight.T
+    return g / g.norm(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_h_L_equals_the_appendix_equations(sparse):
+    nodes, cls, attrs = hand_graph()
+    edges = build_graph(cls, attrs, "full")
+    torch.manual_seed(3)
+    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.5, sparse=sparse).eval()
+    with torch.no_grad():  # non-trivial residual and biases
+        model.res.weight.add_(0.3 * torch.randn_like(model.res.weight))
+        model.conv1.bias.normal_()
+        model.conv2.bias.normal_()
+    x = torch.randn(nodes.num_nodes, 6)
+    with torch.no_grad():
+        got = model(x, edges).h
+        want = appendix_forward(model, x, edges)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    # without the ELU after layer 2 the result differs (so the test can fail)
+    with torch.no_grad():
+        h1 = F.elu(model.conv1(x, edges))
+        no_elu = F.normalize(model.conv2(h1, edges) + model.res(x), dim=1)
+    assert not torch.allclose(no_elu, want, atol=1e-3)
 
 
 def random_graph(n=40, e=300, seed=0):
@@ -196,5 +270,16 @@ def test_training_is_seeded_reduces_loss_and_keeps_global_rng():
     assert not m1.training
     _, c3 = train_gat(h0, ei, cls, gat_cfg(SEED=1))
     assert c3 != c1
-    _, c4 = train_gat(h0, ei, cls, gat_cfg(LOSS_ON="h"))
+    _, c4 = train_gat(h0, ei, cls, gat_cfg(LOSS_ON="z"))
     assert c4 != c1
+    # the default loss is SupCon on h^L (Eq. 7): the first epoch's loss recomputed by hand
+    g = gat_cfg()
+    assert get_cfg_default().TRAINER.ARGTCA.GAT.LOSS_ON == "h"
+    with torch.random.fork_rng():
+        torch.manual_seed(int(g.SEED))
+        model = AttributeGAT(10, hidden=int(g.HIDDEN), heads=int(g.HEADS),
+                             dropout=float(g.DROPOUT)).train()
+        out = model(h0, ei)
+    assert math.isclose(float(supcon_loss(out.h, cls, tau=float(g.TAU)).detach()), c1[0], rel_tol=1e-6)
+    assert not math.isclose(float(supcon_loss(out.z, cls, tau=float(g.TAU)).detach()), c1[0],
+                            rel_tol=1e-3)

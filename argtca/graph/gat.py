@@ -1,7 +1,13 @@
 """AttributeGAT (ArgTCA appendix) and the node attention scores read from it.
 
-h^(1) = ELU(GATConv_1(h0)),  g = GATConv_2(h^(1)),  h^L = normalize(g + W_res h0),
-z = W2 GELU(W1 h^L + b1).
+The appendix's update, applied at EVERY layer l = 0, 1 (heads concatenated, then ELU)::
+
+    h_i^(l+1) = ELU( ||_{k=1..H}  sum_{j in N(i) + {i}}  alpha_ij^(l,k) W^(l,k) h_j^(l) + b^(l) )
+    alpha_ij^(l,k) = softmax_j( LeakyReLU_0.2( a_src^(l,k) . W^(l,k) h_j^(l)
+                                               + a_dst^(l,k) . W^(l,k) h_i^(l) ) )
+
+then the residual and the normalisation: h^L = normalize(h^(2) + W_res h0), and the projection
+head z = W2 GELU(W1 h^L + b1) (used by the loss only with GAT.LOSS_ON z).
 
 Both GATConv layers have ``heads`` heads concatenated to ``hidden`` channels (``hidden // heads``
 each), attention dropout ``dropout`` and PyG's own ``add_self_loops=True``. ``W_res`` (no bias) is
@@ -126,6 +132,7 @@ class AttributeGAT(nn.Module):
         g, att1 = self.conv1(x, edge_index, return_attention_weights=True)
         g = F.elu(g)
         g, att2 = self.conv2(g, edge_index, return_attention_weights=True)
+        g = F.elu(g)  # the appendix applies ELU after every layer, the last one included
         h = F.normalize(g + self.res(x), dim=-1)
         return GATOutput(h, self.head(h), [att1, att2])
 

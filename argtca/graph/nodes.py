@@ -1,10 +1,13 @@
 """Symbolic Attribute Graph: nodes (class, attribute) and their edges.
 
-Nodes are class-major: for class k (in ``classnames`` order) the first M distinct attributes of
-its list (file order), so node ``k*M + m`` is attribute m of class k. Edges (directed, both
-directions stored, no self-loops):
+Nodes are class-major: for class k (in ``classnames`` order) the first M_k = min(M, number of
+distinct attributes of k) distinct attributes of its list (file order; repeats compared after
+lower-casing and trimming), so class k owns the contiguous block ``nodes_of(k)``. Classes with fewer
+than M distinct attributes ("short" classes, e.g. DTD 'grid' with 5) get fewer nodes and one
+warning naming them; only a class with fewer than M' (the number to select) is an error.
+Edges (directed, both directions stored, no self-loops):
 
-* intra-class: every ordered pair of distinct nodes of the same class (K*M*(M-1) edges);
+* intra-class: every ordered pair of distinct nodes of the same class (sum_k M_k (M_k - 1) edges);
 * inter-class: nodes of different classes whose attribute strings are equal after lower-casing
   and trimming.
 
@@ -12,23 +15,30 @@ directions stored, no self-loops):
 """
 from __future__ import annotations
 
+import itertools
+import warnings
 from collections import defaultdict
-from dataclasses import dataclass
-from typing import Dict, List, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import torch
 from torch import Tensor
 
 from argtca.attributes import dedupe_attributes, normalize_attribute
 
-__all__ = ["GraphInputError", "AttributeNodes", "make_nodes", "build_graph", "node_text",
-           "EDGE_MODES"]
+__all__ = ["GraphInputError", "ShortClassWarning", "AttributeNodes", "make_nodes", "build_graph",
+           "node_text", "EDGE_MODES"]
 
 EDGE_MODES = ("full", "intra", "inter", "none")
 
 
 class GraphInputError(ValueError):
     """Bad input for the attribute graph: the message names the value and the fix."""
+
+
+class ShortClassWarning(UserWarning):
+    """Some classes have fewer than M distinct attributes and get fewer graph nodes."""
 
 
 def node_text(attribute: str, classname: str) -> str:
@@ -41,7 +51,9 @@ class AttributeNodes:
     classnames: List[str]
     attrs: List[str]              # attribute string of each node
     node_class: Tensor            # LongTensor [N]: class index of each node
-    num_candidates: int           # M
+    num_candidates: int           # M (a class has M_k = min(M, its distinct attributes) nodes)
+    raw: List[List[str]] = field(default_factory=list)  # each class's list as given (file order)
+    short: Dict[str, int] = field(default_factory=dict)  # class -> M_k for classes with M_k < M
 
     @property
     def num_nodes(self) -> int:
@@ -51,13 +63,29 @@ class AttributeNodes:
     def texts(self) -> List[str]:
         return [node_text(a, self.classnames[int(k)]) for a, k in zip(self.attrs, self.node_class)]
 
+    @cached_property
+    def sizes(self) -> List[int]:
+        """M_k: the number of nodes of each class."""
+        return torch.bincount(self.node_class, minlength=len(self.classnames)).tolist()
+
+    @cached_property
+    def _starts(self) -> List[int]:
+        return [0] + list(itertools.accumulate(self.sizes))
+
     def nodes_of(self, k: int) -> List[int]:
-        return list(range(k * self.num_candidates, (k + 1) * self.num_candidates))
+        return list(range(self._starts[k], self._starts[k + 1]))
 
 
 def make_nodes(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]],
-               num_candidates: int) -> AttributeNodes:
-    """One node per (class, attribute) for the first ``num_candidates`` distinct attributes."""
+               num_candidates: int, min_per_class: int = 1, source: Optional[str] = None
+               ) -> AttributeNodes:
+    """One node per (class, attribute) for the first M_k = min(``num_candidates``, distinct)
+    distinct attributes of each class (see the module docstring).
+
+    ``min_per_class`` (M'): a class with fewer distinct attributes is a :class:`GraphInputError`
+    naming every such class (and ``source``, the attribute file, when given). Classes with fewer
+    than ``num_candidates`` get one :class:`ShortClassWarning` naming them all.
+    """
     if num_candidates < 1:
         raise GraphInputError(f"NUM_CANDIDATES must be >= 1, got {num_candidates}")
     missing = [c for c in classnames if c not in attributes]
@@ -66,21 +94,32 @@ def make_nodes(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
                               f"by argtca.attributes.load_attributes for these class names")
     attrs: List[str] = []
     classes: List[int] = []
-    short = []
+    raw: List[List[str]] = []
+    short: Dict[str, int] = {}
+    too_few = []
     for k, c in enumerate(classnames):
+        raw.append(list(attributes[c]))
         distinct = dedupe_attributes(attributes[c])
-        if len(distinct) < num_candidates:
-            short.append(f"{c!r} has {len(distinct)}")
-            continue
-        attrs.extend(distinct[:num_candidates])
-        classes.extend([k] * num_candidates)
-    if short:
+        m_k = min(num_candidates, len(distinct))
+        if m_k < min_per_class:
+            too_few.append(f"{c!r} has {len(distinct)}")
+        if m_k < num_candidates:
+            short[c] = m_k
+        attrs.extend(distinct[:m_k])
+        classes.extend([k] * m_k)
+    where = f"attribute file {source!r}: " if source else ""
+    if too_few:
         raise GraphInputError(
-            f"the attribute graph needs NUM_CANDIDATES={num_candidates} distinct attributes per "
-            f"class but {', '.join(short)}. Lower TRAINER.ARGTCA.NUM_CANDIDATES or add attributes "
-            f"to these classes in the attribute file.")
+            f"{where}ArgTCA selects NUM_ATTRIBUTES (M'={min_per_class}) distinct attributes per "
+            f"class but {', '.join(too_few)}. Lower TRAINER.ARGTCA.NUM_ATTRIBUTES or add "
+            f"attributes to these classes in the attribute file.")
+    if short:
+        listed = ", ".join(f"{c!r} ({n})" for c, n in short.items())
+        warnings.warn(f"{where}{len(short)} of {len(classnames)} classes have fewer than "
+                      f"NUM_CANDIDATES (M={num_candidates}) distinct attributes and get that many "
+                      f"graph nodes: {listed}", ShortClassWarning, stacklevel=2)
     return AttributeNodes(list(classnames), attrs, torch.tensor(classes, dtype=torch.long),
-                          num_candidates)
+                          num_candidates, raw, short)
 
 
 def _pairs(group: Tensor) -> Tensor:

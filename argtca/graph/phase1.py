@@ -1,18 +1,22 @@
-"""ArgTCA Phase 1: attribute graph -> (trained) node embeddings -> selected attributes.
+"""ArgTCA Phase 1: attribute graph -> trained node embeddings (stored once) -> selected attributes.
 
-``run_phase1`` is the entry point; ``embed_nodes`` and ``select_nodes`` are its two halves (use
-them to apply several selectors to one trained graph, as ``argtca.select_attributes`` does).
+``run_phase1`` is the entry point; ``embed_nodes`` (graph + GAT, or the store) and
+``select_nodes`` (a selector on those embeddings) are its two halves.
 
-Cache: the result is written to ``<cache_dir>/phase1-<fingerprint>.json`` where the fingerprint is
-the sha256 (first 16 hex digits) of the caller's ``cache_key`` (dataset, attribute-file hash,
-backbone, ...), every phase-1 setting of TRAINER.ARGTCA, the class names and the candidate
-attributes. A file whose stored key does not match exactly (or that cannot be read) is recomputed
-and overwritten: it is a cache, nothing else is kept in it. Different settings get different
-files, so switching selectors or seeds does not discard earlier results.
+Store (:mod:`argtca.graph.store`): with ``store_dir`` the embeddings are read from, or trained into,
+``<store_dir>/<key>.pt``; the key covers what determines the graph (the caller's ``identity``:
+dataset, attribute-file hash, backbone, text-weights hash; plus the class names, the nodes, M,
+EMBEDDINGS, EDGES, every GAT setting incl. its seed, and a hash of the Phase-1 code) and nothing
+that only selects (selector, M', selector seed, joint weight, alpha/beta, output folder). So div,
+disc, joint, random and every alpha/beta point select from the same stored tensors. Training is
+seeded by GAT.SEED and bit-for-bit repeatable on the CPU; on CUDA, GATConv's scatter-based softmax
+and aggregation use atomics, so two trainings may differ in the last bits (the store makes every
+run after the first read the same bytes anyway).
 """
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 import os
 import time
@@ -23,16 +27,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from argtca.engine.records import write_json
 from argtca.graph.gat import AttributeGAT, source_attention
-from argtca.graph.nodes import AttributeNodes, GraphInputError, build_graph, make_nodes
+from argtca.graph.nodes import (AttributeNodes, GraphInputError, build_graph, make_nodes,
+                                node_text)
+from argtca.graph.store import Phase1Store
 from argtca.graph.supcon import supcon_loss
 
 __all__ = ["NodeEmbeddings", "train_gat", "embed_nodes", "select_nodes", "run_phase1",
-           "phase1_settings", "CACHE_VERSION"]
+           "phase1_settings", "graph_settings", "store_payload", "STORE_VERSION"]
 
-CACHE_VERSION = 1
+STORE_VERSION = 2
 NO_EMBEDDING_SELECTORS = ("tca", "random")  # need neither text features nor a trained graph
+H0_KIND = "CLIP text tower EOS hidden state (after ln_final, before the projection), l2-normalised"
 TextFn = Callable[[List[str]], Tensor]
 
 
@@ -42,7 +48,23 @@ class NodeEmbeddings:
     h0: Tensor                         # [N, width] l2-normalised text features
     attention: Optional[Tensor] = None  # [N] source attention (None without a GAT)
     loss_curve: List[float] = field(default_factory=list)
-    seconds: float = 0.0               # GAT training time
+    seconds: float = 0.0               # GAT training time (when it was trained)
+    store_key: Optional[str] = None
+    store_file: Optional[str] = None
+    reused: bool = False               # read from the store instead of trained
+
+
+def graph_settings(cfg_node) -> Dict[str, Any]:
+    """The TRAINER.ARGTCA keys that determine the embeddings (raw embeddings: no edges, no GAT)."""
+    g = cfg_node.GAT
+    s: Dict[str, Any] = {"NUM_CANDIDATES": int(cfg_node.NUM_CANDIDATES),
+                         "EMBEDDINGS": str(cfg_node.EMBEDDINGS).lower()}
+    if s["EMBEDDINGS"] == "gat":
+        s["EDGES"] = str(cfg_node.EDGES).lower()
+        s["GAT"] = {"HEADS": int(g.HEADS), "HIDDEN": int(g.HIDDEN), "DROPOUT": float(g.DROPOUT),
+                    "EPOCHS": int(g.EPOCHS), "LR": float(g.LR), "TAU": float(g.TAU),
+                    "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED)}
+    return s
 
 
 def phase1_settings(cfg_node) -> Dict[str, Any]:
@@ -66,7 +88,7 @@ def _check_settings(s: Dict[str, Any]) -> None:
     if s["EMBEDDINGS"] not in ("gat", "raw"):
         raise GraphInputError(f"TRAINER.ARGTCA.EMBEDDINGS={s['EMBEDDINGS']!r}: use gat or raw")
     if s["GAT"]["LOSS_ON"] not in ("z", "h"):
-        raise GraphInputError(f"TRAINER.ARGTCA.GAT.LOSS_ON={s['GAT']['LOSS_ON']!r}: use z or h")
+        raise GraphInputError(f"TRAINER.ARGTCA.GAT.LOSS_ON={s['GAT']['LOSS_ON']!r}: use h or z")
     if not 1 <= s["NUM_ATTRIBUTES"] <= s["NUM_CANDIDATES"]:
         raise GraphInputError(
             f"TRAINER.ARGTCA.NUM_ATTRIBUTES (M'={s['NUM_ATTRIBUTES']}) must be between 1 and "
@@ -77,6 +99,7 @@ def _check_settings(s: Dict[str, Any]) -> None:
 def train_gat(h0: Tensor, edge_index: Tensor, node_class: Tensor, gat_cfg,
               device: str = "cpu") -> Tuple[AttributeGAT, List[float]]:
     """Full-graph SupCon training with Adam; seeded by GAT.SEED without touching the global RNG.
+    LOSS_ON h (default): the loss sees h^L/||h^L|| (Eq. 7); z: the projection head's output.
     Returns the model in eval mode and the per-epoch loss."""
     dev = torch.device(device)
     devices = [dev.index if dev.index is not None else torch.cuda.current_device()] \
@@ -101,111 +124,152 @@ def train_gat(h0: Tensor, edge_index: Tensor, node_class: Tensor, gat_cfg,
     return model, curve
 
 
-def embed_nodes(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str = "cpu"
-                ) -> NodeEmbeddings:
-    """h0 = normalize(text_fn(node texts)); EMBEDDINGS=raw returns h0, gat trains the GAT on
-    the EDGES graph and returns h^L and the source attention of an eval-mode forward."""
+def _compute_embeddings(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str
+                        ) -> Dict[str, Any]:
+    """h0 = normalize(text_fn(node texts)); EMBEDDINGS=raw stops there, gat trains the GAT on
+    the EDGES graph and adds h^L and the source attention of an eval-mode forward."""
     feats = text_fn(nodes.texts)
     if not isinstance(feats, Tensor) or feats.dim() != 2 or feats.shape[0] != nodes.num_nodes:
         raise GraphInputError(f"text_fn must return a [N={nodes.num_nodes}, width] tensor, got "
                               f"{getattr(feats, 'shape', type(feats))}")
     h0 = F.normalize(feats.detach().float().cpu(), dim=1)
+    out: Dict[str, Any] = {"h0": h0, "h": None, "attention": None, "loss_curve": [],
+                           "seconds": 0.0, "meta": {"device": str(device)}}
     if str(cfg_node.EMBEDDINGS).lower() == "raw":
-        return NodeEmbeddings(emb=h0, h0=h0)
+        return out
     ei = build_graph(nodes.node_class, nodes.attrs, cfg_node.EDGES)
     t0 = time.perf_counter()
     model, curve = train_gat(h0, ei, nodes.node_class, cfg_node.GAT, device=device)
     secs = time.perf_counter() - t0
     with torch.no_grad():
-        out = model(h0.to(device), ei.to(device))
-    att = source_attention(out.attention, nodes.num_nodes)
-    return NodeEmbeddings(emb=out.h.float().cpu(), h0=h0, attention=att, loss_curve=curve,
-                          seconds=secs)
+        o = model(h0.to(device), ei.to(device))
+    out.update(h=o.h.float().cpu().contiguous(),
+               attention=source_attention(o.attention, nodes.num_nodes),
+               loss_curve=curve, seconds=secs)
+    out["meta"]["edges"] = int(ei.shape[1])
+    return out
+
+
+def code_sha256() -> str:
+    """sha256 of the code that computes the embeddings (graph, GAT, SupCon, training): a change to
+    it gives new store keys instead of stale graphs."""
+    from argtca.graph import gat, nodes, supcon
+    h = hashlib.sha256()
+    for part in (gat, nodes, supcon, train_gat, _compute_embeddings):
+        h.update(inspect.getsource(part).encode("utf-8"))
+    return h.hexdigest()
+
+
+def store_payload(nodes: AttributeNodes, cfg_node, identity: Optional[Mapping] = None
+                  ) -> Dict[str, Any]:
+    """What determines the embeddings, as stored and hashed into the key."""
+    return json.loads(json.dumps({
+        "version": STORE_VERSION,
+        "code_sha256": code_sha256(),
+        "identity": dict(identity or {}),
+        "classnames": list(nodes.classnames),
+        "nodes": list(nodes.attrs),
+        "node_text": node_text("{attribute}", "{classname}"),
+        "h0": H0_KIND,
+        "graph": graph_settings(cfg_node),
+    }, sort_keys=True))
+
+
+def embed_nodes(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str = "cpu",
+                store_dir: Optional[str] = None, identity: Optional[Mapping] = None,
+                log: Optional[Callable[[str], None]] = None) -> NodeEmbeddings:
+    """The node embeddings of ``cfg_node``'s graph: trained here (no ``store_dir``), or read from
+    the store / trained into it (see the module docstring). ``log`` gets one line saying which."""
+    log = log or (lambda msg: None)
+    if store_dir is None:
+        d, reused, key, path = _compute_embeddings(nodes, text_fn, cfg_node, device), False, None, None
+    else:
+        from argtca.graph.store import store_key
+        payload = store_payload(nodes, cfg_node, identity)
+        key = store_key(payload, (identity or {}).get("dataset") or "graph")
+        store = Phase1Store(store_dir)
+        path = store.path(key)
+        d, reused = store.get_or_compute(
+            key, payload, lambda: _compute_embeddings(nodes, text_fn, cfg_node, device), log=log)
+    what = "EOS embeddings" if d["h"] is None else "graph"
+    if reused:
+        log(f"[phase 1] reused stored {what} {key} ({path})")
+    else:
+        log(f"[phase 1] trained {what} ({nodes.num_nodes} nodes"
+            + (f", {d['meta'].get('edges', 0)} edges, {len(d['loss_curve'])} epochs, SupCon "
+               f"{d['loss_curve'][0]:.3f} -> {d['loss_curve'][-1]:.3f}, {d['seconds']:.1f} s"
+               if d["loss_curve"] else "") + ")"
+            + (f"; stored as {key} ({path})" if key else ""))
+    emb = d["h0"] if d["h"] is None else d["h"]
+    return NodeEmbeddings(emb=emb, h0=d["h0"], attention=d["attention"],
+                          loss_curve=list(d["loss_curve"]), seconds=float(d["seconds"]),
+                          store_key=key, store_file=path, reused=reused)
 
 
 def select_nodes(nodes: AttributeNodes, emb: Optional[Tensor], selector: str, m_prime: int,
-                 seed: int = 42, weight: float = 0.5) -> Dict[int, List[Tuple[int, float]]]:
-    """Apply a registered selector (``emb`` may be None for tca/random)."""
+                 seed: int = 42, weight: float = 0.5) -> Dict[int, list]:
+    """Apply a registered selector (``emb`` may be None for tca/random). The selector also gets
+    ``raw`` (each class's list as given) for rules that follow the file's order."""
     from argtca.selectors import SELECTOR_REGISTRY  # imports every selector module
     fn = SELECTOR_REGISTRY.get(selector)
-    return fn(emb, nodes.node_class, nodes.attrs, m_prime, seed=seed, weight=weight)
+    return fn(emb, nodes.node_class, nodes.attrs, m_prime, seed=seed, weight=weight,
+              raw=nodes.raw or None)
 
 
-def _canonical(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, sort_keys=True))
-
-
-def _fingerprint(payload: Any) -> str:
-    text = json.dumps(payload, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:16]
+def picked_texts(nodes: AttributeNodes, sel: Mapping[int, Sequence]) -> List[List[str]]:
+    """Per class index, the attribute texts of the picks (an entry's third element when given,
+    else its node's attribute)."""
+    return [[e[2] if len(e) > 2 else nodes.attrs[e[0]] for e in sel[k]]
+            for k in range(len(nodes.classnames))]
 
 
 def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]],
-               text_fn: TextFn, cfg_node, cache_dir: Optional[str] = None,
-               cache_key: Optional[dict] = None, device: str = "cpu") -> Dict[str, Any]:
+               text_fn: TextFn, cfg_node, store_dir: Optional[str] = None,
+               identity: Optional[Mapping] = None, device: str = "cpu",
+               log: Optional[Callable[[str], None]] = None, source: Optional[str] = None
+               ) -> Dict[str, Any]:
     """Select M' attributes per class with TRAINER.ARGTCA settings ``cfg_node``.
 
-    ``attributes``: class -> candidate list (deduped; the graph takes the first NUM_CANDIDATES
-    distinct ones). ``text_fn``: texts -> [N, width] features (e.g. CLIP's EOS hidden state);
-    not called for the ``tca`` and ``random`` selectors, which need no graph. Returns (and,
-    with ``cache_dir``, writes/reuses, see the module docstring) a dict with keys: ``selected``
-    {class: [attr]}, ``scores`` {class: [float]}, ``attention`` {class: {attr: score}} ({}
-    without a GAT),
-    ``loss_curve`` [float], ``classnames``, ``selected_by_index`` [[attr]] (robust to repeated
-    class names), ``candidates`` {class: [attr]}, ``settings``, ``cache_key``, ``fingerprint``,
-    ``seconds`` {"gat_train", "total"}, ``cache_file`` and ``cached`` (bool).
+    ``attributes``: class -> its attribute list as given (the graph takes the first M_k = min(M,
+    distinct) distinct ones; ``tca`` takes the first M' as given). ``text_fn``: texts -> [N, width]
+    features (CLIP's EOS hidden state); not called for ``tca`` and ``random``, which need no graph.
+    ``source``: the attribute file, named in errors. Returns a dict: ``selected`` {class: [attr]},
+    ``selected_by_index`` [[attr]] (robust to repeated class names), ``scores``, ``attention``
+    {class: {attr: score}} ({} without a GAT), ``loss_curve``, ``classnames``, ``candidates``,
+    ``short_classes`` {class: M_k}, ``settings``, ``identity``, ``store_key``, ``store_file``,
+    ``reused`` (bool; None for tca/random), ``seconds`` {"gat_train", "total"}.
     """
     t_start = time.perf_counter()
     settings = phase1_settings(cfg_node)
     _check_settings(settings)
-    nodes = make_nodes(classnames, attributes, settings["NUM_CANDIDATES"])
-    candidates = {c: nodes.attrs[k * nodes.num_candidates:(k + 1) * nodes.num_candidates]
-                  for k, c in enumerate(classnames)}
-    key = _canonical(cache_key or {})
-    fp = _fingerprint({"version": CACHE_VERSION, "cache_key": key, "settings": settings,
-                       "classnames": list(classnames), "candidates": nodes.attrs})
-    path = os.path.join(cache_dir, f"phase1-{fp}.json") if cache_dir else None
-    if path and os.path.isfile(path):
-        try:
-            with open(path) as f:
-                cached = json.load(f)
-            if (cached.get("version") == CACHE_VERSION and cached.get("fingerprint") == fp
-                    and cached.get("cache_key") == key and cached.get("settings") == settings
-                    and cached.get("classnames") == list(classnames)):
-                cached["cached"] = True
-                cached["cache_file"] = path
-                return cached
-        except (OSError, json.JSONDecodeError):
-            pass  # unreadable cache: recompute and overwrite
-
+    nodes = make_nodes(classnames, attributes, settings["NUM_CANDIDATES"],
+                       min_per_class=settings["NUM_ATTRIBUTES"], source=source)
     selector = settings["SELECTOR"]
-    if selector in NO_EMBEDDING_SELECTORS:
-        ne = None
-    else:
-        ne = embed_nodes(nodes, text_fn, cfg_node, device=device)
+    ne = None
+    if selector not in NO_EMBEDDING_SELECTORS:
+        ne = embed_nodes(nodes, text_fn, cfg_node, device=device, store_dir=store_dir,
+                         identity=identity, log=log)
     sel = select_nodes(nodes, None if ne is None else ne.emb, selector,
                        settings["NUM_ATTRIBUTES"], seed=settings["SELECTOR_SEED"],
                        weight=settings["JOINT_WEIGHT"])
-    selected_by_index = [[nodes.attrs[i] for i, _ in sel[k]] for k in range(len(classnames))]
-    result: Dict[str, Any] = {
-        "version": CACHE_VERSION,
-        "fingerprint": fp,
+    selected_by_index = picked_texts(nodes, sel)
+    return {
         "classnames": list(classnames),
         "selected": {c: selected_by_index[k] for k, c in enumerate(classnames)},
         "selected_by_index": selected_by_index,
-        "scores": {c: [s for _, s in sel[k]] for k, c in enumerate(classnames)},
+        "scores": {c: [float(e[1]) for e in sel[k]] for k, c in enumerate(classnames)},
         "attention": ({} if ne is None or ne.attention is None else
                       {c: {nodes.attrs[i]: float(ne.attention[i]) for i in nodes.nodes_of(k)}
                        for k, c in enumerate(classnames)}),
         "loss_curve": [] if ne is None else ne.loss_curve,
-        "candidates": candidates,
+        "candidates": {c: [nodes.attrs[i] for i in nodes.nodes_of(k)]
+                       for k, c in enumerate(classnames)},
+        "short_classes": dict(nodes.short),
         "settings": settings,
-        "cache_key": key,
-        "seconds": {"gat_train": 0.0 if ne is None else ne.seconds,
+        "identity": json.loads(json.dumps(dict(identity or {}), sort_keys=True)),
+        "store_key": None if ne is None else ne.store_key,
+        "store_file": None if ne is None else ne.store_file,
+        "reused": None if ne is None else ne.reused,
+        "seconds": {"gat_train": 0.0 if ne is None or ne.reused else ne.seconds,
                     "total": time.perf_counter() - t_start},
     }
-    if path:
-        write_json(path, result)
-    result["cached"] = False
-    result["cache_file"] = path
-    return result

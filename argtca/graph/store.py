@@ -1,0 +1,150 @@
+"""The Phase-1 store: trained node embeddings, once per dataset, shared by every run.
+
+One file per key, ``<root>/<key>.pt`` (``torch.save`` of plain tensors and a JSON string), with a
+readable ``<key>.json`` beside it. ``root`` is ``$ARGTCA_CACHE/phase1`` (default
+``~/.cache/argtca/phase1``, the cache root the demo dataset uses too). The key is
+``<dataset>-<sha256[:16]>`` of the caller's payload (what determines the graph: dataset, class names,
+attribute-file content, backbone and text-weights hash, M, edges, embeddings, GAT settings and seed,
+the Phase-1 code); what only selects from the graph (selector, M', alpha/beta, output folder) is not
+in it.
+
+Concurrency: a reader that finds the file uses it (files appear whole: written to a temporary name in
+the same folder, then ``os.replace``). A writer takes an exclusive ``fcntl`` lock on
+``<key>.lock``, looks again (another run may have finished meanwhile) and only then computes, so two
+runs needing the same graph at the same time train it once: the second waits and reuses it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from contextlib import contextmanager
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+
+__all__ = ["StoreError", "default_store_dir", "store_key", "Phase1Store", "text_weights_sha256"]
+
+
+class StoreError(RuntimeError):
+    """The store cannot be written: the message names the folder and the fix."""
+
+
+def default_store_dir() -> str:
+    """``$ARGTCA_CACHE/phase1`` (default ``~/.cache/argtca/phase1``)."""
+    from argtca.demo.generator import cache_root  # the one definition of argtca's cache root
+    return str(cache_root() / "phase1")
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def store_key(payload: Dict[str, Any], label: str = "graph") -> str:
+    """``<label>-<first 16 hex digits of sha256(canonical JSON of payload)>``."""
+    import hashlib
+    digest = hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()[:16]
+    slug = re.sub(r"[^A-Za-z0-9_.+-]+", "_", str(label)).strip("_") or "graph"
+    return f"{slug}-{digest}"
+
+
+@contextmanager
+def _exclusive(lock_path: str, on_wait: Optional[Callable[[], None]] = None):
+    try:
+        import fcntl
+    except ImportError:  # no fcntl (Windows): atomic replace still keeps files whole
+        yield
+        return
+    with open(lock_path, "a+") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait is not None:
+                on_wait()
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+class Phase1Store:
+    def __init__(self, root: Optional[str] = None):
+        self.root = os.path.abspath(os.path.expanduser(root or default_store_dir()))
+
+    def path(self, key: str) -> str:
+        return os.path.join(self.root, f"{key}.pt")
+
+    def load(self, key: str, payload: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+        """The stored entry of ``key`` when it exists, reads and was made for exactly
+        ``payload``; otherwise None (a damaged or foreign file is recomputed and replaced)."""
+        path = self.path(key)
+        if not os.path.isfile(path):
+            return None
+        try:
+            data = torch.load(path, map_location="cpu", weights_only=True)
+            meta = json.loads(data["meta"])
+        except Exception:  # noqa: BLE001 (any unreadable file is a cache miss)
+            return None
+        if meta.get("payload") != json.loads(canonical_json(payload)):
+            return None
+        data["meta"] = meta
+        return data
+
+    def get_or_compute(self, key: str, payload: Dict[str, Any],
+                       compute: Callable[[], Dict[str, Any]],
+                       log: Callable[[str], None] = print) -> Tuple[Dict[str, Any], bool]:
+        """(entry, reused). ``compute()`` returns a dict of tensors / lists / numbers and a
+        ``meta`` dict; it is called at most once per key across concurrent processes."""
+        found = self.load(key, payload)
+        if found is not None:
+            return found, True
+        try:
+            os.makedirs(self.root, exist_ok=True)
+            lock = os.path.join(self.root, f"{key}.lock")
+            open(lock, "a").close()
+        except OSError as e:
+            raise StoreError(f"cannot write the Phase-1 store {self.root} ({e}); set ARGTCA_CACHE "
+                             f"to a writable folder") from e
+        with _exclusive(lock, lambda: log(f"[phase 1] waiting for another run that is training "
+                                          f"graph {key}")):
+            found = self.load(key, payload)
+            if found is not None:
+                return found, True
+            data = compute()
+            meta = dict(data.get("meta") or {})
+            meta["payload"] = json.loads(canonical_json(payload))
+            meta["key"] = key
+            data = dict(data, meta=canonical_json(meta))
+            path = self.path(key)
+            tmp = f"{path}.tmp-{os.getpid()}"
+            try:
+                torch.save(data, tmp)
+                with open(tmp, "rb") as f:
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            finally:
+                if os.path.exists(tmp):
+                    os.remove(tmp)
+            from argtca.engine.records import write_json
+            write_json(os.path.join(self.root, f"{key}.json"), meta)
+            data["meta"] = meta
+            return data, False
+
+
+def text_weights_sha256(model) -> str:
+    """sha256 over the name, dtype, shape and bytes of every parameter and buffer of the CLIP
+    text tower that the EOS hidden state depends on (token and positional embeddings, the
+    transformer, ln_final): the weights' identity, whatever file or tag they came from."""
+    import hashlib
+    h = hashlib.sha256()
+    state = model.state_dict()
+    prefixes = ("token_embedding.", "positional_embedding", "transformer.", "ln_final.",
+                "attn_mask")
+    for name in sorted(state):
+        if not name.startswith(prefixes):
+            continue
+        t = state[name].detach().to("cpu").contiguous()
+        h.update(f"{name}|{t.dtype}|{tuple(t.shape)}|".encode())
+        h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
