@@ -56,6 +56,40 @@ def attribute_file_hash(path: str) -> str:
     return h.hexdigest()
 
 
+def _short(value, n: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[:n - 4] + "...'"
+
+
+def _no_duplicate_keys(path: str):
+    """``json.load`` hook: a key given twice with different values is an error (``json`` would
+    keep the last one silently); an exact repeat is harmless and kept once."""
+    def hook(pairs):
+        out = {}
+        for k, v in pairs:
+            if k in out and out[k] != v:
+                raise AttributeFileError(
+                    f"attribute file {path!r}: class {k!r} is given twice, as {_short(out[k])} "
+                    f"and as {_short(v)}; keep one entry per class.")
+            out[k] = v
+        return out
+    return hook
+
+
+def _check_same_class_twice(path: str, data: Dict[str, str]) -> None:
+    """Two keys naming the same class once case and ``_`` are ignored ("Cat", "cat") must agree:
+    a dataset class would otherwise get whichever the lookup meets first."""
+    seen: Dict[str, str] = {}
+    for k, v in data.items():
+        norm = _normalize_class(k)
+        if norm in seen and data[seen[norm]].split() != v.split():
+            raise AttributeFileError(
+                f"attribute file {path!r}: keys {seen[norm]!r} and {k!r} name the same class "
+                f"(case and '_' are ignored when matching) but differ: {_short(data[seen[norm]])} "
+                f"vs {_short(v)}; keep one of them.")
+        seen.setdefault(norm, k)
+
+
 def load_attributes(path: str, classnames: Sequence[str], num_required: int,
                     dedupe: bool = False) -> Dict[str, List[str]]:
     """Read a TCA attribute file and return ``{classname: [attr, ...]}`` for ``classnames``.
@@ -75,7 +109,7 @@ def load_attributes(path: str, classnames: Sequence[str], num_required: int,
             f"attribute file not found: {path!r}. Fix DATASET.ATTRIBUTE_FILE. " + _WHERE + ".")
     try:
         with open(path, encoding="utf-8") as f:
-            data = json.load(f)
+            data = json.load(f, object_pairs_hook=_no_duplicate_keys(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise AttributeFileError(
             f"attribute file {path!r} is not valid JSON ({e}); re-download it. " + _WHERE + "."
@@ -92,6 +126,7 @@ def load_attributes(path: str, classnames: Sequence[str], num_required: int,
         raise AttributeFileError(
             f"attribute file {path!r}: every value must be one string of space-separated "
             f"attributes, but these are not strings: {shown}{more}. Fix the file (TCA format).")
+    _check_same_class_twice(path, data)
     if num_required < 1:
         raise AttributeFileError(f"num_required must be >= 1, got {num_required}")
 

@@ -10,7 +10,7 @@ import argparse
 import os
 import sys
 
-from argtca.config import METHOD_TO_TRAINER, get_cfg_default
+from argtca.config import METHOD_TO_TRAINER, ConfigError, check_cfg_values, get_cfg_default
 from argtca.registry import TRAINER_REGISTRY
 
 
@@ -33,17 +33,65 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _check_file(path: str, what: str) -> None:
     if path and not os.path.isfile(path):
-        raise SystemExit(f"error: {what} not found: {path} (see configs/ for the available files)")
+        raise ConfigError(f"{what} not found: {path} (see configs/ for the available files)")
+
+
+def _yacs_error(e: Exception, where: str) -> ConfigError:
+    """One line for yacs' unknown-key / type-mismatch errors, naming ``where`` the value came from."""
+    msg = str(e.args[0]) if e.args else str(e)
+    for marker in ("Non-existent config key: ", "Non-existent key: "):
+        if marker in msg:
+            key = msg.split(marker, 1)[1].strip().strip("'")
+            return ConfigError(f"{where}: unknown key {key}; every key and its default is in "
+                               f"argtca/config.py")
+    if "Type mismatch" in msg and "for config key: " in msg:
+        key = msg.rsplit("for config key: ", 1)[1].strip()
+        default = get_cfg_default()
+        for part in key.split("."):
+            default = default[part] if hasattr(default, "get") and part in default else None
+        if hasattr(default, "items"):
+            return ConfigError(f"{where}: {key} is a group of keys, not a value; set its keys "
+                               f"(e.g. {key}.{next(iter(default))})")
+        return ConfigError(f"{where}: {key} must be {type(default).__name__} (default "
+                           f"{default!r}); write it in that type (e.g. 1.0 for a float, quote "
+                           f"strings such as 'on')")
+    return ConfigError(f"{where}: {msg.splitlines()[0] if msg else type(e).__name__}")
+
+
+def _merge_file(cfg, path: str, flag: str) -> None:
+    """``cfg.merge_from_file`` with one error line naming the file (and the line for bad YAML)."""
+    import yaml
+    where = f"{flag} {path}"
+    try:
+        cfg.merge_from_file(path)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(f"{where}{at}: malformed YAML ({what}); fix the file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start}); is it a "
+                          f"YAML config?") from None
+    except (KeyError, ValueError, AssertionError) as e:
+        raise _yacs_error(e, where) from None
+    except (AttributeError, TypeError):   # yacs on a file that is a list or a scalar
+        raise ConfigError(f"{where}: must hold a YAML mapping of config keys (e.g. 'TTA:' then "
+                          f"'  STEPS: 1'), not a list or a single value") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{where} is a directory, not a YAML file") from None
 
 
 def setup_cfg(args):
+    """The run configuration: defaults, the YAML files, the flags, then ``KEY VALUE`` overrides;
+    every problem (missing/malformed file, unknown key, wrong type, value out of range) is one
+    :class:`ConfigError` line naming where it came from."""
     cfg = get_cfg_default()
     _check_file(args.dataset_config_file, "--dataset-config-file")
     _check_file(args.config_file, "--config-file")
     if args.dataset_config_file:
-        cfg.merge_from_file(args.dataset_config_file)
+        _merge_file(cfg, args.dataset_config_file, "--dataset-config-file")
     if args.config_file:
-        cfg.merge_from_file(args.config_file)
+        _merge_file(cfg, args.config_file, "--config-file")
     if args.root:
         cfg.DATASET.ROOT = args.root
     if args.output_dir:
@@ -58,9 +106,13 @@ def setup_cfg(args):
     if opts and opts[0] == "--":
         opts = opts[1:]
     if len(opts) % 2:
-        raise SystemExit(f"error: overrides must be KEY VALUE pairs, got {opts}")
-    cfg.merge_from_list(opts)
+        raise ConfigError(f"overrides must be KEY VALUE pairs, got {opts}")
+    try:
+        cfg.merge_from_list(opts)
+    except (KeyError, ValueError, AssertionError) as e:
+        raise _yacs_error(e, "command-line override") from None
     cfg.DATASET.ROOT = os.path.expanduser(os.path.expandvars(cfg.DATASET.ROOT))
+    check_cfg_values(cfg)
     cfg.freeze()
     return cfg
 

@@ -22,6 +22,7 @@ from ..demo.render import CLASSNAMES
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum
 from .coop import SPLITS, check_images_exist, parse_split_json
+from .images import check_images
 
 
 @DATASET_REGISTRY.register()
@@ -50,7 +51,8 @@ class Demo(DatasetBase):
         n = int(cfg.DATASET.NUM_IMAGES)
         if n > 0:
             items = items[:n]
-        check_images_exist(items, f"Demo split {split!r} (delete {self.dataset_path} to "
-                                  f"regenerate it)")
+        what = f"Demo split {split!r} (delete {self.dataset_path} to regenerate it)"
+        check_images_exist(items, what)
+        check_images(items, what, cfg.DATASET.get("CHECK_IMAGES", "header"))
         super().__init__([Datum(d.impath, d.label, d.classname) for d in items], classnames,
                          root=self.dataset_path)

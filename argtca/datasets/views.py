@@ -17,16 +17,17 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import torch
 import torchvision.transforms.functional as F
-from PIL import Image, UnidentifiedImageError
+from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
 
 from .augmix import OPS, augmix_view, sample_plan
 from .base import DataError, Datum
+from .images import open_rgb, to_rgb
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
            "augmix_enabled", "build_view_generator", "TestTimeDataset", "collate_views",
-           "build_test_loader"]
+           "LoadFailure", "CheckedLoader", "make_loader", "build_test_loader"]
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -155,7 +156,7 @@ class ViewGenerator:
 
     def __call__(self, img: Image.Image, seed: int, index: int) -> torch.Tensor:
         if img.mode != "RGB":
-            img = img.convert("RGB")
+            img = to_rgb(img)   # 16-bit, float and transparent images scaled/composited correctly
         views = torch.empty(self.n_views, 3, self.size, self.size)
         views[0] = self.base_view(img)
         if self.n_views > 1:
@@ -218,16 +219,11 @@ class TestTimeDataset(Dataset):
         return len(self.indices)
 
     def load(self, k: int) -> Tuple[int, Datum, Image.Image]:
-        """``(index, datum, RGB image)`` of the k-th item; DataError naming the file if unreadable."""
+        """``(index, datum, RGB image)`` of the k-th item (:func:`argtca.datasets.images.open_rgb`:
+        every PIL mode to 8-bit RGB); one-line DataError naming the file if unreadable."""
         index = self.indices[k]
         datum = self.items[index]
-        try:
-            with Image.open(datum.impath) as im:
-                img = im.convert("RGB")
-        except (OSError, UnidentifiedImageError) as e:
-            raise DataError(f"cannot open image {datum.impath} (item {index}): {e}; check or "
-                            f"re-download the file") from e
-        return index, datum, img
+        return index, datum, open_rgb(datum.impath)
 
     def __getitem__(self, k: int) -> Dict[str, Any]:
         index, datum, img = self.load(k)
@@ -242,14 +238,75 @@ def collate_views(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
             "path": [b["path"] for b in batch]}
 
 
-def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
-                      pin_memory: bool = False, prefetch: int = 4) -> DataLoader:
-    """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``."""
+class LoadFailure:
+    """An item whose file could not be read: it travels through the DataLoader (workers included)
+    as a value, so that the main process raises the dataset's one-line :class:`DataError` instead
+    of torch's "Caught DataError in DataLoader worker process" traceback text."""
+
+    __slots__ = ("message",)
+
+    def __init__(self, message: str):
+        self.message = message
+
+    def __getstate__(self):
+        return self.message
+
+    def __setstate__(self, message):
+        self.message = message
+
+
+class _Guarded(Dataset):
+    def __init__(self, dataset: Dataset):
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, k: int):
+        try:
+            return self.dataset[k]
+        except DataError as e:
+            return LoadFailure(str(e))
+
+
+class _GuardedCollate:
+    def __init__(self, collate):
+        self.collate = collate
+
+    def __call__(self, batch):
+        for b in batch:
+            if isinstance(b, LoadFailure):
+                return b
+        return self.collate(batch)
+
+
+class CheckedLoader(DataLoader):
+    """A DataLoader over ``_Guarded(dataset)`` that raises the item's :class:`DataError` (its own
+    one-line message) in the iterating process."""
+
+    def __iter__(self):
+        for batch in super().__iter__():
+            if isinstance(batch, LoadFailure):
+                raise DataError(batch.message)
+            yield batch
+
+
+def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int = 1,
+                pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
+    """Sequential :class:`CheckedLoader` of ``dataset`` in batches of ``batch_images``."""
     num_workers = int(num_workers)
     if num_workers < 0 or int(batch_images) < 1:
         raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
                          f">= 1")
-    return DataLoader(dataset, batch_size=int(batch_images), shuffle=False,
-                      num_workers=num_workers, collate_fn=collate_views, pin_memory=pin_memory,
-                      prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
-                      drop_last=False)
+    return CheckedLoader(_Guarded(dataset), batch_size=int(batch_images), shuffle=False,
+                         num_workers=num_workers, collate_fn=_GuardedCollate(collate),
+                         pin_memory=pin_memory,
+                         prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
+                         drop_last=False)
+
+
+def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
+                      pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
+    """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``; an
+    unreadable file raises its one-line :class:`DataError` (also from worker processes)."""
+    return make_loader(dataset, collate_views, num_workers, batch_images, pin_memory, prefetch)

@@ -35,7 +35,8 @@ from torchvision.ops import roi_align
 from argtca.datasets.augmix import OPS, sample_plan
 from argtca.datasets.base import Datum
 from argtca.datasets.views import (ViewGenerator, build_test_loader, build_view_generator,
-                                   item_rngs, random_resized_crop_params, TestTimeDataset)
+                                   item_rngs, make_loader, random_resized_crop_params,
+                                   TestTimeDataset)
 
 __all__ = ["VIEW_PARAM_COLUMNS", "sample_view_params", "GpuViewDataset", "collate_gpu_views",
            "GpuViewMaker", "build_views_loader", "ViewsLoader", "views_device"]
@@ -408,8 +409,7 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
                                    pin_memory=pin, prefetch=prefetch)
         return ViewsLoader(loader, device)
     ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
-    nw = int(num_workers)
-    loader = DataLoader(ds, batch_size=int(batch_images), shuffle=False, num_workers=nw,
-                        collate_fn=collate_gpu_views, pin_memory=pin,
-                        prefetch_factor=max(1, int(prefetch)) if nw > 0 else None)
+    # an unreadable file raises its one-line DataError here too, also from worker processes
+    loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
+                         pin_memory=pin, prefetch=prefetch)
     return ViewsLoader(loader, device, GpuViewMaker(view_gen))

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 import numpy as np
 import torch
 
-from argtca.config import get_cfg_default
+from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
 from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
                                    config_hash, write_json, flatten_cfg, load_records,
@@ -46,6 +46,7 @@ class TestTimeTrainer:
 
     def __init__(self, cfg, dataset=None, device=None):
         self.cfg = cfg
+        check_cfg_values(cfg, tunes=self.tunes)   # ranges of every key, also for library use
         self.check_cfg(cfg)
         if device is None:
             device = "cuda" if (cfg.USE_CUDA and torch.cuda.is_available()) else "cpu"
