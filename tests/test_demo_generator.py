@@ -130,10 +130,14 @@ def test_interrupted_generation_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_incomplete_folder_is_reported(tmp_path):
-    G.dataset_dir(9, tmp_path).mkdir(parents=True)
-    with pytest.raises(FileExistsError, match="Delete that folder"):
-        G.ensure_dataset(seed=9, root=tmp_path)
+def test_incomplete_folder_is_regenerated(tmp_path):
+    final = G.dataset_dir(9, tmp_path)
+    (final / "images").mkdir(parents=True)
+    (final / "stray.txt").write_text("half-made")
+    assert G.cache_problem(final, 9) == f"no {G.SPLIT_FILE}"
+    assert G.ensure_dataset(seed=9, root=tmp_path) == final
+    assert G.cache_problem(final, 9) is None and not (final / "stray.txt").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [final.name]   # no temp/stale left
 
 
 def test_demo_dataset_class_reads_the_split(demo_env):

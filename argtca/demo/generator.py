@@ -294,28 +294,113 @@ def dataset_dir(seed: int = DEFAULT_SEED, root: Optional[os.PathLike] = None) ->
     return base / f"demo-{GENERATOR_VERSION}-{seed}"
 
 
+class DemoCacheError(ValueError):
+    """The demo dataset cannot be found or made: one line naming the folder and the fix."""
+
+
+def cache_problem(final: Path, seed: int = DEFAULT_SEED) -> Optional[str]:
+    """Why ``final`` is not a complete demo dataset of ``seed`` (None when it is complete).
+
+    Complete = ``meta.json`` (written last) names this generator version and seed, the split file
+    lists exactly the expected images, and every listed image is a non-empty file.
+    """
+    if not final.is_dir():
+        return "missing" if not final.exists() else "not a folder"
+    for name in (SPLIT_FILE, "meta.json"):
+        if not (final / name).is_file():
+            return f"no {name}"
+    try:
+        meta = json.loads((final / "meta.json").read_text())
+        split = json.loads((final / SPLIT_FILE).read_text())
+    except (OSError, ValueError) as e:
+        return f"unreadable meta.json or {SPLIT_FILE} ({e})"
+    if not isinstance(meta, dict) or meta.get("generator_version") != GENERATOR_VERSION \
+            or meta.get("seed") != seed:
+        return f"meta.json is not that of generator {GENERATOR_VERSION}, seed {seed}"
+    counts = SPLIT_COUNTS
+    for name in ("train", "val", "test"):
+        want = [[relpath(name, lab, idx), lab, CLASSNAMES[lab]]
+                for lab, idx in split_items(counts[name])]
+        if not isinstance(split, dict) or split.get(name) != want:
+            return f"{SPLIT_FILE} does not list the expected {name} images"
+    img_root = final / IMAGE_DIR
+    missing = []
+    for name in ("train", "val", "test"):
+        for rel, _, _ in split[name]:
+            try:
+                if (img_root / rel).stat().st_size == 0:
+                    missing.append(rel)
+            except OSError:
+                missing.append(rel)
+    if missing:
+        return f"{len(missing)} images missing or empty, e.g. {IMAGE_DIR}/{missing[0]}"
+    return None
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        try:
+            path.unlink()
+        except OSError:
+            pass
+
+
+def _install(tmp: Path, final: Path, seed: int) -> None:
+    """Rename the finished ``tmp`` into place; a half-made ``final`` is moved aside first (one
+    rename each, so readers see the old folder or the complete new one, never a mix)."""
+    for attempt in range(10):
+        try:
+            os.rename(tmp, final)
+            return
+        except OSError:
+            if cache_problem(final, seed) is None:   # another process finished first
+                return
+            if not (final.exists() or final.is_symlink()):
+                raise
+            stale = final.parent / f".{final.name}.stale-{os.getpid()}-{attempt}"
+            try:
+                os.rename(final, stale)
+            except FileNotFoundError:                 # another process moved it already
+                continue
+            _remove(stale)
+    raise OSError(f"could not move {tmp} to {final} (other processes keep replacing it)")
+
+
 def ensure_dataset(seed: int = DEFAULT_SEED, root: Optional[os.PathLike] = None) -> Path:
     """Return the dataset folder, generating it first if needed (about 5 s).
 
-    Generation writes into a temporary sibling folder and renames it into place, so an interrupted
-    run never leaves a half dataset and concurrent processes never see one.
+    A complete folder is only read (a read-only cache works). A missing or half-made one (see
+    :func:`cache_problem`) is generated in a temporary sibling folder and renamed into place, so an
+    interrupted run never leaves a half dataset and concurrent processes never see one. A cache
+    that cannot be written raises :class:`DemoCacheError` naming the folder and the fix.
     """
     final = dataset_dir(seed, root)
-    if (final / SPLIT_FILE).is_file():
+    problem = cache_problem(final, seed)
+    if problem is None:
         return final
-    if final.exists():
-        raise FileExistsError(
-            f"{final} exists but has no {SPLIT_FILE}: it is not a complete demo dataset. "
-            f"Delete that folder and run again (it is regenerated automatically).")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    parent = final.parent
+    hint = ("set ARGTCA_CACHE to a writable folder" if root is None
+            else "choose a writable folder")
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
+    except OSError as e:
+        why = e.strerror or str(e)
+        if problem == "missing":
+            raise DemoCacheError(f"cannot create the demo dataset in {final} ({why}); {hint} "
+                                 f"(default ~/.cache/argtca)") from None
+        raise DemoCacheError(f"the demo dataset in {final} is incomplete ({problem}) and cannot be "
+                             f"regenerated there ({why}): delete that folder or make {parent} "
+                             f"writable, or {hint}") from None
     try:
         write_dataset(tmp, seed)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / SPLIT_FILE).is_file():   # not a lost race: a real error
-                raise
+        _install(tmp, final, seed)
+    except OSError as e:
+        why = f"{e.strerror}: {e.filename}" if e.strerror and e.filename else (e.strerror or str(e))
+        raise DemoCacheError(f"cannot write the demo dataset to {parent} ({why}); free space or "
+                             f"{hint}; nothing was left behind") from None
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
