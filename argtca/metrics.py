@@ -3,14 +3,17 @@
 Conventions (all percentages are ``x100``, as the papers report them):
 
 * **accuracy** = mean(pred == label) x 100.
-* **ECE** (C-TPT ``ECE_Loss``): ``n_bins`` equal-width bins with edges ``i / n_bins``
-  (``linspace(0, 1, n_bins + 1)``). A sample is in bin ``b`` when ``lower_b < conf <= upper_b``
-  (left-open), so a confidence exactly on an edge, e.g. 0.05, goes to the *lower* bin (0, 0.05].
+* **ECE** (C-TPT ``ECE_Loss``): ``n_bins`` equal-width bins whose edges are built exactly as
+  the official code builds them: the float32 values of ``torch.linspace(0, 1, n_bins + 1)``
+  turned into Python floats (``.item()``). A sample is in bin ``b`` when
+  ``lower_b < conf <= upper_b`` (left-open), the confidence compared as a Python float (float64)
+  with those edges, as the official loop over ``.item()`` values does. So a confidence exactly
+  on an edge falls where it falls in the official code, for float32 tensors (their values are the
+  edges' float32 values: the lower bin) and for Python floats (0.05 is below float32(0.05) and
+  goes to the lower bin; 0.35 is above float32(0.35) = 0.3499999940... and goes to the upper).
   ``ECE = sum_b |acc_b - conf_b| * n_b / N`` with ``N`` the number of *all* samples.
   Quirk kept from the reference code: ``conf == 0`` (and ``conf > 1``) falls in no bin; such a
   sample still counts in ``N`` (and in accuracy) but contributes nothing to ECE/MCE.
-  Edges are compared at the input's float precision (float32 inputs against float32 edges, as
-  the torch reference does; anything else in float64).
 * **MCE**: ``max_b |acc_b - conf_b|`` over the non-empty equal-width bins (0 if all are empty).
 * **AdaECE** (adaptive / equal-mass bins): the samples are sorted by confidence (stable sort,
   ties keep input order) and split into ``n_bins`` contiguous chunks whose sizes differ by at
@@ -30,7 +33,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 __all__ = ["compute_metrics", "reliability_bins", "expected_calibration_error",
-           "adaptive_ece", "bin_index", "RunningCalibration", "NLL_EPS"]
+           "adaptive_ece", "bin_index", "bin_edges", "RunningCalibration", "NLL_EPS"]
 
 NLL_EPS = 1e-12
 
@@ -62,13 +65,20 @@ def _check_same_length(**arrays: np.ndarray) -> int:
     return next(iter(lens.values()))
 
 
+def bin_edges(n_bins: int = 20) -> np.ndarray:
+    """The official ECE_Loss edges: ``torch.linspace(0, 1, n_bins + 1)`` (float32) values as
+    Python floats, in a float64 array."""
+    import torch
+    return np.array([v.item() for v in torch.linspace(0, 1, int(n_bins) + 1)], dtype=np.float64)
+
+
 def bin_index(conf: Any, n_bins: int = 20) -> np.ndarray:
-    """Equal-width bin of each confidence: ``b`` with ``b/n < conf <= (b+1)/n``; -1 if none
-    (``conf <= 0`` or ``conf > 1``)."""
+    """Equal-width bin of each confidence: ``b`` with ``edges[b] < conf <= edges[b+1]``
+    (:func:`bin_edges`, compared in float64); -1 if none (``conf <= 0`` or ``conf > 1``)."""
     if int(n_bins) < 1:
         raise ValueError(f"n_bins must be >= 1, got {n_bins}")
-    c = _as_conf(conf)
-    edges = (np.arange(n_bins + 1, dtype=np.float64) / n_bins).astype(c.dtype)
+    c = _as_conf(conf).astype(np.float64)    # exact for float16/32 values
+    edges = bin_edges(n_bins)
     idx = np.searchsorted(edges, c, side="left") - 1   # edges[idx] < c <= edges[idx+1]
     idx[(idx < 0) | (idx >= n_bins)] = -1
     return idx
@@ -93,7 +103,7 @@ def reliability_bins(conf: Any, correct: Any, n_bins: int = 20) -> Dict[str, np.
     with np.errstate(invalid="ignore", divide="ignore"):
         acc = np.where(count > 0, s_corr / np.maximum(count, 1), np.nan)
         mconf = np.where(count > 0, s_conf / np.maximum(count, 1), np.nan)
-    edges = np.arange(n_bins + 1, dtype=np.float64) / n_bins
+    edges = bin_edges(n_bins)
     return {"lower": edges[:-1], "upper": edges[1:], "count": count, "acc": acc, "conf": mconf}
 
 

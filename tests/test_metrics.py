@@ -11,7 +11,8 @@ from argtca.metrics import (RunningCalibration, adaptive_ece, bin_index, compute
 #   b 0.10 bad -> bin 1 (.05, .10]        (on an edge)
 #   c 0.12 ok  -> bin 2 (.10, .15]
 #   d 0.50 ok, e 0.50 bad -> bin 9 (.45, .50]
-#   f 0.90 ok  -> bin 17 (.85, .90]
+#   f 0.90 ok  -> bin 18: the official upper edge of bin 17 is float32(0.9) = 0.89999997...,
+#                 below the Python float 0.9, so 0.9 lies in (0.89999997, 0.95000000]
 #   g 1.00 ok  -> bin 19 (.95, 1]
 #   h 0.00 bad -> no bin (C-TPT quirk), still counts in N
 CONF = [0.05, 0.10, 0.12, 0.50, 0.50, 0.90, 1.00, 0.00]
@@ -21,12 +22,15 @@ PRED = [3 if k else 0 for k in CORRECT]
 
 
 def ctpt_reference_ece(conf, correct, n_bins=20):
-    """Brute-force port of the C-TPT ECE_Loss loop (bin = lower < conf <= upper)."""
+    """Brute-force port of the C-TPT ECE_Loss loop (bin = lower < conf <= upper, the edges
+    torch.linspace(0, 1, n_bins + 1) values as Python floats)."""
+    import torch
+    edges = torch.linspace(0, 1, n_bins + 1)
     conf = np.asarray(conf, dtype=float)
     correct = np.asarray(correct, dtype=float)
     ece = 0.0
     for b in range(n_bins):
-        lo, hi = b / n_bins, (b + 1) / n_bins
+        lo, hi = edges[b].item(), edges[b + 1].item()
         m = (conf > lo) & (conf <= hi)
         if m.mean() > 0:
             ece += abs(conf[m].mean() - correct[m].mean()) * m.mean()
@@ -36,8 +40,44 @@ def ctpt_reference_ece(conf, correct, n_bins=20):
 def test_bin_index_left_open_edges():
     got = bin_index([0.05, 0.0500001, 0.1, 0.15, 0.0, 1.0, 1.0000001, -0.2, 0.951])
     assert got.tolist() == [0, 1, 1, 2, -1, 19, -1, -1, 19]
-    # float32 inputs are compared with float32 edges (as the torch reference does)
     assert bin_index(np.float32([0.05, 0.1, 0.35])).tolist() == [0, 1, 6]
+
+
+def test_confidences_exactly_at_every_official_edge():
+    """The official edges are float32 linspace values read back as Python floats:
+    e_i = 0.05000000074.., 0.10000000149.., .., e_7 = 0.34999999403.., e_9 = 0.45000001788..
+    (NOT float32(0.45) = 0.44999998807..), .., e_18 = 0.89999997615.., e_19 = 0.94999998807.."""
+    import torch
+    edges = torch.linspace(0, 1, 21)
+    # float32 tensors holding exactly the edge values: conf == upper edge -> the lower bin
+    want = [-1] + list(range(20))
+    assert bin_index(edges).tolist() == want
+    assert bin_index(edges.numpy()).tolist() == want
+    assert bin_index([e.item() for e in edges]).tolist() == want     # the same values as floats
+    # e_9 differs from float32(0.45): a float32 of 0.45 is below e_9 (bin 8); e_9 itself is in 8
+    assert bin_index(np.float32([0.45])).tolist() == [8]
+    assert bin_index(torch.tensor([0.45])).tolist() == [8]
+    # Python floats i/20: worked out from the float32 values of the edges, i/20 lies above e_i
+    # for i = 7, 13, 14, 18, 19 (e_i < i/20) and so falls in bin i; else on/below: bin i - 1
+    above = {7, 13, 14, 18, 19}
+    want_py = [-1] + [i if i in above else i - 1 for i in range(1, 21)]
+    assert bin_index([i / 20 for i in range(21)]).tolist() == want_py
+    for i in range(1, 21):
+        assert (edges[i].item() < i / 20) == (i in above)
+    # ECE on confidences at every edge (both kinds) equals the port of the official loop
+    rng = np.random.default_rng(0)
+    for conf in ([e.item() for e in edges[1:]] * 3, [i / 20 for i in range(1, 21)] * 3):
+        correct = rng.random(len(conf)) < 0.6
+        ece = compute_metrics(conf, correct.astype(int), np.ones(len(conf), int))["ece"]
+        assert ece / 100 == pytest.approx(ctpt_reference_ece(conf, correct), abs=1e-12)
+    # and differs from float64 edges i/20 for these Python floats (so the rule matters): there
+    # each i/20 is alone in bin i-1; officially 0.35 and 0.40 share bin 7 (gaps .35 and .6 -> .125)
+    conf = [i / 20 for i in range(1, 21)]
+    correct = np.array([0, 1] * 10)
+    naive = sum(abs(c - k) for c, k in zip(conf, correct)) / 20
+    official = compute_metrics(conf, correct, np.ones(20, int))["ece"] / 100
+    assert official == pytest.approx(ctpt_reference_ece(conf, correct))
+    assert abs(official - naive) > 0.01
 
 
 def test_compute_metrics_by_hand():
@@ -45,7 +85,7 @@ def test_compute_metrics_by_hand():
     assert m["n"] == 8
     assert m["accuracy"] == pytest.approx(100 * 5 / 8)
     # gaps: bin0 |1-.05|=.95, bin1 |0-.10|=.10, bin2 |1-.12|=.88, bin9 |.5-.5|=0,
-    # bin17 |1-.9|=.1, bin19 |1-1|=0; every bin has one sample except bin 9 (two)
+    # bin18 |1-.9|=.1, bin19 |1-1|=0; every bin has one sample except bin 9 (two)
     ece = (0.95 * 1 + 0.10 * 1 + 0.88 * 1 + 0.0 * 2 + 0.1 * 1 + 0.0 * 1) / 8
     assert m["ece"] == pytest.approx(100 * ece)
     assert m["mce"] == pytest.approx(100 * 0.95)
@@ -96,7 +136,7 @@ def test_nll_and_brier():
 def test_reliability_bins():
     b = reliability_bins(CONF, CORRECT)
     assert b["count"].sum() == 7                       # conf 0 is in no bin
-    assert b["count"][[0, 1, 2, 9, 17, 19]].tolist() == [1, 1, 1, 2, 1, 1]
+    assert b["count"][[0, 1, 2, 9, 18, 19]].tolist() == [1, 1, 1, 2, 1, 1]
     assert b["acc"][9] == pytest.approx(0.5) and b["conf"][9] == pytest.approx(0.5)
     assert np.isnan(b["acc"][3]) and np.isnan(b["conf"][3])
     assert b["lower"][1] == pytest.approx(0.05) and b["upper"][1] == pytest.approx(0.10)
