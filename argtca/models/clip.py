@@ -13,6 +13,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .weights import (ModelError, load_state_dict_into, normalize_state_dict,  # noqa: F401
+                      read_state_dict)
+
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_configs")
 open_clip.add_model_config(MODEL_CONFIG_DIR)
@@ -26,10 +29,6 @@ BACKBONES = {
     "RN50": "RN50-quickgelu",
     "RN101": "RN101-quickgelu",
 }
-
-
-class ModelError(ValueError):
-    """Bad backbone/weights input: names the value and the fix."""
 
 
 def resolve_builtin(path: str) -> str:
@@ -52,43 +51,37 @@ def open_clip_name(backbone: str) -> str:
 def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
     """Build the frozen CLIP of ``cfg.MODEL`` → (model, tokenizer), in eval mode, fp32.
 
-    ``MODEL.PRETRAINED``: an open_clip pretrained tag (``openai``), a local checkpoint path (an
-    open_clip/OpenAI checkpoint or argtca's compact ``argtca-clip-v1`` file), ``builtin:<path>`` for
-    files shipped in the package, or ``random`` (random weights, only when asked explicitly).
+    ``MODEL.PRETRAINED`` is one of
+      * a pretrained tag of the backbone (``openai``): open_clip's source for it (the Hugging Face
+        Hub first — a populated HF cache works offline with ``HF_HUB_OFFLINE=1`` — then the URL);
+      * ``hf-hub:org/name`` (optionally ``@revision``): that Hub repository's
+        ``open_clip_model.safetensors`` / ``open_clip_pytorch_model.bin``, from the HF cache when
+        offline;
+      * a local file: OpenAI's TorchScript archive (``ViT-B-16.pt``), an OpenAI or open_clip state
+        dict (``.pt``/``.pth``/``.bin``, with or without a ``state_dict`` wrapper or ``module.``
+        prefixes), a ``.safetensors`` file, or argtca's compact ``argtca-clip-v1`` file — read by
+        content, never by running code from the file (argtca/models/weights.py);
+      * ``builtin:<path>`` for files shipped in the package, or ``random`` (only when asked).
+    The weights are loaded into the configured backbone ``MODEL.BACKBONE.NAME``.
     """
     backbone = cfg.MODEL.BACKBONE.NAME
     name = open_clip_name(backbone)
     pretrained = resolve_builtin(str(cfg.MODEL.PRETRAINED).strip())
     if pretrained == "":
-        raise ModelError("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, or "
-                         "'random' for random weights")
-    compact = False
+        raise ModelError("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, "
+                         "hf-hub:org/name, or 'random' for random weights")
     if pretrained.lower() == "random":
         model = open_clip.create_model(name, pretrained=None)
-    elif os.path.sep in pretrained or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")):
-        if not os.path.isfile(pretrained):
-            raise ModelError(f"MODEL.PRETRAINED checkpoint not found: {pretrained}; give an existing "
-                             f"file (e.g. the OpenAI ViT-B-16.pt) or a tag such as 'openai'")
-        compact = _is_compact_checkpoint(pretrained)
-        if compact:
-            with _quiet_random_init_warning():  # the weights are loaded right below
-                model = open_clip.create_model(name, pretrained=None)
-            load_compact_checkpoint(model, pretrained)
-            logging.getLogger(__name__).info("loaded %s weights from %s", name, pretrained)
-        else:
-            model = open_clip.create_model(name, pretrained=pretrained)
     else:
-        tags = [t for m, t in open_clip.list_pretrained() if m == name]
-        if pretrained not in tags:
-            raise ModelError(f"MODEL.PRETRAINED={pretrained!r} is not a pretrained tag of {name} "
-                             f"(known: {tags}); give a local checkpoint path instead")
-        try:
-            model = open_clip.create_model(name, pretrained=pretrained)
-        except Exception as e:  # no internet here: name the offline route
-            raise ModelError(
-                f"could not load {name} weights '{pretrained}' ({type(e).__name__}: {e}). Offline? "
-                f"Download the checkpoint elsewhere (e.g. OpenAI's ViT-B-16.pt) and set "
-                f"MODEL.PRETRAINED /path/to/file") from e
+        path = _weights_file(pretrained, name, backbone)
+        with _quiet_random_init_warning():  # the weights are loaded right below
+            model = open_clip.create_model(name, pretrained=None)
+        obj = read_state_dict(path)
+        if isinstance(obj, dict) and obj.get("format") == "argtca-clip-v1":
+            load_compact_checkpoint(model, path)
+        else:
+            load_state_dict_into(model, normalize_state_dict(obj, path), path, backbone)
+        logging.getLogger(__name__).info("loaded %s weights from %s", name, path)
     tokenizer = open_clip.get_tokenizer(name)
     model = model.float().eval().to(device)
     for p in model.parameters():
@@ -97,6 +90,78 @@ def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
         raise ModelError(f"{name} keeps its text tower in model.text (CustomTextCLIP); argtca's "
                          f"prompt encoder supports CLIP-style text towers only")
     return model, tokenizer
+
+
+OFFLINE_ROUTES = (
+    "Offline, either (a) download OpenAI's ViT-B-16.pt elsewhere "
+    "(https://openaipublic.azureedge.net/clip/models/5806e77cd80f8b59890b7e101eabd078d9fb84e6937f9e85"
+    "e4ecb61988df416f/ViT-B-16.pt) and set MODEL.PRETRAINED /path/to/ViT-B-16.pt, or (b) run "
+    "`hf download timm/vit_base_patch16_clip_224.openai open_clip_model.safetensors` on a machine "
+    "with internet, copy its Hugging Face cache folder (~/.cache/huggingface/hub/"
+    "models--timm--vit_base_patch16_clip_224.openai) to the same place here and set "
+    "HF_HUB_OFFLINE=1")
+
+
+def _weights_file(pretrained: str, name: str, backbone: str) -> str:
+    """Local path of the weight file that ``MODEL.PRETRAINED`` names (downloading if needed)."""
+    if pretrained.startswith("hf-hub:"):
+        repo, _, revision = pretrained[len("hf-hub:"):].strip("/").partition("@")
+        return hf_hub_weights(repo, revision or None, what=f"MODEL.PRETRAINED={pretrained!r}")
+    pathlike = (os.path.sep in pretrained or pretrained.startswith(("~", "."))
+                or pretrained.endswith((".pt", ".pth", ".bin", ".safetensors")))
+    if pathlike or os.path.exists(pretrained):
+        path = os.path.expanduser(pretrained)
+        if not os.path.isfile(path):
+            hint = (f"; for a Hugging Face Hub repository write hf-hub:{pretrained}"
+                    if pretrained.count("/") == 1 and not pretrained.startswith((".", "/", "~")) else "")
+            raise ModelError(f"MODEL.PRETRAINED checkpoint not found: {path}; give an existing file "
+                             f"(e.g. OpenAI's ViT-B-16.pt) or a tag such as 'openai'{hint}")
+        return path
+    tags = [t for m, t in open_clip.list_pretrained() if m == name]
+    if pretrained not in tags:
+        raise ModelError(f"MODEL.PRETRAINED={pretrained!r} is not a pretrained tag of {name} "
+                         f"(known: {tags}); give a local checkpoint path or hf-hub:org/name instead")
+    pcfg = open_clip.get_pretrained_cfg(name, pretrained)
+    errors = []
+    if pcfg.get("hf_hub"):
+        repo, filename = os.path.split(pcfg["hf_hub"])  # "org/name/" or "org/name/file"
+        try:
+            return hf_hub_weights(repo, None, filename=filename or None,
+                                  what=f"MODEL.PRETRAINED={pretrained!r} ({name})")
+        except ModelError as e:
+            errors.append(str(e))
+    offline = any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+                  for v in ("HF_HUB_OFFLINE", "ARGTCA_OFFLINE"))
+    if pcfg.get("url") and not offline:
+        from open_clip.pretrained import download_pretrained_from_url
+        try:
+            return download_pretrained_from_url(pcfg["url"])
+        except Exception as e:  # urllib/OSError/RuntimeError (checksum) from open_clip
+            errors.append(f"{pcfg['url']}: {type(e).__name__}: {e}")
+    raise ModelError(f"could not load {name} weights '{pretrained}' ({'; '.join(errors) or 'no source'})."
+                     f" {OFFLINE_ROUTES}")
+
+
+HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
+
+
+def hf_hub_weights(repo: str, revision: Optional[str] = None, filename: Optional[str] = None,
+                   what: str = "") -> str:
+    """A Hub repository's open_clip weight file through ``huggingface_hub`` (its cache; offline
+    with ``HF_HUB_OFFLINE=1``)."""
+    from huggingface_hub import constants, hf_hub_download
+    errors = []
+    for fname in ([filename] if filename else list(HF_WEIGHT_FILES)):
+        try:
+            return hf_hub_download(repo, fname, revision=revision)
+        except Exception as e:  # offline / not cached / no such file / no such repo
+            errors.append(f"{fname}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+    raise ModelError(f"{what or repo}: no open_clip weights of Hub repository {repo!r} in the "
+                     f"Hugging Face cache {constants.HF_HUB_CACHE} or online{offline} "
+                     f"({'; '.join(errors)}). On a machine with internet run `hf download {repo} "
+                     f"{HF_WEIGHT_FILES[0]}` and copy {os.path.join(constants.HF_HUB_CACHE, 'models--' + repo.replace('/', '--'))} "
+                     f"here, or download the file and set MODEL.PRETRAINED /path/to/file")
 
 
 @contextlib.contextmanager
@@ -113,14 +178,6 @@ def _quiet_random_init_warning():
         yield
     finally:
         root.removeFilter(f)
-
-
-def _is_compact_checkpoint(path: str) -> bool:
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception:
-        return False
-    return isinstance(obj, dict) and obj.get("format") == "argtca-clip-v1"
 
 
 def load_compact_checkpoint(model: nn.Module, path: str) -> nn.Module:
