@@ -27,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="SEED (views of image i depend on it)")
     p.add_argument("--eval-only", action="store_true", help="accepted for CoOp compatibility")
     p.add_argument("--no-train", action="store_true", help="accepted for CoOp compatibility")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (dotted name on PYTHONPATH, or a .py file) before the run, "
+                   "e.g. to register your own selector; repeatable")
     p.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return p
 
@@ -159,6 +162,9 @@ def main(argv=None) -> int:
     debug = bool(os.environ.get("ARGTCA_DEBUG"))
     trainer = None
     try:
+        if args.plugin:
+            from argtca.selectors import load_plugins
+            load_plugins(args.plugin)
         try:
             cfg = setup_cfg(args)
         except AssertionError as e:  # yacs asserts on unknown keys given on the command line

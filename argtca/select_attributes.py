@@ -1,14 +1,15 @@
 """Side-by-side attribute choices of several selectors (the paper's attribute-comparison table).
 
     python -m argtca.select_attributes DATASET [--class NAME ...] [--num-classes 5]
-        [--selectors tca,div,disc] [--device cpu|cuda] [KEY VALUE ...]
+        [--selectors tca,div,disc] [--device cpu|cuda] [--plugin MODULE ...] [KEY VALUE ...]
 
 DATASET is a file of configs/datasets (``caltech101``), a YAML path, or a registered dataset name;
 KEY VALUE pairs are config overrides (e.g. ``DATASET.ATTRIBUTE_FILE /path/Caltech101_2_V.json``,
 ``TRAINER.ARGTCA.EDGES intra``) and come after the flags. Class names are the dataset's (label
-order) when DATASET.ROOT is set, otherwise the attribute file's keys (file order). The CLIP text
-tower of MODEL.* gives h0 (EOS hidden state); the GAT is trained once and every selector reads
-the same embeddings.
+order) when the dataset can be read (DATASET.ROOT set, or the demo), otherwise the attribute file's
+keys (file order). The embeddings come from the Phase-1 store ($ARGTCA_CACHE/phase1), the same one
+``python -m argtca.run`` uses: a graph a run trained is reused here and vice versa (same dataset,
+class names, file, weights and graph settings); every selector reads the same embeddings.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import json
 import os
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 __all__ = ["comparison_table", "build_cfg", "main"]
 
@@ -70,18 +71,26 @@ def build_cfg(dataset: str, opts: Sequence[str]):
     return cfg
 
 
-def _classnames(cfg, attribute_file: str) -> List[str]:
-    if str(cfg.DATASET.ROOT).strip() and cfg.DATASET.NAME:
+def _classnames(cfg, attribute_file: str) -> Tuple[str, List[str]]:
+    """(dataset name, class names) as an ArgTCA run sees them (the dataset's, '_' read as space)
+    when the dataset can be read (DATASET.ROOT set, or the demo), else the attribute file's keys."""
+    name = str(cfg.DATASET.NAME)
+    if name:
         from argtca.datasets import resolve_dataset_class
-        cls = resolve_dataset_class(cfg.DATASET.NAME)
+        cls = resolve_dataset_class(name)
         try:
-            return list(cls(cfg, check_files=False).classnames)
-        except TypeError:
-            return list(cls(cfg).classnames)
+            try:
+                ds = cls(cfg, check_files=False)
+            except TypeError:
+                ds = cls(cfg)
+            return ds.name, [c.replace("_", " ") for c in ds.classnames]
+        except Exception:  # noqa: BLE001 (no data root: fall back to the file's keys)
+            if str(cfg.DATASET.ROOT).strip():
+                raise
     from argtca.attributes import load_attributes
     load_attributes(attribute_file, [], 1)  # validates the file (path, JSON, strings)
     with open(attribute_file, encoding="utf-8") as f:
-        return list(json.load(f))
+        return name or "attributes", list(json.load(f))
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -92,6 +101,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     p.add_argument("--num-classes", type=int, default=5)
     p.add_argument("--selectors", default="tca,div,disc")
     p.add_argument("--device", default=None, help="default: cuda when USE_CUDA and available")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE (or a .py file) first, e.g. to register your own selector")
     args, opts = p.parse_known_args(argv)  # what is left: KEY VALUE config overrides
     flags = [o for o in opts if o.startswith("--")]
     if flags:
@@ -100,11 +111,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import torch
 
     from argtca.attributes import load_attributes
-    from argtca.graph import embed_nodes, make_nodes, select_nodes
-    from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS
+    from argtca.graph import embed_nodes, make_nodes, picked_texts, select_nodes
+    from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, graph_identity
+    from argtca.graph.store import default_store_dir
     from argtca.models.clip import resolve_builtin
-    from argtca.selectors import SELECTOR_REGISTRY
+    from argtca.selectors import SELECTOR_REGISTRY, load_plugins
 
+    load_plugins(args.plugin)
     cfg = build_cfg(args.dataset, opts)
     node = cfg.TRAINER.ARGTCA
     selectors = [s.strip().lower() for s in args.selectors.split(",") if s.strip()]
@@ -115,9 +128,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(f"TRAINER.ARGTCA.NUM_ATTRIBUTES={m_prime} (M') exceeds "
                          f"NUM_CANDIDATES={m} (M)")
     attr_file = resolve_builtin(cfg.DATASET.ATTRIBUTE_FILE)
-    classnames = _classnames(cfg, attr_file)
-    attributes = load_attributes(attr_file, classnames, m, dedupe=True)
-    nodes = make_nodes(classnames, attributes, m)
+    dataset_name, classnames = _classnames(cfg, attr_file)
+    attributes = load_attributes(attr_file, classnames, m_prime)   # as the file gives them
+    nodes = make_nodes(classnames, attributes, m, min_per_class=m_prime, source=attr_file)
     shown = args.classes or classnames[:args.num_classes]
     unknown = [c for c in shown if c not in classnames]
     if unknown:
@@ -128,23 +141,22 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         from argtca.models.clip import encode_eos_hidden, load_clip
         device = args.device or ("cuda" if cfg.USE_CUDA and torch.cuda.is_available() else "cpu")
         model, tokenizer = load_clip(cfg, device)
-        t0 = time.perf_counter()
 
         def text_fn(texts: List[str]):
             with torch.no_grad():
                 return encode_eos_hidden(model, tokenizer, texts, device).cpu()
 
-        ne = embed_nodes(nodes, text_fn, node, device=device)
+        # the same store (and key) as `python -m argtca.run` with these settings
+        identity = graph_identity(dataset_name, attr_file, cfg.MODEL.BACKBONE.NAME, model)
+        ne = embed_nodes(nodes, text_fn, node, device=device, store_dir=default_store_dir(),
+                         identity=identity, log=lambda msg: print(msg, file=sys.stderr))
         emb = ne.emb
-        print(f"[phase 1] {nodes.num_nodes} nodes, EDGES={node.EDGES}, EMBEDDINGS={node.EMBEDDINGS}"
-              + (f", GAT {len(ne.loss_curve)} epochs, SupCon loss {ne.loss_curve[0]:.3f} -> "
-                 f"{ne.loss_curve[-1]:.3f}" if ne.loss_curve else "")
-              + f" ({time.perf_counter() - t0:.1f} s)", file=sys.stderr)
     selections: Dict[str, Dict[str, List[str]]] = {}
     for s in selectors:
         sel = select_nodes(nodes, emb, s, m_prime, seed=int(node.SELECTOR_SEED),
                            weight=float(node.JOINT_WEIGHT))
-        selections[s] = {c: [nodes.attrs[i] for i, _ in sel[k]] for k, c in enumerate(classnames)}
+        texts = picked_texts(nodes, sel)
+        selections[s] = {c: texts[k] for k, c in enumerate(classnames)}
     print(comparison_table(shown, selections))
     return 0
 

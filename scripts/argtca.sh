@@ -5,6 +5,10 @@
 # Data root from $DATA (not needed for demo); the attribute file from DATASET.ATTRIBUTE_FILE
 # (pass it as an override, e.g. DATASET.ATTRIBUTE_FILE /path/Caltech101_2_V.json, or set $ATTRIBUTES);
 # seed from $SEED (default 1); output in $OUTPUT_DIR or output/argtca/<dataset>/<selector>/seed<SEED>/.
+# $PLUGINS: modules (or .py files) imported first, separated by spaces or commas, e.g. your own
+# selector: PLUGINS=my_selectors bash scripts/argtca.sh demo my_rule (with my_selectors on PYTHONPATH).
+# Phase 1 (the trained graph) is stored once in $ARGTCA_CACHE/phase1 (default ~/.cache/argtca) and
+# reused by every selector and alpha/beta run on the same dataset.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -lt 2 ]; then
@@ -16,8 +20,14 @@ SEED=${SEED:-1}
 OUT=${OUTPUT_DIR:-output/argtca/${DATASET}/${SELECTOR}/seed${SEED}}
 EXTRA=()
 if [ -n "${ATTRIBUTES:-}" ]; then EXTRA+=(DATASET.ATTRIBUTE_FILE "$ATTRIBUTES"); fi
+PLUGIN_ARGS=()
+PL=${PLUGINS:-}
+for p in ${PL//,/ }; do   # a .py path relative to where the script was called from
+  case "$p" in /*) ;; *) if [ -f "${OLDPWD:-.}/$p" ]; then p="${OLDPWD}/$p"; fi ;; esac
+  PLUGIN_ARGS+=(--plugin "$p")
+done
 PY=${PYTHON:-python}
-exec "$PY" -m argtca.run --root "${DATA:-}" --seed "$SEED" \
+exec "$PY" -m argtca.run ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} --root "${DATA:-}" --seed "$SEED" \
   --dataset-config-file "configs/datasets/${DATASET}.yaml" \
   --config-file configs/trainers/argtca.yaml \
   --output-dir "$OUT" TRAINER.ARGTCA.SELECTOR "$SELECTOR" ${EXTRA[@]+"${EXTRA[@]}"} "$@"

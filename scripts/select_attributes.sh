@@ -2,20 +2,28 @@
 # The attributes tca, div and disc choose, side by side (the paper's attribute-comparison table).
 #
 #   bash scripts/select_attributes.sh DATASET [--class NAME]... [--num-classes N]
-#                                     [--selectors tca,div,disc] [KEY VALUE ...]
+#                                     [--selectors tca,div,disc] [--plugin MODULE]... [KEY VALUE ...]
 #
 # DATASET: a file of configs/datasets (caltech101, oxford_pets, ...). KEY VALUE: config overrides,
 # after the flags. Attribute file from $ATTRIBUTES or DATASET.ATTRIBUTE_FILE; with $DATA (data root)
-# the dataset's class names are used, otherwise the attribute file's keys. Example:
+# the dataset's class names are used, otherwise the attribute file's keys. $PLUGINS (space/comma
+# separated) or --plugin: your own selector modules. Reads the Phase-1 store of scripts/argtca.sh. Example:
 #   ATTRIBUTES=/path/Caltech101_2_V.json bash scripts/select_attributes.sh caltech101 \
 #       --class leopard --class face MODEL.PRETRAINED /path/ViT-B-16.pt
 set -euo pipefail
 if [ $# -lt 1 ]; then
-    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
 cd "$(dirname "$0")/.."
 EXTRA=()
 if [ -n "${ATTRIBUTES:-}" ]; then EXTRA+=(DATASET.ATTRIBUTE_FILE "$ATTRIBUTES"); fi
 if [ -n "${DATA:-}" ]; then EXTRA+=(DATASET.ROOT "$DATA"); fi
-exec "${PYTHON:-python}" -m argtca.select_attributes "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+PLUGIN_ARGS=()
+PL=${PLUGINS:-}
+for p in ${PL//,/ }; do   # a .py path relative to where the script was called from
+  case "$p" in /*) ;; *) if [ -f "${OLDPWD:-.}/$p" ]; then p="${OLDPWD}/$p"; fi ;; esac
+  PLUGIN_ARGS+=(--plugin "$p")
+done
+DATASET=$1; shift
+exec "${PYTHON:-python}" -m argtca.select_attributes "$DATASET" ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} "$@" ${EXTRA[@]+"${EXTRA[@]}"}

@@ -10,9 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from argtca.attributes import load_attributes, normalize_attribute
+import argtca.selectors  # noqa: F401  (registers the selectors)
+from argtca.attributes import dedupe_attributes, load_attributes, normalize_attribute
 from argtca.config import get_cfg_default
-from argtca.graph import GraphInputError, build_graph, make_nodes, run_phase1
+from argtca.graph import (GraphInputError, ShortClassWarning, build_graph, make_nodes,
+                          run_phase1)
 from argtca.registry import SELECTOR_REGISTRY
 from argtca.select_attributes import comparison_table
 
@@ -54,50 +56,93 @@ def node(**over):
 def test_run_phase1_result_and_json(tmp_path):
     fn = TextFn()
     res = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
-    assert fn.calls == 1 and res["cached"] is False
+    assert fn.calls == 1 and res["reused"] is False
     assert res["candidates"] == {c: ATTRS[c][:4] for c in CLASSES}
     for c in CLASSES:
         assert len(res["selected"][c]) == 2 and set(res["selected"][c]) <= set(ATTRS[c][:4])
         assert len(res["scores"][c]) == 2
         assert set(res["attention"][c]) == set(ATTRS[c][:4])
     assert res["selected_by_index"] == [res["selected"][c] for c in CLASSES]
-    assert len(res["loss_curve"]) == 5
-    assert res["settings"]["SELECTOR"] == "div" and res["cache_key"] == {"dataset": "toy"}
-    path = res["cache_file"]
+    assert len(res["loss_curve"]) == 5 and res["short_classes"] == {}
+    assert res["settings"]["SELECTOR"] == "div" and res["identity"] == {"dataset": "toy"}
+    path = res["store_file"]
     assert os.path.dirname(path) == str(tmp_path)
-    assert os.path.basename(path) == f"phase1-{res['fingerprint']}.json"
-    on_disk = json.loads(Path(path).read_text())
-    assert on_disk["selected"] == res["selected"] and on_disk["loss_curve"] == res["loss_curve"]
+    assert os.path.basename(path) == f"{res['store_key']}.pt"
+    assert res["store_key"].startswith("toy-") and len(res["store_key"]) == len("toy-") + 16
+    meta = json.loads((tmp_path / f"{res['store_key']}.json").read_text())
+    assert meta["payload"]["identity"] == {"dataset": "toy"} and meta["key"] == res["store_key"]
+    stored = torch.load(path, weights_only=True)
+    assert stored["h"].shape == (12, 16) and stored["h0"].shape == (12, 24)
+    assert stored["loss_curve"] == res["loss_curve"]
 
 
-def test_cache_reuse_mismatch_and_corruption(tmp_path):
+def test_store_key_covers_the_graph_not_the_selection(tmp_path):
     fn = TextFn()
     first = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
-    again = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
-    assert fn.calls == 1 and again["cached"] is True and again["selected"] == first["selected"]
-    other = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy2"})
-    assert fn.calls == 2 and other["cached"] is False
-    assert other["cache_file"] != first["cache_file"]
-    seeded = run_phase1(CLASSES, ATTRS, fn, node(**{"GAT.SEED": 3}), str(tmp_path),
-                        {"dataset": "toy"})
-    assert fn.calls == 3 and seeded["cache_file"] != first["cache_file"]
-    Path(first["cache_file"]).write_text("{broken")        # a bad cache is recomputed
+    logs = []
+    again = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"},
+                       log=logs.append)
+    assert fn.calls == 1 and again["reused"] is True and again["selected"] == first["selected"]
+    assert logs == [f"[phase 1] reused stored graph {first['store_key']} ({first['store_file']})"]
+    # selector, M', selector seed, joint weight, alpha/beta: same stored graph, nothing trained
+    for over in ({"SELECTOR": "disc"}, {"SELECTOR": "joint", "JOINT_WEIGHT": 0.3},
+                 {"NUM_ATTRIBUTES": 3}, {"ALPHA": 40.0, "BETA": 15.0}, {"SELECTOR_SEED": 7}):
+        r = run_phase1(CLASSES, ATTRS, fn, node(**over), str(tmp_path), {"dataset": "toy"})
+        assert fn.calls == 1 and r["reused"] is True and r["store_key"] == first["store_key"]
+    # what determines the graph: a new key each
+    keys = {first["store_key"]}
+    for over, ident in (({}, {"dataset": "toy2"}), ({"GAT.SEED": 3}, {"dataset": "toy"}),
+                        ({"EDGES": "intra"}, {"dataset": "toy"}),
+                        ({"GAT.LOSS_ON": "z"}, {"dataset": "toy"}),
+                        ({"GAT.EPOCHS": 6}, {"dataset": "toy"}),
+                        ({"NUM_CANDIDATES": 3}, {"dataset": "toy"}),
+                        ({"EMBEDDINGS": "raw"}, {"dataset": "toy"})):
+        r = run_phase1(CLASSES, ATTRS, fn, node(**over), str(tmp_path), ident)
+        assert r["reused"] is False and r["store_key"] not in keys
+        keys.add(r["store_key"])
+    assert fn.calls == 8
+    # other class names (same file): a new key
+    r = run_phase1(["cat", "dog"], ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
+    assert r["reused"] is False and r["store_key"] not in keys
+
+
+def test_damaged_or_foreign_store_file_is_recomputed(tmp_path):
+    fn = TextFn()
+    first = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
+    Path(first["store_file"]).write_bytes(b"broken")          # a bad file is recomputed
     redo = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
-    assert fn.calls == 4 and redo["cached"] is False and redo["selected"] == first["selected"]
-    assert json.loads(Path(first["cache_file"]).read_text())["selected"] == first["selected"]
-    # a file under the right name whose stored key differs is overwritten too
-    stale = json.loads(Path(first["cache_file"]).read_text())
-    stale["cache_key"] = {"dataset": "other"}
-    Path(first["cache_file"]).write_text(json.dumps(stale))
+    assert fn.calls == 2 and redo["reused"] is False and redo["selected"] == first["selected"]
+    # a file under the right name made for another payload is recomputed too
+    other = run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "other"})
+    os.replace(other["store_file"], first["store_file"])
     run_phase1(CLASSES, ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
-    assert fn.calls == 5
+    assert fn.calls == 4
+    assert not [p for p in os.listdir(tmp_path) if ".tmp" in p]
 
 
-def test_deterministic_without_cache():
-    a = run_phase1(CLASSES, ATTRS, TextFn(), node(), None, {})
-    b = run_phase1(CLASSES, ATTRS, TextFn(), node(), None, {})
-    assert a["selected"] == b["selected"] and a["loss_curve"] == b["loss_curve"]
-    assert a["cache_file"] is None
+def test_same_key_twice_gives_bit_identical_embeddings(tmp_path):
+    a = run_phase1(CLASSES, ATTRS, TextFn(), node(), str(tmp_path / "a"), {"dataset": "toy"})
+    b = run_phase1(CLASSES, ATTRS, TextFn(), node(), str(tmp_path / "b"), {"dataset": "toy"})
+    assert a["store_key"] == b["store_key"] and not a["reused"] and not b["reused"]
+    ta = torch.load(a["store_file"], weights_only=True)
+    tb = torch.load(b["store_file"], weights_only=True)
+    for k in ("h", "h0", "attention"):
+        assert torch.equal(ta[k], tb[k]), k
+    assert ta["loss_curve"] == tb["loss_curve"]
+    c = run_phase1(CLASSES, ATTRS, TextFn(), node(), None, {})   # no store: trained here
+    assert c["store_key"] is None and c["selected"] == a["selected"]
+
+
+def test_every_selector_selects_from_the_stored_embeddings(tmp_path):
+    nodes = make_nodes(CLASSES, ATTRS, 4)
+    first = run_phase1(CLASSES, ATTRS, TextFn(), node(), str(tmp_path), {"dataset": "toy"})
+    h = torch.load(first["store_file"], weights_only=True)["h"]
+    for name in ("div", "disc", "joint"):
+        r = run_phase1(CLASSES, ATTRS, TextFn(), node(SELECTOR=name), str(tmp_path),
+                       {"dataset": "toy"})
+        assert r["reused"] is True
+        sel = SELECTOR_REGISTRY.get(name)(h, nodes.node_class, nodes.attrs, 2)
+        assert r["selected_by_index"] == [[nodes.attrs[i] for i, _ in sel[k]] for k in range(3)]
 
 
 def test_tca_needs_no_text_features():
@@ -124,8 +169,9 @@ def test_bad_settings():
         run_phase1(CLASSES, ATTRS, TextFn(), node(NUM_ATTRIBUTES=5), None, {})
     with pytest.raises(GraphInputError, match="EMBEDDINGS"):
         run_phase1(CLASSES, ATTRS, TextFn(), node(EMBEDDINGS="clip"), None, {})
-    with pytest.raises(GraphInputError, match="'owl' has 5"):
-        run_phase1(CLASSES, ATTRS, TextFn(), node(NUM_CANDIDATES=6), None, {})
+    few = dict(ATTRS, owl=["feathers", "Feathers", "beak"])
+    with pytest.raises(GraphInputError, match="'owl' has 2"):
+        run_phase1(CLASSES, few, TextFn(), node(NUM_ATTRIBUTES=3), None, {})
     with pytest.raises(GraphInputError, match="text_fn"):
         run_phase1(CLASSES, ATTRS, lambda t: torch.zeros(2, 3), node(), None, {})
     with pytest.raises(KeyError, match="registered"):
@@ -157,32 +203,36 @@ def test_all_eleven_files_present():
 @pytest.mark.skipif(not REAL, reason="../shared/data/tca_attributes absent")
 @pytest.mark.parametrize("path", REAL, ids=[p.stem for p in REAL])
 def test_real_vocabulary_graph_and_selection(path):
+    """Every real file builds at M = 10 (short classes get M_k = their distinct count), with
+    sum_k M_k (M_k - 1) intra edges and the inter edges counted separately."""
     m, m_prime = 10, 2
     names = list(json.loads(path.read_text()))
-    attrs = load_attributes(str(path), names, 1, dedupe=True)
-    n_distinct = {c: len({normalize_attribute(a) for a in attrs[c]}) for c in names}
-    short = [c for c in names if n_distinct[c] < m]
-    if short:  # (DTD 'grid', ImageNet 'grey whale', ...): a clear error naming them
-        with pytest.raises(GraphInputError) as e:
-            make_nodes(names, attrs, m)
-        assert all(f"{c!r} has {n_distinct[c]}" in str(e.value) for c in short)
-    names = [c for c in names if n_distinct[c] >= m]
-    nodes = make_nodes(names, attrs, m)
-    k = len(names)
-    assert nodes.num_nodes == k * m
-    intra = build_graph(nodes.node_class, nodes.attrs, "intra")
-    inter = build_graph(nodes.node_class, nodes.attrs, "inter")
-    full = build_graph(nodes.node_class, nodes.attrs, "full")
-    assert intra.shape[1] == k * m * (m - 1)
-    # separate count: first m distinct normalised strings per class; a string shared by n classes
-    # gives n(n-1) directed edges (within a class strings are distinct, so no same-class pairs)
+    raw = load_attributes(str(path), names, m_prime)
+    # independent count: the first distinct normalised strings of each list, at most m
     per_class = []
     for c in names:
         seen = []
-        for a in attrs[c]:
+        for a in raw[c]:
             if normalize_attribute(a) not in seen:
                 seen.append(normalize_attribute(a))
         per_class.append(seen[:m])
+    sizes = [len(x) for x in per_class]
+    short = {c: n for c, n in zip(names, sizes) if n < m}
+    if short:  # (DTD 'grid', ImageNet 'grey whale', ...): one warning naming them all
+        with pytest.warns(ShortClassWarning) as rec:
+            nodes = make_nodes(names, raw, m, min_per_class=m_prime)
+        assert len(rec) == 1 and all(f"{c!r} ({n})" in str(rec[0].message)
+                                     for c, n in short.items())
+    else:
+        nodes = make_nodes(names, raw, m, min_per_class=m_prime)
+    assert nodes.short == short and nodes.sizes == sizes
+    assert [normalize_attribute(a) for a in nodes.attrs] == [s for x in per_class for s in x]
+    k = len(names)
+    intra = build_graph(nodes.node_class, nodes.attrs, "intra")
+    inter = build_graph(nodes.node_class, nodes.attrs, "inter")
+    full = build_graph(nodes.node_class, nodes.attrs, "full")
+    assert intra.shape[1] == sum(n * (n - 1) for n in sizes)
+    # a string shared by n classes gives n(n-1) directed edges (strings are distinct in a class)
     counts = Counter(s for strings in per_class for s in strings)
     assert inter.shape[1] == sum(n * (n - 1) for n in counts.values())
     assert full.shape[1] == intra.shape[1] + inter.shape[1]
@@ -191,12 +241,54 @@ def test_real_vocabulary_graph_and_selection(path):
     g = torch.Generator().manual_seed(0)
     emb = F.normalize(torch.randn(nodes.num_nodes, 32, generator=g), dim=1)
     for name in ("tca", "div", "disc", "random", "joint"):
-        sel = SELECTOR_REGISTRY.get(name)(emb, nodes.node_class, nodes.attrs, m_prime)
+        sel = SELECTOR_REGISTRY.get(name)(emb, nodes.node_class, nodes.attrs, m_prime,
+                                          raw=nodes.raw)
         assert sorted(sel) == list(range(k))
         for ci in range(k):
-            picked = [i for i, _ in sel[ci]]
-            assert len(set(picked)) == m_prime
+            picked = [e[0] for e in sel[ci]]
             assert all(int(nodes.node_class[i]) == ci for i in picked)
+            if name != "tca":  # tca keeps the file's repeats (see the test below)
+                assert len(set(picked)) == m_prime
+
+
+def _trainer(cls, path, names, selector, out):
+    """A TCA / ArgTCA trainer object with just what choosing attributes needs (no data, no
+    CLIP)."""
+    cfg = get_cfg_default()
+    cfg.DATASET.ATTRIBUTE_FILE = str(path)
+    cfg.OUTPUT_DIR = str(out)
+    cfg.VERBOSE = False
+    cfg.TRAINER.ARGTCA.SELECTOR = selector
+    t = cls.__new__(cls)
+    t.cfg, t.classnames, t.device, t.model = cfg, list(names), "cpu", None
+    return t
+
+
+@pytest.mark.skipif(not REAL, reason="../shared/data/tca_attributes absent")
+def test_tca_selector_puts_exactly_the_tca_baselines_prompts_into_phase_2(tmp_path):
+    import warnings
+
+    from argtca.trainers.argtca import ArgTCA
+    from argtca.trainers.methods import TCA
+    differs_from_distinct = 0
+    for path in REAL:
+        names = list(json.loads(path.read_text()))
+        tca = _trainer(TCA, path, names, "tca", tmp_path / "tca")
+        tca.attributes = tca.choose_attributes()
+        want = tca.prompt_suffixes(names)
+        arg = _trainer(ArgTCA, path, names, "tca", tmp_path / path.stem)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ShortClassWarning)
+            arg.choose_attributes()
+            arg.prepare()               # Phase 1 with the tca selector: no CLIP needed
+        got = arg.prompt_suffixes(names)
+        assert got == want, path.name
+        assert json.loads((tmp_path / path.stem / "phase1.json").read_text())["selected"] \
+            == tca.attributes
+        raw = load_attributes(str(path), names, 2)
+        differs_from_distinct += sum(tca.attributes[c] != dedupe_attributes(raw[c])[:2]
+                                     for c in names)
+    assert differs_from_distinct > 0   # files where "first two distinct" would differ exist
 
 
 @pytest.mark.skipif(not (SHARED / "EuroSAT_2_V.json").is_file(), reason="EuroSAT file absent")

@@ -34,7 +34,7 @@ def run(name, emb, node_class, attrs, m_prime, **kw):
 
 
 def nodes(sel):
-    return {k: [i for i, _ in v] for k, v in sel.items()}
+    return {k: [e[0] for e in v] for k, v in sel.items()}
 
 
 def test_registered_and_every_module_imported():
@@ -81,13 +81,26 @@ def test_validation(name):
     sel = run(name, emb, nc, attrs, M)          # M' = M: everything, each node once
     assert {k: sorted(v) for k, v in nodes(sel).items()} == \
         {k: list(range(k * M, (k + 1) * M)) for k in range(K)}
-    assert all(isinstance(s, float) for v in sel.values() for _, s in v)
+    assert all(isinstance(e[1], float) for v in sel.values() for e in v)
 
 
 def test_tca_is_file_order():
     emb, nc, attrs = setup()
     assert nodes(run("tca", None, nc, attrs, 3)) == {k: [k * M, k * M + 1, k * M + 2]
                                                       for k in range(K)}
+
+
+def test_tca_with_the_files_lists_keeps_repeats_and_spelling():
+    # nodes: first 3 distinct per class; raw: the lists as the file gives them
+    node_class = torch.tensor([0, 0, 0, 1, 1, 1])
+    attrs = ["Terrier", "dog", "small", "red", "round", "big"]
+    raw = [["Terrier", "terrier", "dog", "small"], ["red", "round", "red", "big"]]
+    sel = run("tca", None, node_class, attrs, 2, raw=raw)
+    assert sel[0] == [(0, 1.0, "Terrier"), (0, 0.75, "terrier")]     # TCA: "Terrier terrier"
+    assert sel[1] == [(3, 1.0, "red"), (4, 0.75, "round")]
+    assert [e[0] for e in run("tca", None, node_class, attrs, 3, raw=raw)[1]] == [3, 4, 3]
+    with pytest.raises(SelectorError, match="fewer than"):
+        run("tca", None, node_class, attrs, 2, raw=[["Terrier"], raw[1]])
 
 
 def div_brute(emb, members, m_prime):

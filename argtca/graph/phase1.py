@@ -34,7 +34,8 @@ from argtca.graph.store import Phase1Store
 from argtca.graph.supcon import supcon_loss
 
 __all__ = ["NodeEmbeddings", "train_gat", "embed_nodes", "select_nodes", "run_phase1",
-           "phase1_settings", "graph_settings", "store_payload", "STORE_VERSION"]
+           "phase1_settings", "graph_settings", "graph_identity", "store_payload", "picked_texts",
+           "STORE_VERSION"]
 
 STORE_VERSION = 2
 NO_EMBEDDING_SELECTORS = ("tca", "random")  # need neither text features nor a trained graph
@@ -158,6 +159,15 @@ def code_sha256() -> str:
     for part in (gat, nodes, supcon, train_gat, _compute_embeddings):
         h.update(inspect.getsource(part).encode("utf-8"))
     return h.hexdigest()
+
+
+def graph_identity(dataset: str, attribute_file: str, backbone: str, model) -> Dict[str, str]:
+    """What, besides the class names and TRAINER.ARGTCA's graph settings, determines a stored
+    graph: the dataset, the attribute file's content, the backbone and its text weights."""
+    from argtca.attributes import attribute_file_hash
+    from argtca.graph.store import text_weights_sha256
+    return {"dataset": str(dataset), "attribute_file_sha256": attribute_file_hash(attribute_file),
+            "backbone": str(backbone), "text_weights_sha256": text_weights_sha256(model)}
 
 
 def store_payload(nodes: AttributeNodes, cfg_node, identity: Optional[Mapping] = None

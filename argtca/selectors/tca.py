@@ -14,7 +14,7 @@ from argtca.selectors._common import SelectorError, check_inputs
 @SELECTOR_REGISTRY.register(name="tca")
 def select_tca(emb: Tensor, node_class: Tensor, attrs: List[str], m_prime: int, seed: int = 42,
                raw: Optional[Sequence[Sequence[str]]] = None, **kw
-               ) -> Dict[int, List[Tuple[int, float, str]]]:
+               ) -> Dict[int, List[tuple]]:
     """The first M' entries of class k's attribute list as given (``raw[k]``, file order, repeats
     and spelling kept: what TCA's code and the TCA baseline put into the prompts), each with the
     node carrying that attribute and its exact spelling as third element; score = 1 - p / len.
@@ -23,7 +23,7 @@ def select_tca(emb: Tensor, node_class: Tensor, attrs: List[str], m_prime: int, 
     for k, nodes in check_inputs(emb, node_class, attrs, m_prime):
         idx = nodes.tolist()
         if raw is None:
-            out[k] = [(i, 1.0 - p / len(idx), attrs[i]) for p, i in enumerate(idx[:m_prime])]
+            out[k] = [(i, 1.0 - p / len(idx)) for p, i in enumerate(idx[:m_prime])]
             continue
         listed = list(raw[k])
         if len(listed) < m_prime:

@@ -31,32 +31,45 @@ class ArgTCA(TCA):
         return f"ArgTCA ({self.selector})"
 
     def choose_attributes(self):
-        # validated now (file, classes, M distinct candidates); chosen in prepare() once CLIP is up
-        # (Phase 1 takes the first NUM_CANDIDATES distinct attributes of each list)
-        self.candidates = self.load_attribute_lists(int(self.node.NUM_CANDIDATES), dedupe=True)
+        # validated now (file, classes, M' per class): the lists as the file gives them; Phase 1
+        # builds the graph from the first M_k = min(M, distinct) distinct ones and is run in
+        # prepare() once CLIP is up
+        from argtca.graph.nodes import make_nodes
+        from argtca.models.clip import resolve_builtin
+        m_prime = int(self.node.NUM_ATTRIBUTES)
+        self.candidates = self.load_attribute_lists(m_prime)
+        source = resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE)
+        # fail at load time where a class has fewer than M' distinct attributes (one warning
+        # names the classes with fewer than M: they get fewer nodes)
+        make_nodes(self.classnames, self.candidates, int(self.node.NUM_CANDIDATES),
+                   min_per_class=m_prime, source=source)
         return None
 
+    def graph_identity(self) -> dict:
+        """What, besides TRAINER.ARGTCA's graph settings, determines the stored graph."""
+        from argtca.graph.phase1 import graph_identity
+        from argtca.models.clip import resolve_builtin
+        return graph_identity(self.dataset.name, resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE),
+                              self.cfg.MODEL.BACKBONE.NAME, self.model)
+
     def prepare(self) -> None:
-        from argtca.attributes import attribute_file_hash
-        from argtca.graph.phase1 import run_phase1
+        from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, run_phase1
+        from argtca.graph.store import default_store_dir
         from argtca.models.clip import encode_eos_hidden, resolve_builtin
 
         def text_fn(texts):
             return encode_eos_hidden(self.model, self.tokenizer, texts, self.device).cpu()
 
-        key = {
-            "dataset": self.dataset.name,
-            "classes": len(self.classnames),
-            "attribute_file_sha256": attribute_file_hash(resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE)),
-            "backbone": self.cfg.MODEL.BACKBONE.NAME,
-            "pretrained": str(self.cfg.MODEL.PRETRAINED),
-        }
-        out_dir = self.output_dir()
+        needs_graph = self.selector not in NO_EMBEDDING_SELECTORS
         result = run_phase1(self.classnames, self.candidates, text_fn, self.node,
-                            cache_dir=out_dir, cache_key=key, device=str(self.device))
+                            store_dir=default_store_dir() if needs_graph else None,
+                            identity=self.graph_identity() if needs_graph else None,
+                            device=str(self.device), log=lambda msg: print(msg, flush=True),
+                            source=resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE))
+        result["weights"] = str(self.cfg.MODEL.PRETRAINED)
         self.phase1 = result
-        # the selection this run used, under a fixed name (the hashed file is phase 1's cache)
-        write_json(os.path.join(out_dir, "phase1.json"), result, default=str)
+        # this run's selection and the key of the stored graph it selected from
+        write_json(os.path.join(self.output_dir(), "phase1.json"), result, default=str)
         self.attributes = {c: list(result["selected"][c]) for c in self.classnames}
         if self.cfg.VERBOSE:
             for c in self.classnames[:5]:
