@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
 # ArgTCA ablation on one dataset, for the div and disc objectives:
-#   full        the default run           output/argtca/<dataset>/<selector>/seed<SEED>/ (shared
+#   full        the default run           $OUT_ROOT/argtca/<dataset>/<selector>/seed<SEED>/ (shared
 #                                          with compare.sh)
-#   zero edges  TRAINER.ARGTCA.EDGES none  output/ablation/<dataset>/edges_none_<selector>/seed<SEED>/
+#   zero edges  TRAINER.ARGTCA.EDGES none  $OUT_ROOT/ablation/<dataset>/edges_none_<selector>/seed<SEED>/
 #   raw EOS     TRAINER.ARGTCA.EMBEDDINGS raw
-#                                          output/ablation/<dataset>/raw_<selector>/seed<SEED>/
+#                                          $OUT_ROOT/ablation/<dataset>/raw_<selector>/seed<SEED>/
 #   random      TRAINER.ARGTCA.SELECTOR random, run once: it does not depend on the objective,
-#               the table shows it under both columns  output/argtca/<dataset>/random/seed<SEED>/
-# Runs whose summary.json exists are skipped. Table: output/report/ablation_<dataset>/ablation.md
+#               the table shows it under both columns  $OUT_ROOT/argtca/<dataset>/random/seed<SEED>/
+# Every run is started: a finished folder of the same settings is reused as it is, an interrupted
+# one resumes, one made with other settings is refused naming the differing keys.
+# Table: $OUT_ROOT/report/ablation_<dataset>/ablation.md
 #
 #   bash scripts/ablation.sh DATASET
 #
-# Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON.
+# Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON, OUT_ROOT=output.
 set -euo pipefail
 
 if [ "$#" -ne 1 ]; then
@@ -28,20 +30,16 @@ if [ $(( ${#EXTRA[@]} % 2 )) -ne 0 ]; then
   echo "ablation.sh: OPTS must be KEY VALUE pairs, got: ${OPTS}" >&2
   exit 2
 fi
-unset OUTPUT_DIR
+ROOT="${OUT_ROOT:-output}"
 
-# run LABEL OUT_DIR OUTPUT_DIR_OVERRIDE SELECTOR [KEY VALUE ...]
+# run LABEL OUT_DIR SELECTOR [KEY VALUE ...]
 run() {
-  local label="$1" out="$2" override="$3" sel="$4"; shift 4
-  if [ -f "$out/summary.json" ]; then
-    echo "[ablation] skip $label: $out/summary.json exists"
-    return 0
-  fi
+  local label="$1" out="$2" sel="$3" rc=0; shift 3
   echo "[ablation] $label -> $out"
-  if [ -n "$override" ]; then
-    OPTS="" OUTPUT_DIR="$override" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} "$@"
-  else
-    OPTS="" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} "$@"
+  OPTS="" OUTPUT_DIR="$out" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "[ablation] error: $label failed (exit $rc, message above); a folder made with other settings is never reused: delete $out or set OUT_ROOT to another folder" >&2
+    exit "$rc"
   fi
   if [ ! -f "$out/summary.json" ]; then
     echo "[ablation] error: $label finished but $out/summary.json is missing" >&2
@@ -50,14 +48,12 @@ run() {
 }
 
 for sel in div disc; do
-  run "full/$sel" "output/argtca/$ds/$sel/seed$SEED" "" "$sel"
-  d="output/ablation/$ds/edges_none_$sel/seed$SEED"
-  run "zero edges/$sel" "$d" "$d" "$sel" TRAINER.ARGTCA.EDGES none
-  d="output/ablation/$ds/raw_$sel/seed$SEED"
-  run "raw EOS/$sel" "$d" "$d" "$sel" TRAINER.ARGTCA.EMBEDDINGS raw
+  run "full/$sel" "$ROOT/argtca/$ds/$sel/seed$SEED" "$sel"
+  run "zero edges/$sel" "$ROOT/ablation/$ds/edges_none_$sel/seed$SEED" "$sel" TRAINER.ARGTCA.EDGES none
+  run "raw EOS/$sel" "$ROOT/ablation/$ds/raw_$sel/seed$SEED" "$sel" TRAINER.ARGTCA.EMBEDDINGS raw
 done
-run "random" "output/argtca/$ds/random/seed$SEED" "" random
+run "random" "$ROOT/argtca/$ds/random/seed$SEED" random
 
-"$PYTHON" -m argtca.report "output/argtca/$ds/div" "output/argtca/$ds/disc" \
-  "output/argtca/$ds/random" "output/ablation/$ds" \
-  --out "output/report/ablation_$ds" --ablation
+"$PYTHON" -m argtca.report "$ROOT/argtca/$ds/div" "$ROOT/argtca/$ds/disc" \
+  "$ROOT/argtca/$ds/random" "$ROOT/ablation/$ds" \
+  --out "$ROOT/report/ablation_$ds" --ablation

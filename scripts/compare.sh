@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# Run every method on each DATASET, skipping runs whose summary.json exists, then write the
-# side-by-side report to output/report/<datasets joined by _>/.
+# Run every method on each DATASET, then write the side-by-side report to
+# $OUT_ROOT/report/<datasets joined by _>/.
 #
 #   bash scripts/compare.sh DATASET [DATASET ...]
+#
+# Every run is started, finished or not: a finished run folder made with the same settings and
+# test set is reused as it is (the run only re-reads its records), an interrupted one resumes, and
+# one made with other settings (another OPTS, another split file, ...) is refused with the
+# differing keys named -- delete it, or keep both by giving the new settings their own OUT_ROOT.
 #
 # Environment:
 #   SEED=1                        seed of the runs (the report averages every seed it finds)
 #   OPTS="KEY VALUE ..."          extra config overrides passed to every run
 #   EXTRA_SELECTORS="random joint" ArgTCA selectors run besides div and disc
+#   OUT_ROOT=output               folder of the run folders and of the report
 #   PYTHON=python                 interpreter for the report
-# Output dirs (written by the called scripts): output/<method>/<dataset>/seed<SEED>/ and
-# output/argtca/<dataset>/<selector>/seed<SEED>/.
+# Output dirs: $OUT_ROOT/<method>/<dataset>/seed<SEED>/ and
+# $OUT_ROOT/argtca/<dataset>/<selector>/seed<SEED>/.
 set -euo pipefail
 
 if [ "$#" -lt 1 ]; then
@@ -28,17 +34,17 @@ if [ $(( ${#EXTRA[@]} % 2 )) -ne 0 ]; then
 fi
 read -r -a SELECTORS <<< "div disc ${EXTRA_SELECTORS:-}"
 BASELINES=(zeroshot tpt ctpt otpt atpt tca)
-unset OUTPUT_DIR  # the default output dirs are part of the contract here
+ROOT="${OUT_ROOT:-output}"
 
-# run LABEL OUT_DIR CMD...: skip when OUT_DIR/summary.json exists, check it afterwards
+# run LABEL OUT_DIR CMD...: run (a finished folder of the same settings is only re-read), check
 run() {
-  local label="$1" out="$2"; shift 2
-  if [ -f "$out/summary.json" ]; then
-    echo "[compare] skip $label: $out/summary.json exists"
-    return 0
-  fi
+  local label="$1" out="$2" rc=0; shift 2
   echo "[compare] $label -> $out"
-  OPTS="" "$@"
+  OPTS="" OUTPUT_DIR="$out" "$@" || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    echo "[compare] error: $label failed (exit $rc, message above); a folder made with other settings is never reused: delete $out or set OUT_ROOT to another folder" >&2
+    exit "$rc"
+  fi
   if [ ! -f "$out/summary.json" ]; then
     echo "[compare] error: $label finished but $out/summary.json is missing (did the run write elsewhere?)" >&2
     exit 1
@@ -48,16 +54,16 @@ run() {
 dirs=()
 for ds in "$@"; do
   for m in "${BASELINES[@]}"; do
-    run "$m on $ds" "output/$m/$ds/seed$SEED" \
+    run "$m on $ds" "$ROOT/$m/$ds/seed$SEED" \
       bash scripts/baseline.sh "$ds" "$m" ${EXTRA[@]+"${EXTRA[@]}"}
-    dirs+=("output/$m/$ds")
+    dirs+=("$ROOT/$m/$ds")
   done
   for sel in "${SELECTORS[@]}"; do
-    run "argtca-$sel on $ds" "output/argtca/$ds/$sel/seed$SEED" \
+    run "argtca-$sel on $ds" "$ROOT/argtca/$ds/$sel/seed$SEED" \
       bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"}
-    dirs+=("output/argtca/$ds/$sel")
+    dirs+=("$ROOT/argtca/$ds/$sel")
   done
 done
 
 name="$(IFS=_; echo "$*")"
-"$PYTHON" -m argtca.report "${dirs[@]}" --out "output/report/$name"
+"$PYTHON" -m argtca.report "${dirs[@]}" --out "$ROOT/report/$name"

@@ -358,3 +358,33 @@ def test_full_disk_is_one_line_and_keeps_finished_records(big, tmp_path, one_thr
     assert 1 <= len(kept) < 30
     assert main(_args(big_data, out, views=16)) == 0
     _assert_same_run(full, out)
+
+
+# ------------------------------------------------------------------------- scripts (1)
+def test_sweep_script_reuses_same_settings_and_refuses_others(tmp_path):
+    """scripts/*.sh start every run: the same settings reuse the finished folder, other settings
+    (another OPTS) are refused naming the key instead of reporting the old numbers."""
+    from helpers_data import write_attributes
+    data = make_caltech(tmp_path / "data")
+    attrs = write_attributes(tmp_path / "attrs.json")
+    opts = TINY + ["TTA.N_VIEWS", "4", "TRAINER.ARGTCA.GAT.EPOCHS", "2"]
+    env = dict(os.environ, DATA=str(data), ATTRIBUTES=str(attrs), ALPHAS="10", BETAS="35",
+               OUT_ROOT=str(tmp_path / "out"), PYTHON=sys.executable, OMP_NUM_THREADS="1",
+               PYTHONPATH=str(REPO), ARGTCA_CACHE=str(tmp_path / "cache"), OPTS=" ".join(opts))
+    env.pop("OUTPUT_DIR", None)
+
+    def sweep(**kw):
+        return subprocess.run(["bash", "scripts/sweep.sh", "caltech101", "div"], cwd=REPO,
+                              env=dict(env, **kw), capture_output=True, text=True, timeout=300)
+    p = sweep()
+    assert p.returncode == 0, p.stderr
+    run = tmp_path / "out" / "sweep" / "caltech101" / "div" / "a10_b35"
+    recs = (run / "records.jsonl").read_text()
+    assert len(recs.splitlines()) == 6
+    assert p.stdout.count("[sweep] alpha=10 beta=35 ->") == 2          # run, then reused
+    assert (tmp_path / "out" / "report" / "sweep_caltech101_div" / "sweep.md").is_file()
+    p = sweep(OPTS=" ".join(opts + ["TTA.LR", "0.01"]))
+    assert p.returncode == 2
+    assert "holds results of a different configuration (TTA.LR: 0.005 -> 0.01)" in p.stderr
+    assert "[sweep] error: alpha=10 beta=35 failed (exit 2" in p.stderr
+    assert (run / "records.jsonl").read_text() == recs

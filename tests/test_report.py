@@ -265,8 +265,17 @@ else:
     method, sel = "argtca", what
     if sel == "random":
         ov["TRAINER.ARGTCA.SELECTOR"] = "random"
+# the run's contract: a finished folder of the same settings is reused, another is refused
+if (out / "summary.json").exists():
+    old = json.loads((out / "summary.json").read_text()).get("overrides", {})
+    if old != ov:
+        keys = sorted(k for k in set(old) | set(ov) if old.get(k) != ov.get(k))
+        print(f"error: {out} holds results of a different configuration ({keys})",
+              file=sys.stderr)
+        sys.exit(2)
+    sys.exit(0)
 # a recognisable value per run: ece = 1 + number of overrides, acc = 50 + len(str(out))
-out.mkdir(parents=True)
+out.mkdir(parents=True, exist_ok=True)
 (out / "summary.json").write_text(json.dumps({
     "method": method, "selector": sel, "label": f"ArgTCA ({sel})" if sel else what.upper(),
     "dataset": "Caltech101", "dataset_key": ds, "seed": seed, "n": 1,
@@ -302,36 +311,53 @@ def _bash(repo, *args, **env):
 
 def test_ablation_script_with_stub_runs(tmp_path):
     repo = _stub_repo(tmp_path)
-    # a 'full' div run already there (e.g. from compare.sh): must be skipped, not re-run
+    # a 'full' div run of the same settings already there (e.g. from compare.sh): the script
+    # starts it, and the run reuses it as it is
     pre = repo / "output/argtca/caltech101/div/seed1"
     pre.mkdir(parents=True)
     (pre / "summary.json").write_text(json.dumps({
         "method": "argtca", "selector": "div", "label": "ArgTCA (div)", "dataset": "Caltech101",
-        "dataset_key": "caltech101", "seed": 1, "accuracy": 70.0, "ece": 2.0, "overrides": {}}))
+        "dataset_key": "caltech101", "seed": 1, "accuracy": 70.0, "ece": 2.0,
+        "overrides": {"TTA.N_VIEWS": 8.0}}))
     p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8")
     assert p.returncode == 0, p.stderr
     calls = (repo / "calls.log").read_text().splitlines()
     assert calls == [
+        "argtca caltech101 div TTA.N_VIEWS 8 | OPTS= | "
+        "OUTPUT_DIR=output/argtca/caltech101/div/seed1",
         "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
         "OUTPUT_DIR=output/ablation/caltech101/edges_none_div/seed1",
         "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
         "OUTPUT_DIR=output/ablation/caltech101/raw_div/seed1",
-        "argtca caltech101 disc TTA.N_VIEWS 8 | OPTS= | OUTPUT_DIR=",
+        "argtca caltech101 disc TTA.N_VIEWS 8 | OPTS= | "
+        "OUTPUT_DIR=output/argtca/caltech101/disc/seed1",
         "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
         "OUTPUT_DIR=output/ablation/caltech101/edges_none_disc/seed1",
         "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
         "OUTPUT_DIR=output/ablation/caltech101/raw_disc/seed1",
-        "argtca caltech101 random TTA.N_VIEWS 8 | OPTS= | OUTPUT_DIR=",
+        "argtca caltech101 random TTA.N_VIEWS 8 | OPTS= | "
+        "OUTPUT_DIR=output/argtca/caltech101/random/seed1",
     ]
     rows = md_rows((repo / "output/report/ablation_caltech101/ablation.md").read_text())
     assert rows[1].startswith("| full | 70.00 | **2.00** |")   # the pre-existing run
     # stub: ece = 1 + number of overrides (N_VIEWS + EDGES = 2 -> 3; random: +SELECTOR -> 3)
     assert rows[2].startswith("| zero edges | ") and rows[2].endswith(" 3.00 |")
     assert rows[4].startswith("| random | ") and rows[4].count("3.00") == 2
-    # a second call runs nothing
-    (repo / "calls.log").unlink()
-    assert _bash(repo, "scripts/ablation.sh", "caltech101").returncode == 0
-    assert not (repo / "calls.log").exists()
+    # a second call with the same settings changes nothing
+    summaries = {p: p.read_text() for p in (repo / "output").rglob("summary.json")}
+    assert _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8").returncode == 0
+    assert {p: p.read_text() for p in (repo / "output").rglob("summary.json")} == summaries
+    # other settings are never reported as these: the first run refuses, the script stops
+    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 16")
+    assert p.returncode == 2
+    assert "different configuration (['TTA.N_VIEWS'])" in p.stderr
+    assert "[ablation] error: full/div failed (exit 2" in p.stderr and "OUT_ROOT" in p.stderr
+    assert {p: p.read_text() for p in (repo / "output").rglob("summary.json")} == summaries
+    # ... and OUT_ROOT keeps them side by side
+    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 16", OUT_ROOT="n16")
+    assert p.returncode == 0, p.stderr
+    assert (repo / "n16/report/ablation_caltech101/ablation.md").is_file()
+    assert len(list((repo / "n16").rglob("summary.json"))) == 7
 
 
 def test_compare_script_rejects_odd_opts(tmp_path):
