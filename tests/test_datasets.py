@@ -139,7 +139,7 @@ def test_registry_has_all_nine_and_configs():
         text = (REPO / "configs" / "datasets" / f"{cls.key}.yaml").read_text()
         assert text.strip() == f'DATASET:\n  NAME: "{name}"'
     with pytest.raises(KeyError, match="oxford_pets"):
-        resolve_dataset_class("ImageNet")
+        resolve_dataset_class("ImageNet21k")
 
 
 # ----------------------------------------------------------------------------- errors
