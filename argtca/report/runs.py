@@ -1,0 +1,266 @@
+"""Run folders: finding them, reading their summaries and records, and telling the broken and
+unfinished ones apart (listed and skipped, never fatal for the other runs)."""
+from __future__ import annotations
+
+import functools
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+MISSING = "–"
+METHOD_ORDER = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca"]
+SELECTOR_ORDER = ["tca", "div", "disc", "joint", "random"]
+DEFAULT_LABELS = {"zeroshot": "CLIP", "tpt": "TPT", "ctpt": "C-TPT", "otpt": "O-TPT",
+                  "atpt": "A-TPT", "tca": "TCA", "argtca": "ArgTCA"}
+METRICS = {  # name -> (display, higher is better)
+    "accuracy": ("Acc", True), "ece": ("ECE", False), "adaece": ("AdaECE", False),
+    "mce": ("MCE", False), "nll": ("NLL", False), "brier": ("Brier", False),
+}
+# canonical dataset order (CoOp / C-TPT Table 1), compared on lower-cased alphanumerics
+DATASET_ORDER = ["imagenet", "caltech101", "oxfordpets", "stanfordcars", "oxfordflowers",
+                 "food101", "fgvcaircraft", "sun397", "describabletextures", "eurosat", "ucf101",
+                 "imagenetv2", "imagenetsketch", "imageneta", "imagenetr", "demo"]
+DATASET_ALIASES = {"pets": "oxfordpets", "cars": "stanfordcars", "flowers": "oxfordflowers",
+                   "flower102": "oxfordflowers", "flowers102": "oxfordflowers",
+                   "oxfordflowers102": "oxfordflowers", "food": "food101",
+                   "aircraft": "fgvcaircraft", "sun": "sun397", "dtd": "describabletextures",
+                   "ucf": "ucf101", "sketch": "imagenetsketch"}
+# overrides that never make two runs different methods
+IGNORED_OVERRIDES = ("SEED", "OUTPUT_DIR", "USE_CUDA", "VERBOSE", "TRAINER.NAME",
+                     "TRAINER.ARGTCA.SELECTOR")
+IGNORED_PREFIXES = ("DATASET.", "DATALOADER.")
+REQUIRED_SUMMARY_KEYS = ("method", "dataset", "seed", "accuracy", "ece")
+
+
+class ReportError(ValueError):
+    """Bad report input; the message names the file, the value and the fix."""
+
+
+def _warn(msg: str) -> None:
+    print(f"report: warning: {msg}", file=sys.stderr)
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", str(s).lower())
+
+
+def _dataset_rank(key: str) -> int:
+    k = _norm(key)
+    k = DATASET_ALIASES.get(k, k)
+    return DATASET_ORDER.index(k) if k in DATASET_ORDER else len(DATASET_ORDER)
+
+
+@functools.lru_cache(maxsize=None)
+def _config_default(key: str) -> Any:
+    """Default value of a dotted config key (None when unknown or the config is unavailable)."""
+    try:
+        from ..config import get_cfg_default
+    except Exception:  # pragma: no cover - config always importable in the package
+        return None
+    node: Any = get_cfg_default()
+    for part in key.split("."):
+        if not hasattr(node, "get") or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def _fmt_value(v: Any) -> str:
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, (int, float)):
+        return f"{v:g}"
+    return str(v)
+
+
+# ----------------------------------------------------------------------------- runs
+@dataclass
+class Run:
+    """One run folder: its ``summary.json`` and lazily its records and phase-1 picks."""
+    path: Path
+    summary: Dict[str, Any]
+    variant: Tuple[Tuple[str, Any], ...] = ()      # set by group_runs
+    _records: Any = field(default=None, repr=False)
+
+    @property
+    def method(self) -> str:
+        return str(self.summary["method"]).lower()
+
+    @property
+    def selector(self) -> Optional[str]:
+        s = self.summary.get("selector")
+        return None if s in (None, "") else str(s).lower()
+
+    @property
+    def base_label(self) -> str:
+        lab = self.summary.get("label")
+        if lab:
+            return str(lab)
+        base = DEFAULT_LABELS.get(self.method, self.method)
+        return f"{base} ({self.selector})" if self.selector else base
+
+    @property
+    def label(self) -> str:
+        if not self.variant:
+            return self.base_label
+        parts = ", ".join(f"{k.split('.')[-1].lower()}={_fmt_value(v)}" for k, v in self.variant)
+        return f"{self.base_label} [{parts}]"
+
+    @property
+    def dataset(self) -> str:
+        return str(self.summary["dataset"])
+
+    @property
+    def dataset_key(self) -> str:
+        return str(self.summary.get("dataset_key") or _norm(self.dataset))
+
+    @property
+    def seed(self) -> int:
+        return int(self.summary["seed"])
+
+    @property
+    def overrides(self) -> Dict[str, Any]:
+        return dict(self.summary.get("overrides") or {})
+
+    def override(self, key: str) -> Any:
+        """The run's value of a config key: its override, else the config default."""
+        ov = self.overrides
+        return ov[key] if key in ov else _config_default(key)
+
+    def metric(self, name: str) -> float:
+        v = self.summary.get(name)
+        return float(v) if v is not None else math.nan
+
+    def records(self) -> Optional[Dict[str, np.ndarray]]:
+        if self._records is None:
+            p = self.path / "records.jsonl"
+            self._records = load_records(p) if p.is_file() else False
+        return self._records or None
+
+    def phase1(self) -> Optional[Dict[str, List[str]]]:
+        p = self.path / "phase1.json"
+        if not p.is_file():
+            return None
+        try:
+            sel = json.loads(p.read_text()).get("selected")
+        except (json.JSONDecodeError, AttributeError) as e:
+            raise ReportError(f"{p}: not a JSON object with a 'selected' entry ({e}); "
+                              "re-run phase 1 or delete the file") from e
+        if not isinstance(sel, dict):
+            raise ReportError(f"{p}: 'selected' must map class -> [attributes], got "
+                              f"{type(sel).__name__}")
+        return {str(k): [str(a) for a in v] for k, v in sel.items()}
+
+
+def _read_summary(path: Path) -> Dict[str, Any]:
+    try:
+        s = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ReportError(f"{path}: invalid JSON ({e}); re-run or delete this run") from e
+    if not isinstance(s, dict):
+        raise ReportError(f"{path}: expected a JSON object, got {type(s).__name__}")
+    missing = [k for k in REQUIRED_SUMMARY_KEYS if k not in s]
+    if missing:
+        raise ReportError(f"{path}: missing key(s) {missing}; the run folder was not written "
+                          "by the argtca engine (or is incomplete)")
+    return s
+
+
+def find_runs(paths: Iterable) -> List[Run]:
+    """Run folders under ``paths`` (run folders, their parents, or summary.json files)."""
+    found: Dict[Path, Run] = {}
+    for p in map(Path, paths):
+        if not p.exists():
+            raise ReportError(f"{p}: no such file or directory; pass run folders or their "
+                              "parents")
+        files = [p] if p.is_file() else sorted(p.rglob("summary.json"))
+        for f in files:
+            if f.name != "summary.json":
+                raise ReportError(f"{f}: expected a run folder or a summary.json file")
+            d = f.parent.resolve()
+            if d not in found:
+                found[d] = Run(d, _read_summary(f))
+    if not found:
+        raise ReportError(f"no summary.json under {', '.join(map(str, paths))}; "
+                          "run the methods first (scripts/compare.sh)")
+    return list(found.values())
+
+
+def load_records(path) -> Dict[str, np.ndarray]:
+    """``records.jsonl`` -> arrays ``conf``, ``pred``, ``label``, ``correct`` and, when every
+    line has them, ``p_label`` and ``brier``."""
+    path = Path(path)
+    cols: Dict[str, list] = {k: [] for k in ("conf", "pred", "label", "p_label", "brier")}
+    with open(path) as f:
+        for ln, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                r = json.loads(line)
+                for k in ("conf", "pred", "label"):
+                    cols[k].append(r[k])
+            except (json.JSONDecodeError, KeyError, TypeError) as e:
+                raise ReportError(f"{path}:{ln}: bad record ({e!r}); each line must be a JSON "
+                                  "object with conf, pred and label") from e
+            for k in ("p_label", "brier"):
+                cols[k].append(r.get(k))
+    out = {"conf": np.asarray(cols["conf"], dtype=np.float64),
+           "pred": np.asarray(cols["pred"], dtype=np.int64),
+           "label": np.asarray(cols["label"], dtype=np.int64)}
+    out["correct"] = out["pred"] == out["label"]
+    for k in ("p_label", "brier"):
+        if cols[k] and all(v is not None for v in cols[k]):
+            out[k] = np.asarray(cols[k], dtype=np.float64)
+    return out
+
+
+def _relevant_overrides(run: Run) -> Dict[str, Any]:
+    return {k: v for k, v in run.overrides.items()
+            if k not in IGNORED_OVERRIDES and not k.startswith(IGNORED_PREFIXES)}
+
+
+def _assign_variants(runs: Sequence[Run]) -> None:
+    """Set ``run.variant`` to the overrides in which runs of the same base label differ (those
+    where the run has the config default are left out, so the default run keeps its label)."""
+    by_label: Dict[str, List[Run]] = {}
+    for r in runs:
+        by_label.setdefault(r.base_label, []).append(r)
+    for group in by_label.values():
+        rel = [_relevant_overrides(r) for r in group]
+        keys = sorted(set().union(*rel))
+        varying = []
+        for k in keys:
+            first = group[0].override(k)
+            if any(not _same(r.override(k), first) for r in group[1:]):
+                varying.append(k)
+        for r in group:   # a run at the config default keeps the plain label for that key
+            r.variant = tuple((k, r.override(k)) for k in varying
+                              if _config_default(k) is None or not _same(r.override(k),
+                                                                         _config_default(k)))
+
+
+def _same(a: Any, b: Any) -> bool:
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b)
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _value_key(v: Any):
+    return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) \
+        else (1, 0.0, str(v))
+
+
+def _method_sort_key(run: Run):
+    m = run.method
+    mr = METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+    s = run.selector or ""
+    sr = SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER else len(SELECTOR_ORDER)
+    return (mr, sr, s, run.base_label, tuple((k, _value_key(v)) for k, v in run.variant))

@@ -1,0 +1,90 @@
+"""Sensitivity to TCA/ArgTCA's alpha and beta: the points of the sweep plots and sweep.md."""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .runs import MISSING, ReportError, Run, _config_default, _dataset_rank, _method_sort_key
+from .tables import Cell
+
+
+def _trainer_node(method: str) -> Optional[str]:
+    return {"argtca": "ARGTCA", "tca": "TCA"}.get(method)
+
+
+def sweep_points(runs: Sequence[Run], param: str
+                 ) -> Dict[str, Dict[str, Dict[str, np.ndarray]]]:
+    """ECE/accuracy against ``param`` ("ALPHA" or "BETA") for the tca/argtca runs, as
+    ``{dataset: {line label: {"x", "ece", "ece_std", "acc", "acc_std", "n_seeds"}}}``.
+
+    One line per method label (without variant suffix) and dataset. The other parameter is held
+    at the value that has the most distinct ``param`` values in that line (ties: the config
+    default), and the line label says which (e.g. ``ArgTCA (div) (β=35)``). Seeds are averaged
+    (std over seeds when more than one)."""
+    other = {"ALPHA": "BETA", "BETA": "ALPHA"}[param]
+    sym = {"ALPHA": "α", "BETA": "β"}[other]
+    groups: Dict[Tuple[str, str], List[Run]] = {}
+    for r in sorted(runs, key=lambda r: (_dataset_rank(r.dataset_key), r.dataset_key,
+                                         _method_sort_key(r)[:4])):
+        if _trainer_node(r.method):
+            groups.setdefault((r.dataset, r.base_label), []).append(r)
+    out: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
+    for (ds, lab), rs in groups.items():
+        node = _trainer_node(rs[0].method)
+        pk, ok = f"TRAINER.{node}.{param}", f"TRAINER.{node}.{other}"
+        by_other: Dict[float, Dict[float, List[Run]]] = {}
+        for r in rs:
+            try:
+                xo, xp = float(r.override(ok)), float(r.override(pk))
+            except (TypeError, ValueError):
+                raise ReportError(f"{r.path / 'summary.json'}: {pk}={r.override(pk)!r}, "
+                                  f"{ok}={r.override(ok)!r} are not numbers") from None
+            by_other.setdefault(xo, {}).setdefault(xp, []).append(r)
+        default_other = _config_default(ok)
+        fixed = max(by_other, key=lambda o: (len(by_other[o]), o == default_other, -o))
+        pts = by_other[fixed]
+        xs = sorted(pts)
+        cells = []
+        for x in xs:
+            seen: Dict[int, Run] = {}
+            for r in pts[x]:
+                seen.setdefault(r.seed, r)
+            cells.append(Cell(lab, ds, ds, list(seen.values())))
+        out.setdefault(ds, {})[f"{lab} ({sym}={fixed:g})"] = {
+            "x": np.asarray(xs, dtype=float),
+            "ece": np.asarray([c.mean("ece") for c in cells]),
+            "ece_std": np.asarray([c.std("ece") for c in cells]),
+            "acc": np.asarray([c.mean("accuracy") for c in cells]),
+            "acc_std": np.asarray([c.std("accuracy") for c in cells]),
+            "n_seeds": np.asarray([len(c.runs) for c in cells]),
+        }
+    return out
+
+
+def _sweep_markdown(by_param: Dict[str, Dict[str, Dict[str, Dict[str, np.ndarray]]]]) -> str:
+    out = ["# Sensitivity", "", "Cells: accuracy / ECE (%); [k] = mean over k seeds.", ""]
+    for sym, per_ds in by_param.items():
+        out += [f"## {sym}", ""]
+        if not per_ds:
+            out += ["No tca/argtca runs.", ""]
+            continue
+        xs = sorted({x for lines in per_ds.values() for s in lines.values()
+                     for x in s["x"].tolist()})
+        out += ["| Dataset | Method | " + " | ".join(f"{sym}={x:g}" for x in xs) + " |",
+                "|:---|:---|" + "|".join(["---:"] * len(xs)) + "|"]
+        for ds, lines in per_ds.items():
+            for name, s in lines.items():
+                row = []
+                for x in xs:
+                    hit = np.nonzero(s["x"] == x)[0]
+                    if not len(hit):
+                        row.append(MISSING)
+                        continue
+                    i = hit[0]
+                    ns = int(s["n_seeds"][i])
+                    row.append(f"{s['acc'][i]:.2f} / {s['ece'][i]:.2f}"
+                               + (f" [{ns}]" if ns > 1 else ""))
+                out.append(f"| {ds} | {name} | " + " | ".join(row) + " |")
+        out.append("")
+    return "\n".join(out)

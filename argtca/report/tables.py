@@ -1,0 +1,247 @@
+"""Cells (runs of one method and dataset, averaged over seeds) and the results table in Markdown,
+CSV and LaTeX."""
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
+                   _method_sort_key, _warn)
+
+
+# ----------------------------------------------------------------------------- cells
+@dataclass
+class Cell:
+    """All runs of one (label, dataset); metrics are averaged over seeds."""
+    label: str
+    dataset: str
+    dataset_key: str
+    runs: List[Run]
+
+    @property
+    def seeds(self) -> List[int]:
+        return sorted(r.seed for r in self.runs)
+
+    def mean(self, metric: str) -> float:
+        v = [r.metric(metric) for r in self.runs]
+        v = [x for x in v if not math.isnan(x)]
+        return float(np.mean(v)) if v else math.nan
+
+    def std(self, metric: str) -> float:
+        v = [x for x in (r.metric(metric) for r in self.runs) if not math.isnan(x)]
+        return float(np.std(v, ddof=1)) if len(v) > 1 else math.nan
+
+    def pooled_records(self) -> Optional[Tuple[np.ndarray, np.ndarray]]:
+        recs = [r.records() for r in self.runs]
+        recs = [x for x in recs if x is not None]
+        if not recs:
+            return None
+        return (np.concatenate([x["conf"] for x in recs]),
+                np.concatenate([x["correct"] for x in recs]))
+
+
+def group_runs(runs: Sequence[Run]) -> Tuple[List[str], List[Tuple[str, str]], Dict]:
+    """-> (labels in canonical order, [(dataset_key, display name)] in canonical order,
+    {(label, dataset_key): Cell}). A repeated seed within a cell keeps the first run only."""
+    _assign_variants(runs)
+    runs = sorted(runs, key=lambda r: (_method_sort_key(r), str(r.path)))
+    labels: List[str] = []
+    datasets: Dict[str, str] = {}
+    cells: Dict[Tuple[str, str], Cell] = {}
+    for r in runs:
+        if r.label not in labels:
+            labels.append(r.label)
+        datasets.setdefault(r.dataset_key, r.dataset)
+        cell = cells.setdefault((r.label, r.dataset_key),
+                                Cell(r.label, r.dataset, r.dataset_key, []))
+        dup = [x for x in cell.runs if x.seed == r.seed]
+        if dup:
+            _warn(f"{r.label} / {r.dataset}: seed {r.seed} appears twice ({dup[0].path} and "
+                  f"{r.path}); using the first")
+            continue
+        cell.runs.append(r)
+    first_seen = list(datasets)
+    order = sorted(first_seen, key=lambda k: (_dataset_rank(k), first_seen.index(k)))
+    return labels, [(k, datasets[k]) for k in order], cells
+
+
+# ----------------------------------------------------------------------------- table
+AVERAGE = "__average__"
+
+
+@dataclass
+class ResultsTable:
+    labels: List[str]
+    datasets: List[Tuple[str, str]]            # (key, display name)
+    metrics: List[str]
+    values: Dict[Tuple[str, str, str], float]  # (label, metric, dataset_key | AVERAGE)
+    marks: Dict[Tuple[str, str, str], str]     # "best" | "second"
+    seeds: Dict[Tuple[str, str], List[int]]    # (label, dataset_key) -> seeds
+    decimals: int = 2
+
+    @property
+    def columns(self) -> List[str]:
+        return [k for k, _ in self.datasets] + [AVERAGE]
+
+    @property
+    def headers(self) -> List[str]:
+        return [d for _, d in self.datasets] + ["Average"]
+
+    def fmt(self, label: str, metric: str, col: str) -> str:
+        v = self.values.get((label, metric, col), math.nan)
+        return MISSING if math.isnan(v) else f"{v:.{self.decimals}f}"
+
+    def seed_note(self) -> str:
+        counts = {k: len(v) for k, v in self.seeds.items()}
+        if not counts:
+            return ""
+        if len(set(counts.values())) == 1:
+            n = next(iter(counts.values()))
+            allseeds = sorted({s for v in self.seeds.values() for s in v})
+            return (f"Every cell is one run (seed {allseeds[0]})." if n == 1 and len(allseeds) == 1
+                    else f"Every cell averages {n} seed(s) (seeds seen: "
+                         f"{', '.join(map(str, allseeds))}).")
+        names = dict(self.datasets)
+        groups: Dict[Tuple[int, ...], List[str]] = {}
+        for (lab, dk), s in self.seeds.items():
+            groups.setdefault(tuple(s), []).append(f"{lab} / {names[dk]}")
+        common = max(groups, key=lambda g: len(groups[g]))
+        lines = ["Values are means over seeds:"]
+        for g, cells in sorted(groups.items(), key=lambda kv: (len(kv[0]), kv[0])):
+            what = "all other cells" if g == common else "; ".join(cells)
+            lines.append(f"- {len(g)} seed(s) ({', '.join(map(str, g))}): {what}")
+        return "\n".join(lines)
+
+
+def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cells: Dict,
+                metrics: Sequence[str] = ("accuracy", "ece"), decimals: int = 2
+                ) -> ResultsTable:
+    """Seed-averaged values per (method, metric, dataset), the Average over datasets (only when
+    the method has every dataset of the table, else missing) and the best/second marks per
+    column, decided on the values as displayed (rounded to ``decimals``; ties share a mark)."""
+    for m in metrics:
+        if m not in METRICS:
+            raise ReportError(f"unknown metric {m!r}; choose from {', '.join(METRICS)}")
+    values: Dict[Tuple[str, str, str], float] = {}
+    seeds: Dict[Tuple[str, str], List[int]] = {}
+    for lab in labels:
+        for dk, _ in datasets:
+            c = cells.get((lab, dk))
+            if c is None:
+                continue
+            seeds[(lab, dk)] = c.seeds
+            for m in metrics:
+                values[(lab, m, dk)] = c.mean(m)
+        for m in metrics:
+            per = [values.get((lab, m, dk), math.nan) for dk, _ in datasets]
+            values[(lab, m, AVERAGE)] = float(np.mean(per)) if not any(
+                math.isnan(x) for x in per) else math.nan
+    marks: Dict[Tuple[str, str, str], str] = {}
+    for m in metrics:
+        higher = METRICS[m][1]
+        for col in [dk for dk, _ in datasets] + [AVERAGE]:
+            shown = {lab: round(values.get((lab, m, col), math.nan), decimals) for lab in labels}
+            shown = {k: v for k, v in shown.items() if not math.isnan(v)}
+            ranked = sorted(set(shown.values()), reverse=higher)
+            for lab, v in shown.items():
+                if v == ranked[0]:
+                    marks[(lab, m, col)] = "best"
+                elif len(ranked) > 1 and v == ranked[1]:
+                    marks[(lab, m, col)] = "second"
+    return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
+                        decimals)
+
+
+def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
+    wrap = {"md": ("**{}**", "<u>{}</u>"), "tex": ("\\textbf{{{}}}", "\\underline{{{}}}"),
+            "csv": ("{}", "{}")}[style]
+    rows = []
+    for lab in t.labels:
+        for i, m in enumerate(t.metrics):
+            row = [lab if i == 0 or style == "csv" else "", METRICS[m][0]]
+            for col in t.columns:
+                s = t.fmt(lab, m, col)
+                if style == "tex" and s == MISSING:
+                    s = "--"
+                mark = t.marks.get((lab, m, col))
+                if mark == "best":
+                    s = wrap[0].format(s)
+                elif mark == "second":
+                    s = wrap[1].format(s)
+                row.append(s)
+            rows.append(row)
+    return rows
+
+
+def _direction_note(t: ResultsTable) -> str:
+    up = [METRICS[m][0] for m in t.metrics if METRICS[m][1]]
+    down = [METRICS[m][0] for m in t.metrics if not METRICS[m][1]]
+    parts = []
+    if up:
+        parts.append(f"highest {'/'.join(up)}")
+    if down:
+        parts.append(f"lowest {'/'.join(down)}")
+    return " and ".join(parts)
+
+
+def table_markdown(t: ResultsTable) -> str:
+    head = ["Method", "Metric"] + t.headers
+    lines = ["| " + " | ".join(head) + " |",
+             "|" + "|".join([":---", ":---"] + ["---:"] * len(t.columns)) + "|"]
+    lines += ["| " + " | ".join(r) + " |" for r in _table_rows(t, "md")]
+    lines += ["", f"Acc, ECE, AdaECE and MCE in %. Per column, best (**bold**) and second best "
+                  f"(<u>underlined</u>) = {_direction_note(t)}. Average = mean over the "
+                  f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
+              "", t.seed_note()]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def table_csv(t: ResultsTable) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["Method", "Metric"] + t.headers)
+    w.writerows(_table_rows(t, "csv"))
+    return buf.getvalue()
+
+
+_TEX_ESCAPE = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+               "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+               "^": r"\textasciicircum{}"}
+
+
+def _tex(s: str) -> str:
+    return "".join(_TEX_ESCAPE.get(ch, ch) for ch in s)
+
+
+def table_latex(t: ResultsTable) -> str:
+    lines = ["% requires \\usepackage{booktabs}",
+             "\\begin{tabular}{ll" + "r" * len(t.columns) + "}", "\\toprule",
+             " & ".join(["Method", "Metric"] + [_tex(h) for h in t.headers]) + " \\\\",
+             "\\midrule"]
+    rows = _table_rows(t, "tex")
+    per = len(t.metrics)
+    for i, r in enumerate(rows):
+        if i and i % per == 0:
+            lines.append("\\midrule")
+        lines.append(" & ".join([_tex(r[0]), _tex(r[1])] + r[2:]) + " \\\\")
+    lines += ["\\bottomrule", "\\end{tabular}"]
+    return "\n".join(lines) + "\n"
+
+
+def runs_csv(runs: Sequence[Run]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    cols = ["label", "method", "selector", "dataset", "seed", "n"] + list(METRICS) + ["path"]
+    w.writerow(cols)
+    for r in sorted(runs, key=lambda r: (_method_sort_key(r), _dataset_rank(r.dataset_key),
+                                         r.seed)):
+        w.writerow([r.label, r.method, r.selector or "", r.dataset, r.seed,
+                    r.summary.get("n", "")] +
+                   ["" if math.isnan(r.metric(m)) else r.metric(m) for m in METRICS] +
+                   [str(r.path)])
+    return buf.getvalue()
