@@ -114,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     from argtca.graph import embed_nodes, make_nodes, picked_texts, select_nodes
     from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, graph_identity
     from argtca.graph.store import default_store_dir
-    from argtca.models.clip import resolve_builtin
+    from argtca.fetch import attribute_file_for
     from argtca.selectors import SELECTOR_REGISTRY, load_plugins
 
     load_plugins(args.plugin)
@@ -127,7 +127,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if m_prime > m:
         raise SystemExit(f"TRAINER.ARGTCA.NUM_ATTRIBUTES={m_prime} (M') exceeds "
                          f"NUM_CANDIDATES={m} (M)")
-    attr_file = resolve_builtin(cfg.DATASET.ATTRIBUTE_FILE)
+    attr_file = attribute_file_for(cfg)   # DATASET.ATTRIBUTE_FILE or the dataset's TCA file
     dataset_name, classnames = _classnames(cfg, attr_file)
     attributes = load_attributes(attr_file, classnames, m_prime)   # as the file gives them
     nodes = make_nodes(classnames, attributes, m, min_per_class=m_prime, source=attr_file)

@@ -35,10 +35,9 @@ class ArgTCA(TCA):
         # builds the graph from the first M_k = min(M, distinct) distinct ones and is run in
         # prepare() once CLIP is up
         from argtca.graph.nodes import make_nodes
-        from argtca.models.clip import resolve_builtin
         m_prime = int(self.node.NUM_ATTRIBUTES)
         self.candidates = self.load_attribute_lists(m_prime)
-        source = resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE)
+        source = self.attribute_file
         # fail at load time where a class has fewer than M' distinct attributes (one warning
         # names the classes with fewer than M: they get fewer nodes)
         make_nodes(self.classnames, self.candidates, int(self.node.NUM_CANDIDATES),
@@ -48,14 +47,13 @@ class ArgTCA(TCA):
     def graph_identity(self) -> dict:
         """What, besides TRAINER.ARGTCA's graph settings, determines the stored graph."""
         from argtca.graph.phase1 import graph_identity
-        from argtca.models.clip import resolve_builtin
-        return graph_identity(self.dataset.name, resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE),
+        return graph_identity(self.dataset.name, self.attribute_file,
                               self.cfg.MODEL.BACKBONE.NAME, self.model)
 
     def prepare(self) -> None:
         from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, run_phase1
         from argtca.graph.store import default_store_dir
-        from argtca.models.clip import encode_eos_hidden, resolve_builtin
+        from argtca.models.clip import encode_eos_hidden
 
         def text_fn(texts):
             return encode_eos_hidden(self.model, self.tokenizer, texts, self.device).cpu()
@@ -65,7 +63,7 @@ class ArgTCA(TCA):
                             store_dir=default_store_dir() if needs_graph else None,
                             identity=self.graph_identity() if needs_graph else None,
                             device=str(self.device), log=lambda msg: print(msg, flush=True),
-                            source=resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE))
+                            source=self.attribute_file)
         result["weights"] = str(self.cfg.MODEL.PRETRAINED)
         self.phase1 = result
         # this run's selection and the key of the stored graph it selected from

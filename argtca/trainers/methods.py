@@ -49,11 +49,18 @@ class TCA(TestTimeTrainer):
     the first M' of the attribute file in file order (the TCA ranking)."""
     method, label, objective_name = "tca", "TCA", "tca"
 
+    @property
+    def attribute_file(self) -> str:
+        """DATASET.ATTRIBUTE_FILE, or else the TCA authors' file of the dataset, fetched on first
+        use into the cache (argtca.fetch)."""
+        if getattr(self, "_attribute_file", None) is None:
+            from argtca.fetch import attribute_file_for
+            self._attribute_file = attribute_file_for(self.cfg)
+        return self._attribute_file
+
     def load_attribute_lists(self, num_required: int, dedupe: bool = False):
         from argtca.attributes import load_attributes
-        from argtca.models.clip import resolve_builtin
-        return load_attributes(resolve_builtin(self.cfg.DATASET.ATTRIBUTE_FILE), self.classnames,
-                               num_required, dedupe=dedupe)
+        return load_attributes(self.attribute_file, self.classnames, num_required, dedupe=dedupe)
 
     def check_cfg(self, cfg) -> None:
         if int(self.node.NUM_ATTRIBUTES) < 1:
