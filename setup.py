@@ -12,5 +12,11 @@ setup(
         "torch>=2.1", "torchvision", "open_clip_torch>=3.0", "torch_geometric>=2.5",
         "yacs", "numpy", "pillow", "tqdm", "matplotlib",
     ],
-    extras_require={"test": ["pytest"]},
+    extras_require={
+        "test": ["pytest"],
+        # what Dassl.pytorch (GitHub only; README "Inside Dassl/CoOp") and CoOp's train.py import
+        # at run time; Dassl's own requirements.txt also pins old linters it never imports
+        "dassl": ["yacs", "gdown", "tabulate", "tqdm", "scipy", "scikit-learn", "tensorboard",
+                  "future", "ftfy", "regex", "wilds==1.2.2"],
+    },
 )
