@@ -155,6 +155,7 @@ def get_cfg_default() -> CN:
 METHOD_TO_TRAINER = {
     "zeroshot": "ZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
     "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA",
+    "argtcazeroshotclip": "ZeroshotCLIP",   # its name under Dassl (CoOp owns ZeroshotCLIP)
 }
 
 
