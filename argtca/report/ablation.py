@@ -4,7 +4,8 @@ from __future__ import annotations
 import json
 from typing import Dict, List, Sequence, Tuple
 
-from .runs import (MISSING, SELECTOR_ORDER, Run, _dataset_rank, _relevant_overrides, _warn)
+from .runs import (MISSING, SELECTOR_ORDER, Run, _dataset_rank, _relevant_overrides, _warn,
+                   duplicate_error)
 from .tables import Cell
 
 
@@ -58,9 +59,8 @@ def ablation_table(runs: Sequence[Run], decimals: int = 2) -> str:
             col = "*" if r.selector == "random" else (r.selector or "?")
             g = groups.setdefault((_ablation_variant(r), col), {})
             if r.seed in g:
-                _warn(f"ablation {r.dataset}: {_ablation_variant(r)}/{col} seed {r.seed} twice "
-                      f"({g[r.seed].path}, {r.path}); using the first")
-                continue
+                raise duplicate_error(f"ablation {r.dataset} / {_ablation_variant(r)} / {col} / "
+                                      f"seed {r.seed}", g[r.seed], r)
             g[r.seed] = r
         cols = sorted({c for _, c in groups if c != "*"},
                       key=lambda s: (SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER else 99, s))

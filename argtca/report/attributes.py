@@ -5,7 +5,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .runs import MISSING, SELECTOR_ORDER, Run, _dataset_rank
+from .runs import MISSING, SELECTOR_ORDER, ReportError, Run, _dataset_rank, _warn
 
 
 def _overlap(a: Sequence[str], b: Sequence[str]) -> float:
@@ -25,7 +25,11 @@ def attribute_table(runs: Sequence[Run], n_classes: int = 10) -> str:
         sel = r.selector or ("tca" if r.method == "tca" else None)
         if sel is None or sel in chosen.get(r.dataset_key, {}):
             continue
-        picks = r.phase1()
+        try:
+            picks = r.phase1()
+        except ReportError as e:
+            _warn(f"attributes.md leaves out {r.path}: {e}")
+            continue
         if picks is None:
             continue
         chosen.setdefault(r.dataset_key, {})[sel] = (r, picks)

@@ -5,15 +5,31 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import __doc__ as _DOC
 from .ablation import ablation_table
 from .attributes import attribute_table
-from .runs import METRICS, ReportError, _warn, find_runs
+from .runs import METRICS, ReportError, RunProblem, _warn, find_runs
 from .sweep import _sweep_markdown, sweep_points
 from .tables import (build_table, group_runs, runs_csv, table_csv, table_latex,
                      table_markdown)
+
+
+def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path]) -> None:
+    """``skipped.md``: the run folders left out of the report and why (removed when none)."""
+    path = out / "skipped.md"
+    if not problems:
+        if path.is_file():
+            path.unlink()
+        return
+    lines = ["# Run folders not in this report", "",
+             "| Status | Folder | Reason |", "|:---|:---|:---|"]
+    for pr in sorted(problems, key=lambda p: (p.status, str(p.path))):
+        reason = pr.reason.replace("|", "\\|").replace(f"{pr.path}/", "")
+        lines.append(f"| {pr.status} | {pr.path} | {reason} |")
+    path.write_text("\n".join(lines) + "\n")
+    written["skipped.md"] = path
 
 
 def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
@@ -24,10 +40,18 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = find_runs(paths)
+    problems: List[RunProblem] = []
+    runs = find_runs(paths, problems)
     labels, datasets, cells = group_runs(runs)
     table = build_table(labels, datasets, cells, metrics, decimals)
     written: Dict[str, Path] = {}
+    write_skipped(out, problems, written)
+    for r in runs:   # a damaged records.jsonl leaves that run out of the plots only
+        try:
+            r.records()
+        except ReportError as e:
+            _warn(f"plots leave out {r.path}: {e}")
+            r._records = False
 
     def write(name: str, text: str) -> None:
         (out / name).write_text(text)
@@ -70,8 +94,10 @@ def make_sweep_report(paths: Sequence, out_dir) -> Dict[str, Path]:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = find_runs(paths)
+    problems: List[RunProblem] = []
+    runs = find_runs(paths, problems)
     written: Dict[str, Path] = {}
+    write_skipped(out, problems, written)
     both = {}
     for param, sym, fname in (("ALPHA", "α", "sweep_alpha.png"), ("BETA", "β", "sweep_beta.png")):
         series = sweep_points(runs, param)
@@ -90,9 +116,12 @@ def make_sweep_report(paths: Sequence, out_dir) -> Dict[str, Path]:
 def make_ablation_report(paths: Sequence, out_dir, decimals: int = 2) -> Dict[str, Path]:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    runs = find_runs(paths)
+    problems: List[RunProblem] = []
+    runs = find_runs(paths, problems)
     (out / "ablation.md").write_text(ablation_table(runs, decimals))
-    return {"ablation.md": out / "ablation.md"}
+    written = {"ablation.md": out / "ablation.md"}
+    write_skipped(out, problems, written)
+    return written
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -123,9 +152,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2
+    except OSError as e:   # e.g. a read-only or full --out folder
+        print(f"report: error: cannot write {e.filename or a.out}: {e.strerror or e}; choose "
+              f"another --out", file=sys.stderr)
+        return 2
     for name in ("table.md", "ablation.md", "sweep.md"):
         if name in written:
             print(Path(written[name]).read_text())
+    if "skipped.md" in written:
+        n = Path(written["skipped.md"]).read_text().count("\n| ") - 1
+        print(f"left out: {n} run folder(s), listed in {written['skipped.md']}")
     print("wrote: " + ", ".join(str(p) for p in written.values()))
     return 0
 

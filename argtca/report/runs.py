@@ -159,12 +159,16 @@ class Run:
 
 
 def _read_summary(path: Path) -> Dict[str, Any]:
+    fix = "run the same command again to rewrite it, or delete this run folder"
     try:
-        s = json.loads(path.read_text())
+        s = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ReportError(f"{path}: not UTF-8 text (byte {e.start} is 0x{e.object[e.start]:02x}); "
+                          f"the file is damaged: {fix}") from None
     except json.JSONDecodeError as e:
-        raise ReportError(f"{path}: invalid JSON ({e}); re-run or delete this run") from e
+        raise ReportError(f"{path}: invalid JSON ({e}); {fix}") from None
     if not isinstance(s, dict):
-        raise ReportError(f"{path}: expected a JSON object, got {type(s).__name__}")
+        raise ReportError(f"{path}: expected a JSON object, got {type(s).__name__}; {fix}")
     missing = [k for k in REQUIRED_SUMMARY_KEYS if k not in s]
     if missing:
         raise ReportError(f"{path}: missing key(s) {missing}; the run folder was not written "
@@ -172,52 +176,160 @@ def _read_summary(path: Path) -> Dict[str, Any]:
     return s
 
 
-def find_runs(paths: Iterable) -> List[Run]:
-    """Run folders under ``paths`` (run folders, their parents, or summary.json files)."""
-    found: Dict[Path, Run] = {}
+@dataclass
+class RunProblem:
+    """A run folder left out of the report: ``status`` is "broken" (a file cannot be read),
+    "interrupted" (no summary yet) or "incomplete" (the summary does not cover the test set or
+    disagrees with the records)."""
+    path: Path
+    status: str
+    reason: str
+
+    def line(self) -> str:
+        return f"{self.status}: {self.path}: {self.reason}"
+
+
+# files that mark a run folder (a run writes config.json first, then records, then the summary)
+RUN_MARKERS = ("summary.json", "records.jsonl", "config.json")
+
+
+def _expected_images(d: Path) -> Optional[int]:
+    """The test-set size the run's fingerprint names (None when unknown)."""
+    try:
+        n = json.loads((d / "config.json").read_bytes().decode("utf-8")).get("TEST_SET.N_IMAGES")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return int(n) if isinstance(n, int) else None
+
+
+def _read_run(d: Path) -> Tuple[Optional[Run], Optional[RunProblem]]:
+    summary_path, rec_path = d / "summary.json", d / "records.jsonl"
+    expected = _expected_images(d)
+    of = f" of {expected}" if expected is not None else ""
+    records = None
+    if rec_path.is_file():
+        try:
+            records = load_records(rec_path)
+        except ReportError as e:
+            return None, RunProblem(d, "broken", str(e))
+    if not summary_path.is_file():
+        k = 0 if records is None else len(records["conf"])
+        return None, RunProblem(d, "interrupted", f"{k}{of} images recorded, no summary.json; "
+                                "run the same command again to finish it")
+    try:
+        summary = _read_summary(summary_path)
+    except ReportError as e:
+        return None, RunProblem(d, "broken", str(e))
+    n = summary.get("n")
+    again = "run the same command again to finish (or re-check) it"
+    if isinstance(n, int) and expected is not None and n != expected:
+        return None, RunProblem(d, "incomplete", f"summary.json covers {n}{of} images; {again}")
+    if records is not None and isinstance(n, int):
+        idx = records.get("index")
+        k = len(records["conf"])
+        if idx is not None and len(np.unique(idx)) != k:
+            return None, RunProblem(d, "incomplete", f"records.jsonl holds {k - len(np.unique(idx))}"
+                                    f" repeated image indices (two runs wrote the folder at "
+                                    f"once?); {again}")
+        if k != n:
+            return None, RunProblem(d, "incomplete", f"summary.json covers {n} images but "
+                                    f"records.jsonl holds {k}; {again}")
+    run = Run(d, summary)
+    run._records = records if records is not None else False
+    return run, None
+
+
+def scan_runs(paths: Iterable) -> Tuple[List[Run], List[RunProblem]]:
+    """The usable runs under ``paths`` (run folders, their parents, or summary.json files) and
+    the folders left out, each with its reason. A missing path is an error."""
+    paths = list(paths)
+    folders: List[Path] = []
     for p in map(Path, paths):
         if not p.exists():
             raise ReportError(f"{p}: no such file or directory; pass run folders or their "
                               "parents")
-        files = [p] if p.is_file() else sorted(p.rglob("summary.json"))
-        for f in files:
-            if f.name != "summary.json":
-                raise ReportError(f"{f}: expected a run folder or a summary.json file")
-            d = f.parent.resolve()
-            if d not in found:
-                found[d] = Run(d, _read_summary(f))
-    if not found:
-        raise ReportError(f"no summary.json under {', '.join(map(str, paths))}; "
-                          "run the methods first (scripts/compare.sh)")
-    return list(found.values())
+        if p.is_file():
+            if p.name != "summary.json":
+                raise ReportError(f"{p}: expected a run folder or a summary.json file")
+            folders.append(p.parent)
+        else:
+            folders += sorted({f.parent for m in RUN_MARKERS for f in p.rglob(m)})
+    runs: Dict[Path, Run] = {}
+    problems: Dict[Path, RunProblem] = {}
+    for d in folders:
+        d = d.resolve()
+        if d in runs or d in problems:
+            continue
+        run, problem = _read_run(d)
+        if run is not None:
+            runs[d] = run
+        else:
+            problems[d] = problem
+    return list(runs.values()), list(problems.values())
+
+
+def find_runs(paths: Iterable, problems: Optional[List[RunProblem]] = None) -> List[Run]:
+    """Run folders under ``paths`` (run folders, their parents, or summary.json files). Broken,
+    interrupted and incomplete folders are skipped with a warning (and appended to
+    ``problems`` when given); no usable run at all is an error."""
+    paths = list(paths)
+    runs, skipped = scan_runs(paths)
+    for pr in skipped:
+        _warn(f"skipped {pr.line()}")
+    if problems is not None:
+        problems.extend(skipped)
+    if not runs:
+        why = "".join(f"; {pr.line()}" for pr in skipped[:5])
+        raise ReportError(f"no summary.json of a finished run under {', '.join(map(str, paths))}"
+                          f"{why or '; run the methods first (scripts/compare.sh)'}")
+    return runs
 
 
 def load_records(path) -> Dict[str, np.ndarray]:
     """``records.jsonl`` -> arrays ``conf``, ``pred``, ``label``, ``correct`` and, when every
-    line has them, ``p_label`` and ``brier``."""
+    line has them, ``index``, ``p_label`` and ``brier``. An unterminated last line (a run killed
+    mid-write) is ignored; any other bad line is an error naming it."""
     path = Path(path)
-    cols: Dict[str, list] = {k: [] for k in ("conf", "pred", "label", "p_label", "brier")}
-    with open(path) as f:
-        for ln, line in enumerate(f, 1):
-            if not line.strip():
+    cols: Dict[str, list] = {k: [] for k in ("conf", "pred", "label", "index", "p_label",
+                                             "brier")}
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise ReportError(f"{path}: cannot be read ({e.strerror})") from None
+    lines = text.split("\n")
+    for ln, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            r = json.loads(line)
+            vals = [r[k] for k in ("conf", "pred", "label")]
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
+                raise TypeError(f"non-numeric value in {vals}")
+        except (json.JSONDecodeError, KeyError, TypeError) as e:
+            if ln == len(lines):   # torn last line of a killed run
                 continue
-            try:
-                r = json.loads(line)
-                for k in ("conf", "pred", "label"):
-                    cols[k].append(r[k])
-            except (json.JSONDecodeError, KeyError, TypeError) as e:
-                raise ReportError(f"{path}:{ln}: bad record ({e!r}); each line must be a JSON "
-                                  "object with conf, pred and label") from e
-            for k in ("p_label", "brier"):
-                cols[k].append(r.get(k))
+            raise ReportError(f"{path}:{ln}: bad record ({e!r}); each line must be a JSON "
+                              "object with conf, pred and label") from e
+        for k, v in zip(("conf", "pred", "label"), vals):
+            cols[k].append(v)
+        for k in ("index", "p_label", "brier"):
+            cols[k].append(r.get(k))
     out = {"conf": np.asarray(cols["conf"], dtype=np.float64),
            "pred": np.asarray(cols["pred"], dtype=np.int64),
            "label": np.asarray(cols["label"], dtype=np.int64)}
     out["correct"] = out["pred"] == out["label"]
+    if cols["index"] and all(isinstance(v, int) for v in cols["index"]):
+        out["index"] = np.asarray(cols["index"], dtype=np.int64)
     for k in ("p_label", "brier"):
         if cols[k] and all(v is not None for v in cols[k]):
             out[k] = np.asarray(cols[k], dtype=np.float64)
     return out
+
+
+def duplicate_error(what: str, a: Run, b: Run) -> ReportError:
+    return ReportError(f"{what}: two run folders claim the same method, dataset, seed and "
+                       f"settings: {a.path} and {b.path}; delete or move one of them (or pass "
+                       f"only one of the trees)")
 
 
 def _relevant_overrides(run: Run) -> Dict[str, Any]:

@@ -5,7 +5,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .runs import MISSING, ReportError, Run, _config_default, _dataset_rank, _method_sort_key
+from .runs import (MISSING, ReportError, Run, _config_default, _dataset_rank, _method_sort_key,
+                   _relevant_overrides, duplicate_error)
 from .tables import Cell
 
 
@@ -49,6 +50,9 @@ def sweep_points(runs: Sequence[Run], param: str
         for x in xs:
             seen: Dict[int, Run] = {}
             for r in pts[x]:
+                if r.seed in seen and _relevant_overrides(r) == _relevant_overrides(seen[r.seed]):
+                    raise duplicate_error(f"sweep {ds} / {lab} / {param}={x:g} / seed {r.seed}",
+                                          seen[r.seed], r)
                 seen.setdefault(r.seed, r)
             cells.append(Cell(lab, ds, ds, list(seen.values())))
         out.setdefault(ds, {})[f"{lab} ({sym}={fixed:g})"] = {

@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
-                   _method_sort_key, _warn)
+                   _method_sort_key, duplicate_error)
 
 
 # ----------------------------------------------------------------------------- cells
@@ -47,7 +47,8 @@ class Cell:
 
 def group_runs(runs: Sequence[Run]) -> Tuple[List[str], List[Tuple[str, str]], Dict]:
     """-> (labels in canonical order, [(dataset_key, display name)] in canonical order,
-    {(label, dataset_key): Cell}). A repeated seed within a cell keeps the first run only."""
+    {(label, dataset_key): Cell}). A seed twice in a cell (two folders claiming the same method,
+    dataset, seed and settings) is an error naming both."""
     _assign_variants(runs)
     runs = sorted(runs, key=lambda r: (_method_sort_key(r), str(r.path)))
     labels: List[str] = []
@@ -61,9 +62,7 @@ def group_runs(runs: Sequence[Run]) -> Tuple[List[str], List[Tuple[str, str]], D
                                 Cell(r.label, r.dataset, r.dataset_key, []))
         dup = [x for x in cell.runs if x.seed == r.seed]
         if dup:
-            _warn(f"{r.label} / {r.dataset}: seed {r.seed} appears twice ({dup[0].path} and "
-                  f"{r.path}); using the first")
-            continue
+            raise duplicate_error(f"{r.label} / {r.dataset} / seed {r.seed}", dup[0], r)
         cell.runs.append(r)
     first_seen = list(datasets)
     order = sorted(first_seen, key=lambda k: (_dataset_rank(k), first_seen.index(k)))
