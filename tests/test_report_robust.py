@@ -2,7 +2,6 @@
 listed and skipped, interrupted runs are listed as such, two folders claiming the same run are an
 error naming both."""
 import json
-import os
 from pathlib import Path
 
 import pytest
