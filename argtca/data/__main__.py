@@ -1,0 +1,81 @@
+"""Data doctor and downloader.
+
+    python -m argtca.data check [DATASET ...] --root $DATA     # present / missing / broken + fix
+    python -m argtca.data download DATASET --root $DATA        # torchvision's downloader, CoOp layout
+    python -m argtca.data list                                 # datasets, layouts, downloadable?
+
+``check`` never writes into the data root and never downloads; exit status 0 when every dataset
+checked is present and sound, 1 otherwise.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from ..datasets.base import DataError
+
+
+def _root(value: str) -> str:
+    value = value or os.environ.get("DATA", "")
+    if not value:
+        raise SystemExit("error: no data root: pass --root /path/to/data or set $DATA")
+    return os.path.abspath(os.path.expanduser(value))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m argtca.data", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("check", help="check datasets under the data root (read-only)")
+    c.add_argument("datasets", nargs="*", help="keys or class names (default: all)")
+    c.add_argument("--root", default="", help="data root (default $DATA)")
+    c.add_argument("--split", default="test")
+    c.add_argument("--limit", type=int, default=10, help="files named per problem")
+    c.add_argument("--no-open", action="store_true", help="do not open the images (faster)")
+    c.add_argument("--present-only", action="store_true",
+                   help="with no DATASET given, report only datasets whose folder exists")
+    d = sub.add_parser("download", help="download a dataset with torchvision into CoOp's layout")
+    d.add_argument("dataset")
+    d.add_argument("--root", default="", help="data root (default $DATA)")
+    sub.add_parser("list", help="datasets, their layout and whether they can be downloaded")
+    args = p.parse_args(argv)
+
+    from ..datasets import resolve_dataset_class
+    from .doctor import MISSING, PRESENT, check_root, evaluated_datasets
+    from .sources import SOURCES
+    try:
+        if args.cmd == "list":
+            for cls in evaluated_datasets():
+                src = SOURCES.get(cls.__name__)
+                how = (f"download: torchvision {src.torchvision}" if src and src.torchvision
+                       else "manual")
+                print(f"{cls.key:<16} {src.layout if src else '?':<60} {how}")
+            return 0
+        root = _root(args.root)
+        if args.cmd == "download":
+            from .download import download
+            cls = resolve_dataset_class(args.dataset)
+            layout = download(cls, root)
+            print(f"{cls.key}: laid out as {os.path.join(root, '')}{layout}")
+            print(f"check it with: python -m argtca.data check {cls.key} --root {root}")
+            return 0
+        if not os.path.isdir(root):
+            raise DataError(f"data root {root} does not exist; create it and download or copy the "
+                            f"datasets into it (python -m argtca.data list)")
+        reports = check_root(root, args.datasets or None, split=args.split, limit=args.limit,
+                             open_images=not args.no_open)
+        if args.present_only and not args.datasets:
+            reports = [r for r in reports if r.status != MISSING]
+        print(f"data root: {root}")
+        for r in reports:
+            print("\n".join(r.lines()))
+        return 0 if all(r.status == PRESENT for r in reports) else 1
+    except (DataError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
