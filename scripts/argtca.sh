@@ -2,8 +2,9 @@
 # Usage: bash scripts/argtca.sh DATASET SELECTOR [KEY VALUE ...]
 #   e.g. bash scripts/argtca.sh caltech101 div     (or: bash scripts/argtca.sh demo div)
 # SELECTOR: tca | div | disc | random | joint | any registered selector.
-# Data root from $DATA (not needed for demo); the attribute file from DATASET.ATTRIBUTE_FILE
-# (pass it as an override, e.g. DATASET.ATTRIBUTE_FILE /path/Caltech101_2_V.json, or set $ATTRIBUTES);
+# Data root from $DATA (not needed for demo); the attribute file: the TCA authors' file of the
+# dataset, fetched once into $ARGTCA_CACHE/downloads (default ~/.cache/argtca), unless given as
+# DATASET.ATTRIBUTE_FILE /path/file.json or $ATTRIBUTES;
 # seed from $SEED (default 1); output in $OUTPUT_DIR or output/argtca/<dataset>/<selector>/seed<SEED>/.
 # $PLUGINS: modules (or .py files) imported first, separated by spaces or commas, e.g. your own
 # selector: PLUGINS=my_selectors bash scripts/argtca.sh demo my_rule (with my_selectors on PYTHONPATH).
@@ -16,6 +17,12 @@ if [ $# -lt 2 ]; then
 fi
 DATASET=$1; SELECTOR=$2; shift 2
 [ -f "configs/datasets/${DATASET}.yaml" ] || { echo "error: no configs/datasets/${DATASET}.yaml; available: $(ls configs/datasets | sed 's/.yaml//' | tr '\n' ' ')" >&2; exit 2; }
+if [ -z "${DATA:-}" ] && [ "$DATASET" != demo ]; then
+  echo "error: \$DATA is not set: DATA=/path/to/datasets bash scripts/argtca.sh $DATASET $SELECTOR." \
+    "Check a data root with: python -m argtca.data check $DATASET --root /path/to/datasets;" \
+    "download: python -m argtca.data download $DATASET --root /path/to/datasets" \
+    "(python -m argtca.data list shows every dataset, its layout and whether it downloads)" >&2; exit 2
+fi
 SEED=${SEED:-1}
 OUT=${OUTPUT_DIR:-output/argtca/${DATASET}/${SELECTOR}/seed${SEED}}
 EXTRA=()
