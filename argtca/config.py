@@ -136,10 +136,15 @@ _C.TRAINER.ARGTCA.SELECTOR_SEED = 42   # seed of the random selector
 _C.TRAINER.ARGTCA.JOINT_WEIGHT = 0.5   # joint selector: w*Div + (1-w)*Disc
 _C.TRAINER.ARGTCA.EMBEDDINGS = "gat"   # "gat" (trained graph) or "raw" (select on h0)
 _C.TRAINER.ARGTCA.EDGES = "full"       # full | intra | inter | none
+_C.TRAINER.ARGTCA.NODE_ATTENTION = "source"  # score reported per node (phase1.json): "source" =
+                                       # mean attention a node receives from its neighbours;
+                                       # "incoming" = the appendix's literal mean over incoming
+                                       # edges (= 1/degree under GAT's softmax). Not used to select.
 _C.TRAINER.ARGTCA.GAT = CN()
 _C.TRAINER.ARGTCA.GAT.HEADS = 4
-_C.TRAINER.ARGTCA.GAT.HIDDEN = 512     # concatenated width (heads x per-head channels)
+_C.TRAINER.ARGTCA.GAT.HIDDEN = 512     # concatenated width (heads x per-head channels: 4 x 128)
 _C.TRAINER.ARGTCA.GAT.DROPOUT = 0.1    # attention dropout
+_C.TRAINER.ARGTCA.GAT.SELF_LOOPS = True  # GATConv add_self_loops (standard GAT; paper silent)
 _C.TRAINER.ARGTCA.GAT.EPOCHS = 100
 _C.TRAINER.ARGTCA.GAT.LR = 1e-3
 _C.TRAINER.ARGTCA.GAT.TAU = 0.07
@@ -177,6 +182,7 @@ CFG_CHOICES = {
     "TRAINER.ARGTCA.EMBEDDINGS": ("gat", "raw"),
     "TRAINER.ARGTCA.EDGES": ("full", "intra", "inter", "none"),
     "TRAINER.ARGTCA.GAT.LOSS_ON": ("h", "z"),
+    "TRAINER.ARGTCA.NODE_ATTENTION": ("source", "incoming"),
 }
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 

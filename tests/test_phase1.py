@@ -86,6 +86,7 @@ def test_store_key_covers_the_graph_not_the_selection(tmp_path):
     assert logs == [f"[phase 1] reused stored graph {first['store_key']} ({first['store_file']})"]
     # selector, M', selector seed, joint weight, alpha/beta: same stored graph, nothing trained
     for over in ({"SELECTOR": "disc"}, {"SELECTOR": "joint", "JOINT_WEIGHT": 0.3},
+                 {"NODE_ATTENTION": "incoming"},
                  {"NUM_ATTRIBUTES": 3}, {"ALPHA": 40.0, "BETA": 15.0}, {"SELECTOR_SEED": 7}):
         r = run_phase1(CLASSES, ATTRS, fn, node(**over), str(tmp_path), {"dataset": "toy"})
         assert fn.calls == 1 and r["reused"] is True and r["store_key"] == first["store_key"]
@@ -96,14 +97,31 @@ def test_store_key_covers_the_graph_not_the_selection(tmp_path):
                         ({"GAT.LOSS_ON": "z"}, {"dataset": "toy"}),
                         ({"GAT.EPOCHS": 6}, {"dataset": "toy"}),
                         ({"NUM_CANDIDATES": 3}, {"dataset": "toy"}),
-                        ({"EMBEDDINGS": "raw"}, {"dataset": "toy"})):
+                        ({"EMBEDDINGS": "raw"}, {"dataset": "toy"}),
+                        ({"GAT.SELF_LOOPS": False}, {"dataset": "toy"})):
         r = run_phase1(CLASSES, ATTRS, fn, node(**over), str(tmp_path), ident)
         assert r["reused"] is False and r["store_key"] not in keys
         keys.add(r["store_key"])
-    assert fn.calls == 8
+    assert fn.calls == 9
     # other class names (same file): a new key
     r = run_phase1(["cat", "dog"], ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
     assert r["reused"] is False and r["store_key"] not in keys
+
+
+def test_node_attention_formula_is_a_reporting_choice(tmp_path):
+    inc = run_phase1(CLASSES, ATTRS, TextFn(), node(NODE_ATTENTION="incoming"), str(tmp_path),
+                     {"dataset": "toy"})
+    src = run_phase1(CLASSES, ATTRS, TextFn(), node(), str(tmp_path), {"dataset": "toy"})
+    assert src["reused"] and src["selected"] == inc["selected"]
+    assert inc["node_attention"] == "incoming" and src["node_attention"] == "source"
+    # the appendix's incoming mean is 1 / (in-degree + self-loop) under GAT's softmax
+    nodes = make_nodes(CLASSES, ATTRS, 4)
+    ei = build_graph(nodes.node_class, nodes.attrs, "full")
+    deg = torch.bincount(ei[1], minlength=nodes.num_nodes) + 1
+    for k, c in enumerate(CLASSES):
+        for i in nodes.nodes_of(k):
+            assert inc["attention"][c][nodes.attrs[i]] == pytest.approx(1 / float(deg[i]))
+    assert src["attention"] != inc["attention"]
 
 
 def test_damaged_or_foreign_store_file_is_recomputed(tmp_path):

@@ -10,7 +10,8 @@ then the residual and the normalisation: h^L = normalize(h^(2) + W_res h0), and 
 head z = W2 GELU(W1 h^L + b1) (used by the loss only with GAT.LOSS_ON z).
 
 Both GATConv layers have ``heads`` heads concatenated to ``hidden`` channels (``hidden // heads``
-each), attention dropout ``dropout`` and PyG's own ``add_self_loops=True``. ``W_res`` (no bias) is
+each), attention dropout ``dropout`` and PyG's own ``add_self_loops`` (``self_loops``, default True:
+N(i) + {i} as in the GAT paper; GAT.SELF_LOOPS). ``W_res`` (no bias) is
 initialised to the identity on h0 (on the leading ``min(in_dim, hidden)`` block when the widths
 differ). The projection head maps ``hidden -> hidden -> proj_dim`` (SupCon's 128 by default).
 
@@ -109,16 +110,16 @@ class SparseGATConv(GATConv):
 
 class AttributeGAT(nn.Module):
     def __init__(self, in_dim: int, hidden: int = 512, heads: int = 4, dropout: float = 0.1,
-                 proj_dim: int = 128, sparse: bool = True):
+                 proj_dim: int = 128, sparse: bool = True, self_loops: bool = True):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"GAT.HIDDEN={hidden} must be divisible by GAT.HEADS={heads}")
         per_head = hidden // heads
         conv = SparseGATConv if sparse else GATConv
         self.conv1 = conv(in_dim, per_head, heads=heads, concat=True, dropout=dropout,
-                             add_self_loops=True)
+                          add_self_loops=bool(self_loops))
         self.conv2 = conv(hidden, per_head, heads=heads, concat=True, dropout=dropout,
-                             add_self_loops=True)
+                          add_self_loops=bool(self_loops))
         self.res = nn.Linear(in_dim, hidden, bias=False)
         with torch.no_grad():
             self.res.weight.zero_()

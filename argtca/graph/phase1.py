@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from argtca.graph.gat import AttributeGAT, source_attention
+from argtca.graph.gat import AttributeGAT, incoming_attention, source_attention
 from argtca.graph.nodes import (AttributeNodes, GraphInputError, build_graph, make_nodes,
                                 node_text)
 from argtca.graph.store import Phase1Store
@@ -48,6 +48,7 @@ class NodeEmbeddings:
     emb: Tensor                        # [N, D] the embeddings selectors see (h^L or h0)
     h0: Tensor                         # [N, width] l2-normalised text features
     attention: Optional[Tensor] = None  # [N] source attention (None without a GAT)
+    attention_incoming: Optional[Tensor] = None  # [N] the appendix's incoming-edge mean
     loss_curve: List[float] = field(default_factory=list)
     seconds: float = 0.0               # GAT training time (when it was trained)
     store_key: Optional[str] = None
@@ -64,7 +65,8 @@ def graph_settings(cfg_node) -> Dict[str, Any]:
         s["EDGES"] = str(cfg_node.EDGES).lower()
         s["GAT"] = {"HEADS": int(g.HEADS), "HIDDEN": int(g.HIDDEN), "DROPOUT": float(g.DROPOUT),
                     "EPOCHS": int(g.EPOCHS), "LR": float(g.LR), "TAU": float(g.TAU),
-                    "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED)}
+                    "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED),
+                    "SELF_LOOPS": bool(g.get("SELF_LOOPS", True))}
     return s
 
 
@@ -79,15 +81,20 @@ def phase1_settings(cfg_node) -> Dict[str, Any]:
         "JOINT_WEIGHT": float(cfg_node.JOINT_WEIGHT),
         "EMBEDDINGS": str(cfg_node.EMBEDDINGS).lower(),
         "EDGES": str(cfg_node.EDGES).lower(),
+        "NODE_ATTENTION": str(cfg_node.get("NODE_ATTENTION", "source")).lower(),
         "GAT": {"HEADS": int(g.HEADS), "HIDDEN": int(g.HIDDEN), "DROPOUT": float(g.DROPOUT),
                 "EPOCHS": int(g.EPOCHS), "LR": float(g.LR), "TAU": float(g.TAU),
-                "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED)},
+                "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED),
+                "SELF_LOOPS": bool(g.get("SELF_LOOPS", True))},
     }
 
 
 def _check_settings(s: Dict[str, Any]) -> None:
     if s["EMBEDDINGS"] not in ("gat", "raw"):
         raise GraphInputError(f"TRAINER.ARGTCA.EMBEDDINGS={s['EMBEDDINGS']!r}: use gat or raw")
+    if s["NODE_ATTENTION"] not in ("source", "incoming"):
+        raise GraphInputError(f"TRAINER.ARGTCA.NODE_ATTENTION={s['NODE_ATTENTION']!r}: use "
+                              f"source or incoming")
     if s["GAT"]["LOSS_ON"] not in ("z", "h"):
         raise GraphInputError(f"TRAINER.ARGTCA.GAT.LOSS_ON={s['GAT']['LOSS_ON']!r}: use h or z")
     if not 1 <= s["NUM_ATTRIBUTES"] <= s["NUM_CANDIDATES"]:
@@ -110,7 +117,8 @@ def train_gat(h0: Tensor, edge_index: Tensor, node_class: Tensor, gat_cfg,
     with torch.random.fork_rng(devices=devices):
         torch.manual_seed(int(gat_cfg.SEED))
         model = AttributeGAT(x.shape[1], hidden=int(gat_cfg.HIDDEN), heads=int(gat_cfg.HEADS),
-                             dropout=float(gat_cfg.DROPOUT)).to(dev)
+                             dropout=float(gat_cfg.DROPOUT),
+                             self_loops=bool(gat_cfg.get("SELF_LOOPS", True))).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=float(gat_cfg.LR))
         on_z = str(gat_cfg.LOSS_ON).lower() == "z"
         model.train()
@@ -134,7 +142,8 @@ def _compute_embeddings(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device
         raise GraphInputError(f"text_fn must return a [N={nodes.num_nodes}, width] tensor, got "
                               f"{getattr(feats, 'shape', type(feats))}")
     h0 = F.normalize(feats.detach().float().cpu(), dim=1)
-    out: Dict[str, Any] = {"h0": h0, "h": None, "attention": None, "loss_curve": [],
+    out: Dict[str, Any] = {"h0": h0, "h": None, "attention": None,
+                           "attention_incoming": None, "loss_curve": [],
                            "seconds": 0.0, "meta": {"device": str(device)}}
     if str(cfg_node.EMBEDDINGS).lower() == "raw":
         return out
@@ -146,6 +155,7 @@ def _compute_embeddings(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device
         o = model(h0.to(device), ei.to(device))
     out.update(h=o.h.float().cpu().contiguous(),
                attention=source_attention(o.attention, nodes.num_nodes),
+               attention_incoming=incoming_attention(o.attention, nodes.num_nodes),
                loss_curve=curve, seconds=secs)
     out["meta"]["edges"] = int(ei.shape[1])
     return out
@@ -212,6 +222,7 @@ def embed_nodes(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str = 
             + (f"; stored as {key} ({path})" if key else ""))
     emb = d["h0"] if d["h"] is None else d["h"]
     return NodeEmbeddings(emb=emb, h0=d["h0"], attention=d["attention"],
+                          attention_incoming=d.get("attention_incoming"),
                           loss_curve=list(d["loss_curve"]), seconds=float(d["seconds"]),
                           store_key=key, store_file=path, reused=reused)
 
@@ -263,14 +274,17 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
                        settings["NUM_ATTRIBUTES"], seed=settings["SELECTOR_SEED"],
                        weight=settings["JOINT_WEIGHT"])
     selected_by_index = picked_texts(nodes, sel)
+    att = None if ne is None else (ne.attention_incoming if settings["NODE_ATTENTION"] ==
+                                   "incoming" else ne.attention)
     return {
         "classnames": list(classnames),
         "selected": {c: selected_by_index[k] for k, c in enumerate(classnames)},
         "selected_by_index": selected_by_index,
         "scores": {c: [float(e[1]) for e in sel[k]] for k, c in enumerate(classnames)},
-        "attention": ({} if ne is None or ne.attention is None else
-                      {c: {nodes.attrs[i]: float(ne.attention[i]) for i in nodes.nodes_of(k)}
+        "attention": ({} if att is None else
+                      {c: {nodes.attrs[i]: float(att[i]) for i in nodes.nodes_of(k)}
                        for k, c in enumerate(classnames)}),
+        "node_attention": settings["NODE_ATTENTION"],
         "loss_curve": [] if ne is None else ne.loss_curve,
         "candidates": {c: [nodes.attrs[i] for i in nodes.nodes_of(k)]
                        for k, c in enumerate(classnames)},

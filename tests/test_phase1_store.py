@@ -1,0 +1,120 @@
+"""The Phase-1 store shared by runs: reuse across selectors through the CLI, identical embeddings,
+and two real processes needing the same graph at once."""
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+import argtca.selectors  # noqa: F401  (registers the selectors)
+from argtca.graph import make_nodes
+from argtca.registry import SELECTOR_REGISTRY
+from argtca.run import main
+from helpers_data import ATTRS, make_caltech, write_attributes
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
+        "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0",
+        "USE_CUDA", "False", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "3"]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("data")
+    make_caltech(root)
+    return root, write_attributes(root / "attrs.json")
+
+
+def _argtca(root, attr, out, *extra):
+    return ["--root", str(root), "--output-dir", str(out), "--seed", "1",
+            "--dataset-config-file", "configs/datasets/caltech101.yaml",
+            "--config-file", "configs/trainers/argtca.yaml", *TINY,
+            "DATASET.ATTRIBUTE_FILE", str(attr), *extra]
+
+
+def test_second_run_with_another_selector_reuses_the_stored_graph(data, tmp_path, monkeypatch,
+                                                                   capsys):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    root, attr = data
+    assert main(_argtca(root, attr, tmp_path / "div", "TRAINER.ARGTCA.SELECTOR", "div")) == 0
+    first = json.loads((tmp_path / "div" / "phase1.json").read_text())
+    key = first["store_key"]
+    out = capsys.readouterr().out
+    assert "[phase 1] trained graph" in out and f"stored as {key}" in out
+    assert first["reused"] is False
+    store = tmp_path / "cache" / "phase1"
+    assert [p.name for p in store.glob("*.pt")] == [f"{key}.pt"]
+    h = torch.load(store / f"{key}.pt", weights_only=True)["h"].clone()
+    raw = {c: v.split() for c, v in ATTRS.items()}
+    names = list(first["classnames"])
+    nodes = make_nodes(names, raw, 10)
+    for sel_name, extra in (("disc", []), ("joint", []), ("div", ["TRAINER.ARGTCA.ALPHA", "40.0"]),
+                            ("div", ["TRAINER.ARGTCA.BETA", "15.0"])):
+        out_dir = tmp_path / f"{sel_name}{len(extra)}{extra[-1] if extra else ''}"
+        assert main(_argtca(root, attr, out_dir, "TRAINER.ARGTCA.SELECTOR", sel_name,
+                            *extra)) == 0
+        printed = capsys.readouterr().out
+        assert f"[phase 1] reused stored graph {key}" in printed
+        assert "trained graph" not in printed
+        p1 = json.loads((out_dir / "phase1.json").read_text())
+        assert p1["store_key"] == key and p1["reused"] is True
+        # the selection is the selector applied to the very embeddings stored by the first run
+        sel = SELECTOR_REGISTRY.get(sel_name)(h, nodes.node_class, nodes.attrs, 2)
+        assert p1["selected_by_index"] == [[nodes.attrs[e[0]] for e in sel[k]]
+                                           for k in range(len(names))]
+    assert len(list(store.glob("*.pt"))) == 1
+    # and the stored bytes were not rewritten
+    assert torch.equal(torch.load(store / f"{key}.pt", weights_only=True)["h"], h)
+
+
+WORKER = textwrap.dedent("""
+    import hashlib, json, sys, time
+    import torch
+    from argtca.config import get_cfg_default
+    from argtca.graph import run_phase1
+
+    def text_fn(texts):          # slow on purpose: the other process arrives while this trains
+        time.sleep(3.0)
+        rows = [torch.randn(16, generator=torch.Generator().manual_seed(
+            int(hashlib.sha256(t.encode()).hexdigest()[:8], 16))) for t in texts]
+        return torch.stack(rows)
+
+    n = get_cfg_default().TRAINER.ARGTCA
+    n.NUM_CANDIDATES, n.NUM_ATTRIBUTES = 4, 2
+    n.GAT.HIDDEN, n.GAT.HEADS, n.GAT.EPOCHS = 16, 4, 5
+    attrs = {"cat": ["fur", "whiskers", "tail", "purr"], "dog": ["bark", "tail", "paws", "leash"]}
+    logs = []
+    res = run_phase1(["cat", "dog"], attrs, text_fn, n, store_dir=sys.argv[1],
+                     identity={"dataset": "toy"}, log=logs.append)
+    print(json.dumps({"reused": res["reused"], "key": res["store_key"], "logs": logs,
+                      "selected": res["selected"]}))
+""")
+
+
+def test_two_processes_needing_the_same_graph_train_it_once(tmp_path):
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    store = tmp_path / "store"
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+               OMP_NUM_THREADS="1")
+    procs = [subprocess.Popen([sys.executable, str(script), str(store)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+        results.append(json.loads(out.strip().splitlines()[-1]))
+    assert sorted(r["reused"] for r in results) == [False, True]   # trained once, reused once
+    assert results[0]["key"] == results[1]["key"]
+    assert results[0]["selected"] == results[1]["selected"]
+    reused = next(r for r in results if r["reused"])
+    assert reused["logs"][-1].startswith(f"[phase 1] reused stored graph {reused['key']}")
+    files = sorted(p.name for p in store.iterdir())
+    key = results[0]["key"]
+    assert files == [f"{key}.json", f"{key}.lock", f"{key}.pt"]      # no temporary left over
+    assert torch.load(store / f"{key}.pt", weights_only=True)["h"].shape == (8, 16)
