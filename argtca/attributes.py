@@ -155,5 +155,6 @@ def load_attributes(path: str, classnames: Sequence[str], num_required: int,
         raise AttributeFileError(
             f"attribute file {path!r}: {num_required} {what} per class are needed but {listed}. "
             f"Add attributes to these classes or lower the number requested "
-            f"(TRAINER.ARGTCA.NUM_CANDIDATES / NUM_ATTRIBUTES).")
+            f"(TRAINER.TCA.NUM_ATTRIBUTES or TRAINER.ARGTCA.NUM_ATTRIBUTES, M'; ArgTCA's graph "
+            f"takes up to NUM_CANDIDATES and needs only M' distinct per class).")
     return result
