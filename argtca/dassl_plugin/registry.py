@@ -19,8 +19,9 @@ class NameCollisionError(KeyError):
 
     def __init__(self, registry_name: str, name: str, old, new):
         msg = (f'Dassl\'s {registry_name} registry: "{name}" is registered by {owner(old)} and '
-               f'again by {owner(new)}; one of the two must use another name (argtca\'s Dassl '
-               f'names are listed in argtca.dassl_plugin.DASSL_TRAINER_NAMES)')
+               f'again by {owner(new)}; one of the two must use another name')
+        if any(str(getattr(o, "__module__", "")).startswith("argtca") for o in (old, new)):
+            msg += " (argtca's Dassl names: argtca.dassl_plugin.DASSL_TRAINER_NAMES)"
         super().__init__(msg)
 
     def __str__(self) -> str:
