@@ -324,3 +324,23 @@ def test_real_inter_edges_brute_force_and_gat_phase1():
                      None, {})
     assert all(len(res["selected"][c]) == 2 for c in names)
     assert len(res["loss_curve"]) == 3
+
+
+@pytest.mark.skipif(not (SHARED / "DescribableTextures_2_V.json").is_file(),
+                    reason="DTD file absent")
+def test_dtd_runs_phase1_at_m_10_with_its_short_class(tmp_path):
+    path = SHARED / "DescribableTextures_2_V.json"
+    names = list(json.loads(path.read_text()))
+    raw = load_attributes(str(path), names, 2)
+    with pytest.warns(ShortClassWarning, match=r"'grid' \(5\)"):
+        res = run_phase1(names, raw, TextFn(32), node(NUM_CANDIDATES=10, **{"GAT.EPOCHS": 2}),
+                         str(tmp_path), {"dataset": "DescribableTextures"}, source=str(path))
+    assert res["short_classes"] == {"grid": 5} and len(res["candidates"]["grid"]) == 5
+    assert all(len(v) == 10 for c, v in res["candidates"].items() if c != "grid")
+    assert all(len(set(v)) == 2 for v in res["selected"].values())
+    assert set(res["selected"]["grid"]) <= set(res["candidates"]["grid"])
+    # M' above grid's 5 distinct attributes: one error naming grid and the file
+    with pytest.raises(GraphInputError, match=r"'grid' has 5") as e:
+        run_phase1(names, raw, TextFn(32), node(NUM_CANDIDATES=10, NUM_ATTRIBUTES=6), None, {},
+                   source=str(path))
+    assert "DescribableTextures_2_V.json" in str(e.value)
