@@ -188,3 +188,13 @@ def test_tca_files_cover_the_new_datasets(shared_data):
     # TCA's ImageNet file is keyed by CLIP's class names and holds 998 keys (for 1000 classes)
     inet = json.loads((d / "ImageNet_2_V.json").read_text())
     assert len(inet) == 998 and {"tench", "crane bird", "construction crane"} <= set(inet)
+
+
+def test_unreadable_image_fails_at_load(tmp_path):
+    base = tmp_path / "imagenet-rendition"
+    make_tree(base / "imagenet-r", [WNIDS[i] for i in SUBSET])
+    write_classnames(base / "classnames.txt")
+    bad = base / "imagenet-r" / WNIDS[SUBSET[7]] / "img_0.JPEG"
+    bad.write_text("not an image")
+    with pytest.raises(DataError, match="img_0.JPEG"):
+        build_dataset(cfg_for(tmp_path, "imagenet_r"))

@@ -138,6 +138,9 @@ class ImageNetFolderDataset(DatasetBase):
         n = int(cfg.DATASET.NUM_IMAGES)
         if n > 0:
             items = items[:n]
+        if check_files:  # the same load-time check as the CoOp sets (DATASET.CHECK_IMAGES)
+            from .images import check_images
+            check_images(items, f"{type(self).__name__} test", cfg.DATASET.get("CHECK_IMAGES", "header"))
         super().__init__(items, classnames, root=root)
 
     def class_folders(self, wnid_names: "OrderedDict[str, str]") -> Tuple[List[str], List[str]]:
