@@ -122,6 +122,30 @@ def test_imagenet_a_prediction_outside_subset_impossible(tmp_path, monkeypatch):
     assert len({r["pred"] for r in recs}) > 1                    # a real classifier, not a constant
 
 
+@pytest.mark.parametrize("method", ["tpt", "argtca"])
+def test_tuned_methods_run_on_the_200_class_subset(tmp_path, monkeypatch, method):
+    root = tmp_path / "data"
+    make_tree(root / "imagenet-rendition" / "imagenet-r", [WNIDS[i] for i in SUBSET], distinct=True)
+    write_classnames(root / "imagenet" / "classnames.txt")
+    attrs = tmp_path / "attrs.json"     # ImageNet_2_V.json has the real names; these are made up
+    attrs.write_text(json.dumps({NAMES[i]: " ".join(f"a{i}x{j}" for j in range(10)) for i in SUBSET}))
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    out = tmp_path / "out"
+    rc = main(["--root", str(root), "--output-dir", str(out),
+               "--dataset-config-file", "configs/datasets/imagenet_r.yaml",
+               "--config-file", f"configs/trainers/{method}.yaml",
+               "MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
+               "INPUT.SIZE", "(32, 32)", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
+               "VERBOSE", "False", "DATASET.NUM_IMAGES", "3", "TTA.N_VIEWS", "4",
+               "DATASET.ATTRIBUTE_FILE", str(attrs), "TRAINER.ARGTCA.GAT.EPOCHS", "2"])
+    assert rc == 0
+    recs = [json.loads(l) for l in (out / "records.jsonl").read_text().splitlines() if l.strip()]
+    assert [r["label"] for r in recs] == [0, 1, 2] and all(0 <= r["pred"] < 200 for r in recs)
+    if method == "argtca":
+        assert len(json.loads((out / "phase1.json").read_text())["selected"]) == 200
+
+
 def test_imagenetv2_index_folders(tmp_path):
     base = tmp_path / "imagenetv2"
     write_classnames(base / "classnames.txt")
