@@ -24,7 +24,7 @@ from argtca.config import get_cfg_default
 from argtca.engine.records import NON_RESULT_KEYS, flatten_cfg
 
 # TPT turns AugMix on for the fine-grained sets and off for the ImageNet family; argtca's own dataset
-# classes say it with ``fine_grained``. CoOp datasets argtca has no reader for:
+# classes say it with ``fine_grained``; for CoOp datasets without an argtca reader:
 FINE_GRAINED = {"SUN397": True, "ImageNet": False, "ImageNetA": False, "ImageNetR": False,
                 "ImageNetSketch": False, "ImageNetV2": False}
 
@@ -150,8 +150,6 @@ def fine_grained(dataset_name: str):
     """Whether TPT uses AugMix views on this dataset; None when argtca does not know it."""
     from argtca.registry import DATASET_REGISTRY
     import argtca.datasets  # noqa: F401  (registration)
-    if dataset_name in FINE_GRAINED:
-        return FINE_GRAINED[dataset_name]
     if dataset_name in DATASET_REGISTRY:
         return bool(getattr(DATASET_REGISTRY.get(dataset_name), "fine_grained", False))
-    return None
+    return FINE_GRAINED.get(dataset_name)
