@@ -388,3 +388,26 @@ def test_sweep_script_reuses_same_settings_and_refuses_others(tmp_path):
     assert "holds results of a different configuration (TTA.LR: 0.005 -> 0.01)" in p.stderr
     assert "[sweep] error: alpha=10 beta=35 failed (exit 2" in p.stderr
     assert (run / "records.jsonl").read_text() == recs
+
+
+# ------------------------------------------------------------------------- exit status
+def test_unwritable_output_folder_is_one_line(data, capsys):
+    """/sys refuses new folders even to root (a read-only folder does not stop root)."""
+    if not os.path.isdir("/sys/kernel"):
+        pytest.skip("no /sys here")
+    assert main(_args(data, "/sys/argtca_test_out")) == 2
+    err = _err_lines(capsys)
+    assert len(err) == 1 and err[0].startswith("error: cannot write /sys/argtca_test_out")
+    assert "writable" in err[0]
+
+
+def test_internal_error_exit_1_with_traceback(data, tmp_path, capsys, monkeypatch):
+    from argtca.engine import reference
+
+    def broken(self, views, paths=None):
+        return 1 / 0
+    monkeypatch.setattr(reference.ReferenceEngine, "__call__", broken)
+    assert main(_args(data, tmp_path / "o")) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "ZeroDivisionError" in err
+    assert err.strip().splitlines()[-1].startswith("error: internal error (ZeroDivisionError")

@@ -345,6 +345,11 @@ class RunLock:
         except BlockingIOError:
             os.close(fd)
             raise RunLockedError(self._locked_message()) from None
+        except OSError as e:   # a file system without locks (some network mounts)
+            os.close(fd)
+            print(f"warning: cannot lock {self.path} ({e.strerror}): one writer per folder is not "
+                  f"enforced on this file system", file=sys.stderr)
+            return self
         self.fd = fd
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),

@@ -18,6 +18,11 @@ row per method, datasets + Average as columns; best bold, second underlined), ``
 line per run), ``reliability.png``, ``confidence_hist.png``, ``radar_ece.png`` and
 ``attributes.md``. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png`` and ``sweep.md``;
 ``--ablation`` writes ``ablation.md``.
+
+Run folders that cannot be used are left out and listed (stderr and ``skipped.md``): broken (a
+summary or records file that cannot be read), interrupted (records but no summary yet) and
+incomplete (a summary of fewer images than the test set, or disagreeing with its records). Two
+folders claiming the same method, dataset, seed and settings are an error naming both.
 """
 from .ablation import ablation_table
 from .attributes import attribute_table
