@@ -20,13 +20,14 @@ def write(tmp_path, obj, name="attrs.json"):
 def test_load_exact_and_normalised_lookup(tmp_path):
     path = write(tmp_path, {"apple pie": "delicious pie sweet",
                             "Golden Retriever": "dog golden fur",
-                            "golden_retriever": "should not win over exact"})
+                            "golden_retriever": "dog  golden fur"})   # same class, same list
     out = load_attributes(path, ["apple_pie", "Golden Retriever", "golden retriever"], 3)
     assert list(out) == ["apple_pie", "Golden Retriever", "golden retriever"]
     assert out["apple_pie"] == ["delicious", "pie", "sweet"]          # '_' -> ' '
     assert out["Golden Retriever"] == ["dog", "golden", "fur"]        # exact key
-    # no exact key: case-insensitive match, first file key of that normalised name
+    # no exact key: case-insensitive match with '_' as space
     assert out["golden retriever"] == ["dog", "golden", "fur"]
+    # two keys of one class with different lists: refused (tests/test_input_config.py)
 
 
 def test_dedupe_keeps_first_occurrence(tmp_path):
