@@ -76,6 +76,12 @@ def test_interrupted_and_incomplete_runs_are_listed(tmp_path):
     _config(killed, 60)
     with open(killed / "records.jsonl", "a") as f:
         f.write('{"index": 20, "pa')                       # torn last line: still counted 20
+    # an interrupted torchrun job: rank files, nothing merged yet
+    ranks = tmp_path / "runs" / "ranks"
+    ranks.mkdir()
+    _config(ranks, 60)
+    for r in range(2):
+        (ranks / f"records.rank{r}.jsonl").write_text("{}\n" * (5 + r))
     # killed before the first image: only config.json
     fresh = tmp_path / "runs" / "fresh"
     fresh.mkdir()
@@ -96,7 +102,8 @@ def test_interrupted_and_incomplete_runs_are_listed(tmp_path):
     runs, problems = scan_runs([root])
     assert [r.path for r in runs] == [good.resolve()]
     by = {p.path.name: p for p in problems}
-    assert set(by) == {"killed", "fresh", "short", "twice", "stale"}
+    assert set(by) == {"killed", "ranks", "fresh", "short", "twice", "stale"}
+    assert by["ranks"].reason.startswith("11 of 60 images recorded")
     assert by["killed"].status == "interrupted"
     assert by["killed"].reason.startswith("20 of 60 images recorded, no summary.json")
     assert by["fresh"].reason.startswith("0 of 60 images recorded")
@@ -105,7 +112,7 @@ def test_interrupted_and_incomplete_runs_are_listed(tmp_path):
     assert "covers 30 images but records.jsonl holds 31" in by["stale"].reason
     out = tmp_path / "rep"
     assert main([str(root), "--out", str(out)]) == 0
-    assert set(_skipped(out)) == {"killed", "fresh", "short", "twice", "stale"}
+    assert set(_skipped(out)) == {"killed", "ranks", "fresh", "short", "twice", "stale"}
     assert md_rows((out / "table.md").read_text())[1].startswith("| TPT | Acc | **52.00**")
 
 

@@ -214,6 +214,11 @@ def _read_run(d: Path) -> Tuple[Optional[Run], Optional[RunProblem]]:
             return None, RunProblem(d, "broken", str(e))
     if not summary_path.is_file():
         k = 0 if records is None else len(records["conf"])
+        for part in sorted(d.glob("records.rank*.jsonl")):   # an interrupted torchrun job
+            try:
+                k += sum(1 for line in part.read_bytes().split(b"\n") if line.strip())
+            except OSError:
+                pass
         return None, RunProblem(d, "interrupted", f"{k}{of} images recorded, no summary.json; "
                                 "run the same command again to finish it")
     try:
