@@ -16,8 +16,9 @@ to the label, e.g. ``ArgTCA (div) [alpha=20]``, so different settings are never 
 Main mode writes ``table.md``/``table.csv``/``table.tex`` (Table-1 layout: an Acc and an ECE
 row per method, datasets + Average as columns; best bold, second underlined), ``runs.csv`` (one
 line per run), ``reliability.png``, ``confidence_hist.png``, ``radar_ece.png`` and
-``attributes.md``. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png`` and ``sweep.md``;
-``--ablation`` writes ``ablation.md``.
+``attributes.md``; with ``--std``, cells of several seeds read "mean ± std" and ``cells.csv``
+lists mean, std and seeds per cell. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png``
+and ``sweep.md``; ``--ablation`` writes ``ablation.md``.
 
 Run folders that cannot be used are left out and listed (stderr and ``skipped.md``): broken (a
 summary or records file that cannot be read), interrupted (records but no summary yet) and
@@ -29,12 +30,13 @@ from .attributes import attribute_table
 from .cli import main, make_ablation_report, make_report, make_sweep_report
 from .runs import ReportError, Run, find_runs, load_records
 from .sweep import sweep_points
-from .tables import (AVERAGE, Cell, ResultsTable, build_table, group_runs, runs_csv, table_csv,
-                     table_latex, table_markdown)
+from .tables import (AVERAGE, Cell, ResultsTable, build_table, cells_csv, group_runs, runs_csv,
+                     table_csv, table_latex, table_markdown)
 
 __all__ = [
     "ReportError", "Run", "Cell", "ResultsTable", "find_runs", "load_records", "group_runs",
-    "build_table", "table_markdown", "table_csv", "table_latex", "runs_csv", "attribute_table",
+    "build_table", "cells_csv", "table_markdown", "table_csv", "table_latex", "runs_csv",
+    "attribute_table",
     "sweep_points", "ablation_table", "make_report", "make_sweep_report",
     "make_ablation_report", "main",
 ]

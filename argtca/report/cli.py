@@ -12,7 +12,7 @@ from .ablation import ablation_table
 from .attributes import attribute_table
 from .runs import METRICS, ReportError, RunProblem, _warn, find_runs
 from .sweep import _sweep_markdown, sweep_points
-from .tables import (build_table, group_runs, runs_csv, table_csv, table_latex,
+from .tables import (build_table, cells_csv, group_runs, runs_csv, table_csv, table_latex,
                      table_markdown)
 
 
@@ -34,8 +34,9 @@ def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path
 
 def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
                 metrics: Sequence[str] = ("accuracy", "ece"), n_bins: int = 20,
-                decimals: int = 2) -> Dict[str, Path]:
-    """Main comparison report; returns {name: path} of the files written."""
+                decimals: int = 2, show_std: bool = False) -> Dict[str, Path]:
+    """Main comparison report; returns {name: path} of the files written. ``show_std``: cells
+    of several seeds read "mean ± std" and ``cells.csv`` lists mean, std and seeds per cell."""
     from .. import plots
 
     out = Path(out_dir)
@@ -43,7 +44,7 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
     problems: List[RunProblem] = []
     runs = find_runs(paths, problems)
     labels, datasets, cells = group_runs(runs)
-    table = build_table(labels, datasets, cells, metrics, decimals)
+    table = build_table(labels, datasets, cells, metrics, decimals, show_std)
     written: Dict[str, Path] = {}
     write_skipped(out, problems, written)
     for r in runs:   # a damaged records.jsonl leaves that run out of the plots only
@@ -61,6 +62,8 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
     write("table.csv", table_csv(table))
     write("table.tex", table_latex(table))
     write("runs.csv", runs_csv(runs))
+    if show_std:
+        write("cells.csv", cells_csv(table))
     write("attributes.md", attribute_table(runs, attributes_classes))
 
     names = [d for _, d in datasets]
@@ -136,6 +139,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help=f"table rows per method, from {','.join(METRICS)} (default accuracy,ece)")
     ap.add_argument("--n-bins", type=int, default=20, help="calibration bins (default 20)")
     ap.add_argument("--decimals", type=int, default=2)
+    ap.add_argument("--std", action="store_true",
+                    help="cells of several seeds as mean ± std (and cells.csv)")
     ap.add_argument("--sweep", action="store_true", help="sensitivity plots (α, β) only")
     ap.add_argument("--ablation", action="store_true", help="ablation table only")
     a = ap.parse_args(argv)
@@ -148,7 +153,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if not (a.sweep or a.ablation):
             metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
             written.update(make_report(a.runs, a.out, a.attributes_classes, metrics,
-                                       a.n_bins, a.decimals))
+                                       a.n_bins, a.decimals, a.std))
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2

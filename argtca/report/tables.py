@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -82,6 +82,11 @@ class ResultsTable:
     marks: Dict[Tuple[str, str, str], str]     # "best" | "second"
     seeds: Dict[Tuple[str, str], List[int]]    # (label, dataset_key) -> seeds
     decimals: int = 2
+    # std over seeds per (label, metric, dataset_key | AVERAGE); shown as "mean ± std" when
+    # show_std and the cell has more than one seed (the Average: std over seeds of the per-seed
+    # mean over datasets, when every dataset of the row has the same seeds)
+    stds: Dict[Tuple[str, str, str], float] = field(default_factory=dict)
+    show_std: bool = False
 
     @property
     def columns(self) -> List[str]:
@@ -93,7 +98,11 @@ class ResultsTable:
 
     def fmt(self, label: str, metric: str, col: str) -> str:
         v = self.values.get((label, metric, col), math.nan)
-        return MISSING if math.isnan(v) else f"{v:.{self.decimals}f}"
+        if math.isnan(v):
+            return MISSING
+        sd = self.stds.get((label, metric, col), math.nan) if self.show_std else math.nan
+        return f"{v:.{self.decimals}f}" + ("" if math.isnan(sd) else
+                                            f" ± {sd:.{self.decimals}f}")
 
     def seed_note(self) -> str:
         counts = {k: len(v) for k, v in self.seeds.items()}
@@ -118,8 +127,8 @@ class ResultsTable:
 
 
 def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cells: Dict,
-                metrics: Sequence[str] = ("accuracy", "ece"), decimals: int = 2
-                ) -> ResultsTable:
+                metrics: Sequence[str] = ("accuracy", "ece"), decimals: int = 2,
+                show_std: bool = False) -> ResultsTable:
     """Seed-averaged values per (method, metric, dataset), the Average over datasets (only when
     the method has every dataset of the table, else missing) and the best/second marks per
     column, decided on the values as displayed (rounded to ``decimals``; ties share a mark)."""
@@ -153,7 +162,29 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
                 elif len(ranked) > 1 and v == ranked[1]:
                     marks[(lab, m, col)] = "second"
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
-                        decimals)
+                        decimals, _seed_stds(labels, datasets, cells, metrics), show_std)
+
+
+def _seed_stds(labels, datasets, cells, metrics) -> Dict[Tuple[str, str, str], float]:
+    """Sample std (ddof 1) over seeds per cell; for the Average, the std over seeds of the
+    per-seed mean over the datasets (only when every dataset of the row has the same seeds)."""
+    out: Dict[Tuple[str, str, str], float] = {}
+    for lab in labels:
+        row = [cells.get((lab, dk)) for dk, _ in datasets]
+        for m in metrics:
+            for (dk, _), c in zip(datasets, row):
+                if c is not None:
+                    out[(lab, m, dk)] = c.std(m)
+            if any(c is None for c in row) or len({tuple(c.seeds) for c in row}) != 1:
+                continue
+            seeds = row[0].seeds
+            if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+                continue
+            per_seed = [np.mean([next(r.metric(m) for r in c.runs if r.seed == s) for c in row])
+                        for s in seeds]
+            if not any(math.isnan(x) for x in per_seed):
+                out[(lab, m, AVERAGE)] = float(np.std(per_seed, ddof=1))
+    return out
 
 
 def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
@@ -167,6 +198,8 @@ def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
                 s = t.fmt(lab, m, col)
                 if style == "tex" and s == MISSING:
                     s = "--"
+                if style == "tex":
+                    s = s.replace(" ± ", " $\\pm$ ")
                 mark = t.marks.get((lab, m, col))
                 if mark == "best":
                     s = wrap[0].format(s)
@@ -197,6 +230,10 @@ def table_markdown(t: ResultsTable) -> str:
                   f"(<u>underlined</u>) = {_direction_note(t)}. Average = mean over the "
                   f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
               "", t.seed_note()]
+    if t.show_std and t.stds and any(not math.isnan(v) for v in t.stds.values()):
+        lines += ["", "mean ± std = mean and sample standard deviation (n − 1) over seeds; the "
+                      "marks compare the means. Average's std: over seeds, of each seed's "
+                      "mean over the datasets."]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -230,6 +267,29 @@ def table_latex(t: ResultsTable) -> str:
         lines.append(" & ".join([_tex(r[0]), _tex(r[1])] + r[2:]) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(lines) + "\n"
+
+
+def cells_csv(t: ResultsTable) -> str:
+    """One line per (method, metric, column): mean, std over seeds, seeds and mark, unrounded
+    (the machine-readable companion of table.csv)."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["method", "metric", "dataset", "mean", "std", "n_seeds", "seeds", "mark"])
+    names = dict(t.datasets)
+    for lab in t.labels:
+        for m in t.metrics:
+            for col in t.columns:
+                v = t.values.get((lab, m, col), math.nan)
+                if math.isnan(v):
+                    continue
+                sd = t.stds.get((lab, m, col), math.nan)
+                if col == AVERAGE:
+                    ss = sorted({s for (l2, _), v2 in t.seeds.items() if l2 == lab for s in v2})
+                else:
+                    ss = t.seeds.get((lab, col), [])
+                w.writerow([lab, m, names.get(col, "Average"), v, "" if math.isnan(sd) else sd,
+                            len(ss), " ".join(map(str, ss)), t.marks.get((lab, m, col), "")])
+    return buf.getvalue()
 
 
 def runs_csv(runs: Sequence[Run]) -> str:
