@@ -334,9 +334,12 @@ def test_a_size_the_backbone_does_not_take_is_refused(coop):
     assert not r["ok"] and "INPUT.SIZE=(64, 64)" in r["message"] and "224x224" in r["message"]
 
 
-def test_model_dir_is_refused_with_one_line_through_the_one_import_line(coop, tmp_path):
+def test_a_missing_model_dir_is_one_line_through_the_one_import_line(coop, tmp_path):
+    # --model-dir names a CoOp run whose learned context starts the tuning (test_coop_ckpt.py);
+    # a folder that is not there is one line naming it
     r = coop["before"]["runs"]["model_dir"]
-    assert not r["ok"] and r["message"].startswith("--model-dir /nowhere: TCA tunes prompts")
+    assert not r["ok"] and r["message"].startswith(
+        "--model-dir /nowhere: TTA.CTX_CHECKPOINT=/nowhere: no such file or folder")
     # the README's one-line change applied to a copy of CoOp's train.py, run as users run it
     train = tmp_path / "train.py"
     shutil.copy(TRAIN_PY, train)
@@ -348,7 +351,8 @@ def test_model_dir_is_refused_with_one_line_through_the_one_import_line(coop, tm
         "TCA", "tca", tmp_path / "out", flags=["--eval-only", "--model-dir", "/nowhere"]),
         env=coop["env"], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
     assert p.returncode == 1
-    assert p.stderr.strip().splitlines()[-1].startswith("error: --model-dir /nowhere: TCA tunes")
+    assert p.stderr.strip().splitlines()[-1].startswith(
+        "error: --model-dir /nowhere: TTA.CTX_CHECKPOINT=/nowhere: no such file or folder")
     assert "Traceback" not in p.stderr
 
 

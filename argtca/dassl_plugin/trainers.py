@@ -3,8 +3,9 @@
 Each is a Dassl ``TrainerX`` whose data come from Dassl's ``DataManager`` (the dataset ``DATASET.NAME``
 names) and whose ``test()`` runs the argtca trainer of the same method on the split's Datum list with
 argtca's own multi-view loader. Nothing is trained: ``train()`` (CoOp's driver without
-``--eval-only``) runs the test-time evaluation, and so does ``--eval-only``; ``--model-dir`` is
-refused (there is no trained model to load).
+``--eval-only``) runs the test-time evaluation, and so does ``--eval-only``; ``--model-dir``/``--load-epoch``
+(with ``--eval-only``, as CoOp's train.py reads them) name a CoOp run whose learned context starts
+the tuning (``TTA.CTX_CHECKPOINT``; argtca/models/coop_ckpt.py).
 """
 from __future__ import annotations
 
@@ -44,14 +45,43 @@ class DasslTestTimeTrainer(TrainerX):
             type(self.argtca).log_result(self.argtca, out_dir, header, lines)
 
     def load_model(self, directory, epoch=None):
-        if directory:
-            raise DasslSetupError(
-                f"--model-dir {directory}: {type(self).__name__} tunes prompts per test image, "
-                f"starting every image from the pre-trained CLIP (MODEL.PRETRAINED) and "
-                f"TTA.CTX_INIT; there is no trained model to load. Drop --model-dir (and "
-                f"--load-epoch); --eval-only is optional")
+        """CoOp's ``--model-dir``/``--load-epoch``: the learned context of a CoOp run (its
+        ``prompt_learner/model.pth.tar-<epoch>``, or ``model-best.pth.tar`` without an epoch)
+        starts every image's tuning; it becomes ``TTA.CTX_CHECKPOINT``/``_EPOCH`` of the run (so
+        its fingerprint and summary name it). Only the generic context ``ctx`` is read."""
+        self._model_dir_applied = True
+        if not directory:
+            return
+        from argtca.models.coop_ckpt import CoopCheckpointError
+        cfg = self.argtca.cfg.clone()
+        cfg.defrost()
+        cfg.TTA.CTX_CHECKPOINT = str(directory)
+        cfg.TTA.CTX_CHECKPOINT_EPOCH = int(epoch or 0)
+        cfg.freeze()
+        self.argtca.cfg = cfg
+        try:
+            self.argtca.load_initial_context()
+        except CoopCheckpointError as e:
+            raise DasslSetupError(f"--model-dir {directory}"
+                                  f"{f' --load-epoch {epoch}' if epoch else ''}: {e}") from None
+        c = self.argtca.coop_context
+        print(f"{type(self).__name__}: initial context from CoOp's {c['file']} "
+              f"(epoch {c['epoch']}, {c['ctx'].shape[0]} vectors)")
+
+    def _refuse_ignored_model_dir(self) -> None:
+        # CoOp's train.py calls load_model only with --eval-only; without it --model-dir would be
+        # silently ignored
+        if getattr(self, "_model_dir_applied", False):
+            return
+        argv = list(sys.argv)
+        for i, a in enumerate(argv):
+            if a == "--model-dir" and i + 1 < len(argv) and argv[i + 1].strip():
+                raise DasslSetupError(
+                    f"--model-dir {argv[i + 1]}: CoOp's train.py reads it only with --eval-only; "
+                    f"add --eval-only (or set TTA.CTX_CHECKPOINT {argv[i + 1]})")
 
     def train(self, *args, **kwargs):
+        self._refuse_ignored_model_dir()
         print(f"{type(self).__name__}: test-time adaptation, nothing to train; evaluating the "
               f"{self.cfg.TEST.SPLIT} split")
         return self.test()

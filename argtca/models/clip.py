@@ -8,11 +8,11 @@ import logging
 import os
 from typing import Optional, Sequence, Tuple
 
-import open_clip
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .lean import open_clip  # open_clip without transformers' import time (lean.py)
 from .weights import (ModelError, load_state_dict_into, normalize_state_dict,  # noqa: F401
                       read_state_dict)
 
@@ -277,6 +277,15 @@ class PromptTextEncoder(nn.Module):
     @property
     def num_prompts(self) -> int:
         return self.token_prefix.shape[0]
+
+    @torch.no_grad()
+    def set_context(self, ctx: torch.Tensor) -> None:
+        """Start every image from ``ctx`` [n_ctx, W] (e.g. CoOp's learned context) instead of the
+        initial words' embeddings."""
+        if tuple(ctx.shape) != tuple(self.ctx_init.shape):
+            raise ValueError(f"context of shape {tuple(ctx.shape)}; this encoder takes "
+                             f"{tuple(self.ctx_init.shape)} (n_ctx x text width)")
+        self.ctx_init.copy_(ctx.to(self.ctx_init))
 
     def forward(self, ctx: torch.Tensor) -> torch.Tensor:
         single = ctx.dim() == 2

@@ -53,6 +53,7 @@ class TestTimeTrainer:
         self.device = torch.device(device)
         self.dataset = dataset
         self.build_data_loader()
+        self.load_initial_context()
         self.model = None
 
     # ---------------------------------------------------------------- Dassl-style hooks
@@ -76,6 +77,18 @@ class TestTimeTrainer:
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
         return [f"{c}." for c in classnames]
 
+    def load_initial_context(self) -> None:
+        """TTA.CTX_CHECKPOINT: CoOp's learned context, read and checked (n_ctx) at load time; the
+        backbone width is checked once CLIP is built (argtca/models/coop_ckpt.py)."""
+        self.coop_context = None
+        path = str(self.cfg.TTA.get("CTX_CHECKPOINT", "") or "").strip()
+        if path:
+            from argtca.models.coop_ckpt import check_context, load_coop_context
+            self.coop_context = load_coop_context(path, int(self.cfg.TTA.CTX_CHECKPOINT_EPOCH))
+            ctx = self.coop_context["ctx"]
+            check_context(ctx, int(self.cfg.TTA.N_CTX), ctx.shape[1],
+                          self.cfg.MODEL.BACKBONE.NAME, self.coop_context["file"])
+
     def prepare(self) -> None:
         """Everything that must happen before tuning starts (e.g. ArgTCA's Phase 1)."""
 
@@ -85,9 +98,18 @@ class TestTimeTrainer:
         self.objective = self.build_objective()
         self.prepare()
         suffixes = self.prompt_suffixes(self.classnames)
+        coop = getattr(self, "coop_context", None)
+        if coop is not None:   # CoOp's placeholders "X X .. X", then its learned vectors
+            from argtca.models.coop_ckpt import check_context, placeholder_init
+            check_context(coop["ctx"], int(self.cfg.TTA.N_CTX),
+                          int(self.model.token_embedding.weight.shape[1]),
+                          self.cfg.MODEL.BACKBONE.NAME, coop["file"])
+        init_words = placeholder_init(self.cfg.TTA.N_CTX) if coop is not None else self.cfg.TTA.CTX_INIT
         self.text_encoder = PromptTextEncoder(self.model, self.tokenizer, suffixes,
-                                              ctx_init=self.cfg.TTA.CTX_INIT,
+                                              ctx_init=init_words,
                                               n_ctx=int(self.cfg.TTA.N_CTX)).to(self.device)
+        if coop is not None:
+            self.text_encoder.set_context(coop["ctx"])
         self.engine = self.build_engine()
 
     def build_engine(self):
