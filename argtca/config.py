@@ -12,6 +12,15 @@ from ast import literal_eval
 from yacs.config import CfgNode as CN
 
 
+def _as_switch(value):
+    """``TTA.COMPILE``: a bool (older configs: ``TTA.COMPILE True``) -> "on"/"off"."""
+    if isinstance(value, str) and value.strip() in ("True", "False"):
+        value = value.strip() == "True"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return value
+
+
 def _as_size_pair(value):
     """An int (old configs: ``INPUT.SIZE 224``) -> ``(224, 224)``; anything else unchanged."""
     if isinstance(value, str):
@@ -36,6 +45,9 @@ class _Config(CN):
         inp = cfg_other.get("INPUT") if hasattr(cfg_other, "get") else None
         if hasattr(inp, "get") and "SIZE" in inp:
             inp["SIZE"] = _as_size_pair(inp["SIZE"])
+        tta = cfg_other.get("TTA") if hasattr(cfg_other, "get") else None
+        if hasattr(tta, "get") and "COMPILE" in tta:
+            tta["COMPILE"] = _as_switch(tta["COMPILE"])
         return super().merge_from_other_cfg(cfg_other)
 
     def merge_from_list(self, cfg_list):
@@ -43,6 +55,8 @@ class _Config(CN):
         for i in range(0, len(cfg_list) - 1, 2):
             if cfg_list[i] == "INPUT.SIZE":
                 cfg_list[i + 1] = _as_size_pair(cfg_list[i + 1])
+            elif cfg_list[i] == "TTA.COMPILE":
+                cfg_list[i + 1] = _as_switch(cfg_list[i + 1])
         return super().merge_from_list(cfg_list)
 
 
@@ -74,7 +88,9 @@ _C.TTA = CN()
 _C.TTA.N_VIEWS = 64             # view 0 = resize + center crop, then N_VIEWS-1 augmented views
 _C.TTA.AUGMIX = "auto"          # "auto" (the dataset decides: fine-grained -> on), "on", "off"
 _C.TTA.AUGMIX_SEVERITY = 1
-_C.TTA.VIEWS_DEVICE = "cpu"     # "cpu" (TPT's PIL pipeline, exact) or "gpu" (batched, statistical)
+_C.TTA.VIEWS_DEVICE = "cpu"     # "cpu" (TPT's PIL pipeline, exact), "cpu-fast" (the same random
+                                # parameters, tensor arithmetic in the loader workers: statistical)
+                                # or "gpu" (batched on the device, statistical)
 _C.TTA.SELECTION_P = 0.1        # keep the 10% lowest-entropy views
 _C.TTA.STEPS = 1
 _C.TTA.LR = 5e-3
@@ -89,12 +105,15 @@ _C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts t
 _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
-_C.TTA.ENGINE = "reference"     # "reference" (one image at a time) or "fast" (batched)
+_C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
+                                # at a time) or "fast" (batched; equals the reference on CPU to 1e-5)
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
-_C.TTA.COMPILE = False          # fast engine: torch.compile the towers (CUDA; ~50 s to compile)
+_C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off"; ~60 s
+                                # to compile); "auto": on when the run is long enough to pay it back
+                                # (argtca/engine/auto.py; the choice is logged). True/False = on/off
 
 _C.DATALOADER = CN()
-_C.DATALOADER.NUM_WORKERS = 2
+_C.DATALOADER.NUM_WORKERS = -1  # -1: what the machine has (usable cores - 1, at most 16)
 _C.DATALOADER.PREFETCH = 4
 
 # ----------------------------------------------------------------------------- model
@@ -180,9 +199,10 @@ class ConfigError(ValueError):
 CFG_CHOICES = {
     "DATASET.CHECK_IMAGES": ("header", "decode", "off"),
     "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
-    "TTA.VIEWS_DEVICE": ("cpu", "gpu"),
+    "TTA.VIEWS_DEVICE": ("cpu", "cpu-fast", "gpu"),
     "TTA.PREC": ("amp", "fp32"),
-    "TTA.ENGINE": ("reference", "fast"),
+    "TTA.ENGINE": ("auto", "reference", "fast"),
+    "TTA.COMPILE": ("auto", "on", "off"),
     "TRAINER.TCA.ENTROPY_INPUT": ("prob", "logprob"),
     "TRAINER.ARGTCA.ENTROPY_INPUT": ("prob", "logprob"),
     "TRAINER.ARGTCA.EMBEDDINGS": ("gat", "raw"),
@@ -269,7 +289,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
         True)
     num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
     num("TTA.BATCH_IMAGES", lambda v: v >= 1, ">= 1", True)
-    num("DATALOADER.NUM_WORKERS", lambda v: v >= 0, ">= 0 (0 loads in the main process)", True)
+    num("DATALOADER.NUM_WORKERS", lambda v: v >= -1, ">= 0 (0 loads in the main process), or -1 "
+        "for what the machine has", True)
     num("DATALOADER.PREFETCH", lambda v: v >= 1, ">= 1", True)
 
     for m in ("CTPT", "OTPT", "ATPT"):

@@ -53,8 +53,17 @@ class TestTimeTrainer:
         self.device = torch.device(device)
         self.dataset = dataset
         self.build_data_loader()
+        self.resolve_auto()
         self.load_initial_context()
         self.model = None
+
+    def resolve_auto(self) -> None:
+        """Replace the configuration's "auto" values (engine, compilation, loader workers) by what
+        they resolve to here, before anything is fingerprinted (argtca/engine/auto.py)."""
+        from argtca.engine.auto import resolve_auto
+        self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test))
+        if lines and self.cfg.get("VERBOSE", True):
+            print("\n".join(f"argtca: {line}" for line in lines), flush=True)
 
     # ---------------------------------------------------------------- Dassl-style hooks
     @property
@@ -121,8 +130,8 @@ class TestTimeTrainer:
         if kind == "fast":
             from argtca.engine.fast import FastEngine
             return FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                              self.device, compile=bool(self.cfg.TTA.COMPILE))
-        raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'reference' or 'fast'")
+                              self.device, compile=str(self.cfg.TTA.COMPILE).lower() in ("on", "true"))
+        raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'auto', 'reference' or 'fast'")
 
     @property
     def run_cfg(self):

@@ -1,0 +1,92 @@
+"""The "auto" settings of a run, resolved once before anything is fingerprinted or built.
+
+``TTA.ENGINE auto``         fast engine on CUDA, reference engine on the CPU. The fast engine equals
+                            the reference on the CPU to 1e-5 and on CUDA up to fp16 near-ties
+                            (BENCHMARKS.md); ``TTA.ENGINE reference`` keeps the reference.
+``TTA.COMPILE auto``        ``torch.compile`` of the fast engine's towers only when the run is long
+                            enough to pay the compilation back: images x estimated saving per
+                            image > estimated compile time (constants below, measured on an H200:
+                            BENCHMARKS.md). With CPU views the loader, not the engine, bounds the
+                            speed, so compiling saves nothing there.
+``DATALOADER.NUM_WORKERS -1``  usable cores - 1 (one is left to the main process), at most 16.
+
+The resolution is a pure function of the configuration, the device type and the number of test
+images (never of a timing), so a resumed run resolves to the same values and the run folder's
+fingerprint (which records the *resolved* ``TTA.ENGINE``/``TTA.COMPILE``) stays valid.
+"""
+from __future__ import annotations
+
+import os
+from typing import List, Tuple
+
+# estimates (H200, ViT-B/16, K~100, GPU views; BENCHMARKS.md): compiling the image and text towers
+# takes ~60 s per dataset and saves ~5 ms of engine time per image (image tower 9.9 -> 5.8 ms,
+# text passes ~1 ms); it never pays below COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 12000 images.
+COMPILE_SECONDS = 60.0
+SAVED_SECONDS_PER_IMAGE = 5e-3
+MAX_AUTO_WORKERS = 16
+
+
+def usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # not Linux
+        return os.cpu_count() or 1
+
+
+def auto_workers() -> int:
+    """Loader workers per process: the usable cores shared by the processes of this node
+    (``torchrun`` sets LOCAL_WORLD_SIZE), one core left to each process, at most 16."""
+    procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    return max(1, min(usable_cpus() // procs - 1, MAX_AUTO_WORKERS))
+
+
+def compile_pays(n_images: int, views_device: str) -> bool:
+    if str(views_device).lower() != "gpu":
+        return False
+    return n_images * SAVED_SECONDS_PER_IMAGE > COMPILE_SECONDS
+
+
+def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str]]:
+    """``cfg`` with its "auto" values replaced (a frozen clone when anything changed) and one log
+    line per choice made."""
+    lines = []
+    changes = {}
+    cuda = str(device_type) == "cuda"
+    engine = str(cfg.TTA.ENGINE).lower()
+    if engine == "auto":
+        engine = "fast" if cuda else "reference"
+        changes[("TTA", "ENGINE")] = engine
+        lines.append(f"TTA.ENGINE auto -> {engine} ({'CUDA' if cuda else 'no CUDA device'}; "
+                     f"TTA.ENGINE reference/fast to choose)")
+    comp = cfg.TTA.get("COMPILE", "off")
+    comp = ("on" if comp else "off") if isinstance(comp, bool) else str(comp).lower()
+    if comp == "auto":
+        if engine != "fast" or not cuda:
+            comp, why = "off", "the fast engine compiles on CUDA only"
+        else:
+            views = str(cfg.TTA.VIEWS_DEVICE).lower()
+            comp = "on" if compile_pays(n_images, views) else "off"
+            if views != "gpu":
+                why = f"views made on the CPU ({views}) bound the speed, compiling saves nothing"
+            else:
+                why = (f"{n_images} images x ~{SAVED_SECONDS_PER_IMAGE * 1e3:.0f} ms saved "
+                       f"{'>' if comp == 'on' else '<='} ~{COMPILE_SECONDS:.0f} s of compilation")
+        changes[("TTA", "COMPILE")] = comp
+        lines.append(f"TTA.COMPILE auto -> {comp} ({why})")
+    elif isinstance(cfg.TTA.get("COMPILE"), bool):
+        changes[("TTA", "COMPILE")] = comp
+    workers = cfg.DATALOADER.get("NUM_WORKERS", 0)
+    if isinstance(workers, int) and workers == -1:
+        w = auto_workers()
+        changes[("DATALOADER", "NUM_WORKERS")] = w
+        lines.append(f"DATALOADER.NUM_WORKERS -1 -> {w} ({usable_cpus()} usable cores)")
+    if not changes:
+        return cfg, lines
+    out = cfg.clone()
+    out.defrost()
+    for (node, key), v in changes.items():
+        out[node][key] = v
+    if cfg.is_frozen():
+        out.freeze()
+    return out, lines
