@@ -29,7 +29,8 @@ from PIL import Image
 from torchvision.transforms import InterpolationMode
 
 __all__ = ["OPS", "OpCall", "AugMixPlan", "int_parameter", "float_parameter", "sample_level",
-           "sample_op", "apply_op", "apply_chain", "sample_plan", "mix_processed", "augmix_view"]
+           "sample_op", "apply_op", "apply_chain", "sample_plan", "mix_processed", "augmix_view",
+           "apply_op_fast", "apply_chain_fast", "augmix_mixed_255"]
 
 # TPT's ``augmentations`` list (the ImageNet-C-overlapping colour ops are excluded, as in TPT).
 OPS: Tuple[str, ...] = ("autocontrast", "equalize", "posterize", "rotate", "solarize",
@@ -163,3 +164,57 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
     x = preprocess(img)
     chains = [preprocess(apply_chain(img, chain)) for chain in plan.chains]
     return mix_processed(x, chains, plan.weights, plan.m)
+
+
+# ------------------------------------------------------------------------ TTA.VIEWS_DEVICE cpu-fast
+def _shift(a: np.ndarray, t: int, axis: int) -> np.ndarray:
+    """``out[x] = a[x + t]`` along ``axis`` (0 where x + t falls outside), uint8 [H, W, 3]."""
+    out = np.zeros_like(a)
+    n = a.shape[axis]
+    if abs(t) >= n:
+        return out
+    src = [slice(None)] * a.ndim
+    dst = [slice(None)] * a.ndim
+    if t >= 0:
+        src[axis], dst[axis] = slice(t, n), slice(0, n - t)
+    else:
+        src[axis], dst[axis] = slice(0, n + t), slice(-t, n)
+    out[tuple(dst)] = a[tuple(src)]
+    return out
+
+
+def apply_op_fast(img: np.ndarray, op: OpCall) -> np.ndarray:
+    """:func:`apply_op` on an RGB uint8 array [H, W, 3]. Integer translations are array shifts
+    (PIL's bilinear sampling at integer offsets copies pixels, so this is bit-identical: tested);
+    a 0-degree rotation is the identity (as PIL's ``rotate``); every other op is PIL's."""
+    n, v = op.name, op.magnitude
+    if n == "translate_x":
+        return _shift(img, int(v), 1)
+    if n == "translate_y":
+        return _shift(img, int(v), 0)
+    if n == "rotate" and float(v) % 360 == 0:
+        return img
+    return np.asarray(apply_op(Image.fromarray(img), op))
+
+
+def apply_chain_fast(img: np.ndarray, chain: Sequence[OpCall]) -> np.ndarray:
+    out = img
+    for op in chain:
+        out = apply_op_fast(out, op)
+    return out
+
+
+def augmix_mixed_255(img: np.ndarray, plan: AugMixPlan) -> np.ndarray:
+    """``m * x + (1 - m) * sum_i w_i * chain_i(x)`` on the 0-255 scale (float32 [H, W, 3]):
+    TPT's mix taken once before ``ToTensor + Normalize`` instead of after (both are affine, so
+    only float rounding differs, ~1e-6)."""
+    m = np.float32(plan.m)
+    coeff = np.asarray([m] + [(np.float32(1) - m) * np.float32(w) for w in plan.weights],
+                       dtype=np.float32)
+    out = img.astype(np.float32)
+    out *= coeff[0]
+    for k, chain in enumerate(plan.chains):
+        c = apply_chain_fast(img, chain).astype(np.float32)
+        c *= coeff[k + 1]
+        out += c
+    return out

@@ -30,7 +30,8 @@ Speed knobs that never change results beyond float reordering (constructor keywo
 back to an environment variable; measured with ``python -m argtca.bench``, see BENCHMARKS.md):
 
 * ``compile`` (``ARGTCA_COMPILE``): default for the three ``torch.compile`` switches below. Off by
-  default: compiling costs ~50 s per dataset (per shape), which pays only for long runs.
+  default here; ``TTA.COMPILE auto`` turns it on for runs long enough to pay its ~60 s per dataset
+  (per shape) back (:mod:`argtca.engine.auto`).
 * ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower (~2x on an H200).
 * ``compile_text`` (``ARGTCA_COMPILE_TEXT``): the text tower's no-grad final pass (~2x).
 * ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
@@ -40,6 +41,9 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
   ``compile_text_grad`` is on (the fastest combinations measured).
 * ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): SDPA kernel of the text tower on CUDA,
   ``efficient`` by default (``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``).
+* ``half_image`` (``ARGTCA_HALF_IMAGE``, on): under fp16 autocast on CUDA, the image tower runs
+  from a copy stored in fp16 with the patch embedding as a matrix product
+  (:mod:`argtca.engine.towers`); differs from the autocast tower by fp16 rounding only.
 * ``image_chunk`` / ``text_tokens`` (``ARGTCA_IMAGE_CHUNK`` / ``ARGTCA_TEXT_TOKENS``): views per
   image-tower call / prompt tokens per text-tower call (memory bound).
 """
@@ -80,7 +84,8 @@ class FastEngine(ReferenceEngine):
                  grad_mode: Optional[str] = None, compile_image: Optional[bool] = None,
                  image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
                  text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
-                 compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None):
+                 compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None,
+                 half_image: Optional[bool] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         if compile is None:
@@ -105,8 +110,17 @@ class FastEngine(ReferenceEngine):
         default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
         self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
         self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
-        self._encode_image = (torch.compile(model.encode_image, dynamic=False)
-                              if self.compile_image else model.encode_image)
+        # fp16 autocast on CUDA: keep a copy of the frozen image tower stored in fp16 (no weight
+        # or LayerNorm casts per call) with the patch embedding as a matmul (argtca/engine/towers.py)
+        if half_image is None:
+            half_image = _env_flag("ARGTCA_HALF_IMAGE", True)
+        self.half_image = bool(half_image) and self.amp
+        if self.half_image:
+            from argtca.engine.towers import fast_image_tower
+            encode = fast_image_tower(model.visual, torch.float16)
+        else:
+            encode = model.encode_image
+        self._encode_image = torch.compile(encode, dynamic=False) if self.compile_image else encode
         text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
                           or "efficient").lower()
         if text_attention not in TEXT_ATTENTION:
@@ -160,6 +174,9 @@ class FastEngine(ReferenceEngine):
             if self.compile_image and n < self.image_chunk:
                 # one compiled shape: pad the last chunk (rows are independent; pads dropped)
                 x = torch.cat([x, x.new_zeros(self.image_chunk - n, *x.shape[1:])])
+            if self.half_image:   # fp16 tower, fp16 input, no autocast
+                out.append(self._encode_image(x.half())[:n])
+                continue
             with self.autocast():
                 out.append(self._encode_image(x)[:n])
         f = torch.cat(out) if len(out) > 1 else out[0]

@@ -34,7 +34,8 @@ from torchvision.ops import roi_align
 
 from argtca.datasets.augmix import OPS, sample_plan
 from argtca.datasets.base import Datum
-from argtca.datasets.views import (ViewGenerator, build_test_loader, build_view_generator,
+from argtca.datasets.views import (FastViewGenerator, ViewGenerator, build_test_loader,
+                                   build_view_generator,
                                    item_rngs, make_loader, random_resized_crop_params,
                                    TestTimeDataset)
 
@@ -55,9 +56,10 @@ _MAG0 = _OP0 + CHAINS * DEPTH
 
 def views_device(cfg) -> str:
     v = str(cfg.TTA.VIEWS_DEVICE).strip().lower()
-    if v not in ("cpu", "gpu"):
+    if v not in ("cpu", "cpu-fast", "gpu"):
         raise ValueError(f"TTA.VIEWS_DEVICE={cfg.TTA.VIEWS_DEVICE!r}: use 'cpu' (TPT's PIL "
-                         f"pipeline, exact) or 'gpu' (batched on the device, statistical)")
+                         f"pipeline, exact), 'cpu-fast' (tensor views in the loader workers, "
+                         f"statistical) or 'gpu' (batched on the device, statistical)")
     return v
 
 
@@ -403,7 +405,10 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
     device = torch.device(device)
     view_gen = build_view_generator(cfg, dataset)
     pin = device.type == "cuda"
-    if views_device(cfg) == "cpu":
+    where = views_device(cfg)
+    if where in ("cpu", "cpu-fast"):
+        if where == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
+            view_gen = FastViewGenerator.like(view_gen)
         ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
         loader = build_test_loader(ds, int(num_workers), batch_images=batch_images,
                                    pin_memory=pin, prefetch=prefetch)

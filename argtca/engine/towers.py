@@ -1,0 +1,65 @@
+"""The fast engine's frozen image tower in half precision (OpenAI's CLIP runs its weights in fp16
+on the GPU; TPT does too), with the patch embedding as a reshape + matrix product.
+
+Under fp16 autocast the fp32 tower casts its weights to fp16 on every call and every LayerNorm
+writes an fp32 output that is cast back to fp16 (open_clip casts the residual stream to the input
+dtype): copies and casts that a tower *stored* in fp16 never makes. The maths is the same (the
+matrix products see the same fp16 operands; LayerNorm weights are rounded to fp16), so results
+differ from the autocast tower by fp16 rounding only (measured in BENCHMARKS.md).
+
+The patch embedding is a convolution with stride = kernel and no padding, i.e. a matrix product
+of the flattened patches with the flattened kernel; cuDNN runs it in a slow generic kernel for
+this shape (BENCHMARKS.md's profile), cuBLAS in a tensor-core GEMM.
+"""
+from __future__ import annotations
+
+import copy
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class PatchEmbedMatmul(nn.Module):
+    """Drop-in for ``nn.Conv2d(C, D, kernel_size=p, stride=p)``: [N, C, H, W] → [N, D, H/p, W/p]."""
+
+    def __init__(self, conv: nn.Conv2d):
+        super().__init__()
+        k, s = tuple(conv.kernel_size), tuple(conv.stride)
+        if k != s or k[0] != k[1] or any(conv.padding) or conv.groups != 1 \
+                or tuple(conv.dilation) != (1, 1):
+            raise ValueError(f"PatchEmbedMatmul needs a square, non-overlapping, unpadded patch "
+                             f"convolution, got {conv}")
+        self.p = int(k[0])
+        self.in_channels = conv.in_channels
+        self.weight = nn.Parameter(conv.weight.detach().reshape(conv.out_channels, -1).clone(),
+                                   requires_grad=False)
+        self.bias = (nn.Parameter(conv.bias.detach().clone(), requires_grad=False)
+                     if conv.bias is not None else None)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        N, C, H, W = x.shape
+        p = self.p
+        gh, gw = H // p, W // p
+        if gh * p != H or gw * p != W:   # the convolution drops the remainder; so do we
+            x = x[:, :, :gh * p, :gw * p]
+        x = x.reshape(N, C, gh, p, gw, p).permute(0, 2, 4, 1, 3, 5).reshape(N, gh * gw, C * p * p)
+        y = F.linear(x, self.weight, self.bias)                     # [N, gh*gw, D]
+        return y.transpose(1, 2).reshape(N, -1, gh, gw)             # a view (no copy)
+
+
+def fast_image_tower(visual: nn.Module, dtype: torch.dtype = torch.float16,
+                     patch_matmul: bool = True) -> nn.Module:
+    """A frozen copy of ``model.visual`` stored in ``dtype``, its patch convolution replaced by
+    :class:`PatchEmbedMatmul` where it is one. Call it on inputs of ``dtype`` without autocast."""
+    v = copy.deepcopy(visual)
+    conv = getattr(v, "conv1", None)
+    if patch_matmul and isinstance(conv, nn.Conv2d):
+        try:
+            v.conv1 = PatchEmbedMatmul(conv)
+        except ValueError:
+            pass
+    v = v.to(dtype).eval()
+    for p in v.parameters():
+        p.requires_grad_(False)
+    return v
