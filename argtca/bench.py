@@ -229,9 +229,11 @@ def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> D
     loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch, dev,
                                 args.workers)
     ref, fast = setup.engine("reference"), setup.engine("fast", **engine_kw)
-    pr, pf, labels = [], [], []
+    pr, pf, labels, kept = [], [], [], []
     for batch in loader:
         v = batch["views"]
+        if dev.type == "cuda":
+            kept.append((v, batch["path"]))
         pf.append(fast(v, batch["path"]).float().cpu())
         pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
                              for i in range(v.shape[0])]))
@@ -252,7 +254,12 @@ def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> D
            "ece_diff_points": round(abs(mr["ece"] - mf["ece"]), 4),
            "acc_reference": round(mr["accuracy"], 3), "acc_fast": round(mf["accuracy"], 3),
            "median_top2_margin": float(margin.median()),
-           "disagreement_top2_margins": [float(x) for x in margin[dis][:10]]}
+           "disagreement_top2_margins": [float(x) for x in margin[dis]]}
+    if kept:   # the reference's own fp16 noise: same views, another valid attention kernel
+        from argtca.bench_gpu import reference_noise
+        row.update(reference_noise(setup, kept, pr))
+        print(f"  reference vs itself (math attention): {row['reference_self_identical_pct']}% "
+              f"identical, flips at margins {row['reference_self_flip_margins'][:10]}", flush=True)
     print(f"  agreement K={setup.K} n={row['n']}: identical {row['identical_predictions_pct']}%, "
           f"max |Δconf| {row['max_conf_diff']:.2e}, ECE ref {row['ece_reference']} fast "
           f"{row['ece_fast']}", flush=True)
@@ -350,7 +357,7 @@ def input_pipeline(setup: Setup, n_images: int) -> List[Dict[str, object]]:
     from argtca.engine.gpu_views import build_views_loader
     args, dev = setup.args, setup.device
     rows = []
-    for views in ("cpu", "gpu"):
+    for views in ("cpu", "cpu-fast", "gpu"):
         cfg = bench_cfg(args, setup.data, "fast", views, n_images)
         dataset = build_dataset(cfg)
         _sync(dev)
@@ -485,8 +492,15 @@ def parse_args(argv=None):
     p.add_argument("--variants", action="store_true", help="engine-only timing of the knobs")
     p.add_argument("--profile", action="store_true", help="profile one fast batch")
     p.add_argument("--skip", nargs="*", default=[],
-                   help="passes to skip: ref-cpu ref-gpu fast-cpu fast-gpu agree")
+                   help="passes to skip: ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu agree")
     p.add_argument("--data-dir", default="", help="where to build the dataset (default: temp)")
+    p.add_argument("--half-image", default="on", choices=["off", "on"],
+                   help="fast engine: image tower stored in fp16 with the patch matmul (CUDA)")
+    p.add_argument("--tower", action="store_true", help="image tower TFLOP/s and %% of peak")
+    p.add_argument("--cli-gpus", type=int, nargs="*", default=[],
+                   help="also run python -m argtca.run / torchrun on these GPU counts (e.g. 1 2)")
+    p.add_argument("--cli-images", type=int, default=2048, help="images of the CLI runs")
+    p.add_argument("--cli-views", default="gpu", help="TTA.VIEWS_DEVICE of the CLI runs")
     return p.parse_args(argv)
 
 
@@ -529,6 +543,12 @@ def print_table(res: Dict[str, object]) -> None:
         print(f"input pipeline: {r}")
     for v in res.get("variants", []):
         print(f"variant: {v}")
+    tower = res.get("image_tower") or {}
+    for r in tower.get("rows", []):
+        print(f"image tower ({tower.get('gflops_per_view')} GFLOP/view, measured peak "
+              f"{tower.get('measured_matmul_peak_tflops')} TFLOP/s): {r}")
+    for r in res.get("cli") or []:
+        print(f"CLI: {({k: v for k, v in r.items() if k != 'log_tail'})}")
     for e in res.get("errors", []):
         print(f"ERROR {e}")
 
@@ -569,7 +589,7 @@ def main(argv=None) -> int:
 
     engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on",
                  "text_attention": args.text_attention, "compile_text": args.compile_text,
-                 "compile_text_grad": args.compile_text}
+                 "compile_text_grad": args.compile_text, "half_image": args.half_image == "on"}
     for K in args.classes:
         scale = args.large_scale if K >= 1000 else 1.0
         n_fast = max(args.batch, int(args.n_fast * scale))
@@ -592,13 +612,19 @@ def main(argv=None) -> int:
                                                   "compile_text_grad", "compile_image") if k in best}
                 res["chosen_knobs"] = engine_kw
                 print(f"  chosen knobs: {engine_kw}", flush=True)
+        if args.tower and K == args.classes[0]:
+            from argtca.bench_gpu import tower_throughput
+            res["image_tower"] = guarded("tower", tower_throughput, setup,
+                                         compile_image=args.compile == "on")
         if args.input and K == args.classes[0]:
             res["input_pipeline"] = guarded("input", input_pipeline, setup, args.n_input)
         guarded("warmup", warmup, setup, **engine_kw)
         if args.profile and K == args.classes[0]:
             res["profile"] = guarded("profile", profile_batch, setup, **engine_kw)
         passes = [("ref-cpu", "reference", "cpu", n_ref, {}), ("ref-gpu", "reference", "gpu", n_ref, {}),
-                  ("fast-cpu", "fast", "cpu", n_cpu, engine_kw), ("fast-gpu", "fast", "gpu", n_fast, engine_kw)]
+                  ("fast-cpu", "fast", "cpu", n_cpu, engine_kw),
+                  ("fast-cpufast", "fast", "cpu-fast", n_cpu, engine_kw),
+                  ("fast-gpu", "fast", "gpu", n_fast, engine_kw)]
         for name, kind, views, n, kw in passes:
             if name in args.skip or (views == "gpu" and kind == "reference" and dev.type != "cuda"):
                 continue
@@ -629,6 +655,14 @@ def main(argv=None) -> int:
             sp[f"K={K} engine only (identical views on the device)"] = round(
                 eng["reference"] / eng["fast"], 1)
     res["speedups"] = sp
+    if args.cli_gpus:
+        from argtca.bench_gpu import cli_scaling
+        K = args.classes[0]
+        data = make_synthetic_coop(os.path.join(tmp, f"cli{K}"), args.cli_images, K, seed=K)
+        res["cli"] = guarded("cli", cli_scaling, data, os.path.join(tmp, "cli_out"),
+                             args.cli_gpus, args.backbone, args.cli_views,
+                             ["INPUT.SIZE", f"({args.size}, {args.size})", "TTA.N_VIEWS",
+                              str(args.views)])
     print_table(res)
     save()
     print(f"wrote {args.out}")
