@@ -12,6 +12,7 @@
 # Table: $OUT_ROOT/report/ablation_<dataset>/ablation.md
 #
 #   bash scripts/ablation.sh DATASET
+# (Table 2 over several datasets and seeds in one report: bash scripts/table2.sh)
 #
 # Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON, OUT_ROOT=output.
 set -euo pipefail

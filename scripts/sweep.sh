@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Sensitivity of ArgTCA to alpha and beta (the paper's sensitivity figures):
 #   alpha in {5,10,20,40} at beta=35, beta in {15,25,35,50} at alpha=10,
-# runs in $OUT_ROOT/sweep/<dataset>/<selector>/a<alpha>_b<beta>/, then sweep_alpha.png,
+# runs in $OUT_ROOT/sweep/<dataset>/<selector>/a<alpha>_b<beta>/ (SEED other than 1:
+# a<alpha>_b<beta>_seed<SEED>/), then sweep_alpha.png,
 # sweep_beta.png and sweep.md in $OUT_ROOT/report/sweep_<dataset>_<selector>/.
 # Every point is started: a finished folder of the same settings is reused as it is, an
 # interrupted one resumes, one made with other settings is refused naming the differing keys.
 #
 #   bash scripts/sweep.sh DATASET SELECTOR
+# (several datasets and both selectors at once: bash scripts/sensitivity.sh)
 #
 # Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON,
 #   ALPHAS="5 10 20 40", BETAS="15 25 35 50", FIXED_ALPHA=10, FIXED_BETA=35, OUT_ROOT=output.
@@ -39,6 +41,8 @@ ROOT="${OUT_ROOT:-output}"
 point() {
   local a="$1" b="$2" rc=0
   local out="$ROOT/sweep/$ds/$sel/a${a}_b${b}"
+  # another seed gets its own folder (the same as python -m argtca.experiments sweep)
+  if [ "$SEED" != 1 ]; then out="${out}_seed${SEED}"; fi
   echo "[sweep] alpha=$a beta=$b -> $out"
   OPTS="" OUTPUT_DIR="$out" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} \
     TRAINER.ARGTCA.ALPHA "$(as_float "$a")" TRAINER.ARGTCA.BETA "$(as_float "$b")" || rc=$?

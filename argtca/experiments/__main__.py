@@ -1,0 +1,145 @@
+"""``python -m argtca.experiments COMMAND [DATASET ...] [options] [KEY VALUE ...]``."""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import List, Optional, Sequence, Tuple
+
+from . import __doc__ as _DOC
+
+_KEY = re.compile(r"^[A-Z][A-Z0-9_]*\.")
+
+
+def _split_items(items: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Positional words: datasets until the first config key (``TTA.N_VIEWS``), then overrides."""
+    items = [x for x in items if x != "--"]
+    for i, x in enumerate(items):
+        if _KEY.match(x):
+            return items[:i], items[i:]
+    return items, []
+
+
+def _list(value: str) -> List[str]:
+    return [x for x in re.split(r"[,\s]+", value or "") if x]
+
+
+def _ints(value: str, flag: str) -> List[int]:
+    try:
+        return [int(x) for x in _list(value)]
+    except ValueError:
+        raise SystemExit(f"error: {flag} {value!r}: integers separated by commas or spaces")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m argtca.experiments", description=_DOC,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def common(p, seeds: str):
+        p.add_argument("items", nargs="*", metavar="DATASET | KEY VALUE",
+                       help="configs/datasets keys, then KEY VALUE overrides for every run")
+        p.add_argument("--root", default="", help="data root (default $DATA; the demo needs none)")
+        p.add_argument("--out-root", default="output",
+                       help="folder of the run folders and of report/ (default output)")
+        p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                       help="import MODULE before the runs (e.g. your selector); repeatable")
+        p.add_argument("--report-dir", default=None, help="report folder (default "
+                       "<out-root>/report/<command>)")
+        if seeds is not None:
+            p.add_argument("--seeds", default=seeds, help=f"seeds (default {seeds})")
+            p.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+            p.add_argument("--quiet", action="store_true",
+                           help="hide each run's progress output (errors still show)")
+
+    t1 = sub.add_parser("table1", help="every method on every present dataset, over seeds")
+    common(t1, "1,2,3")
+    t1.add_argument("--methods", default="", help="subset of zeroshot,tpt,ctpt,otpt,atpt,tca,"
+                    "argtca-div,argtca-disc (default all; any argtca-SELECTOR)")
+    t1.add_argument("--baseline-config", default=None, metavar="YAML",
+                    help="tuned.yaml of the tune command: the baselines' weights")
+    t2 = sub.add_parser("table2", help="ablations: full / zero edges / raw EOS / random")
+    common(t2, "1")
+    t2.add_argument("--selectors", default="div,disc")
+    sw = sub.add_parser("sweep", help="alpha/beta sensitivity figures")
+    common(sw, "1")
+    sw.add_argument("--selectors", default="div,disc")
+    sw.add_argument("--alphas", default="5,10,20,40")
+    sw.add_argument("--betas", default="15,25,35,50")
+    sw.add_argument("--fixed-alpha", default="10", help="alpha of the beta line (default 10)")
+    sw.add_argument("--fixed-beta", default="35", help="beta of the alpha line (default 35)")
+    t3 = sub.add_parser("table3", help="attributes tca/div/disc pick for chosen classes")
+    common(t3, None)
+    t3.add_argument("--class", dest="classes", action="append", default=[],
+                    metavar="[DATASET:]NAME", help="class to show (repeat); NAME for every "
+                    "dataset, DATASET:NAME for one")
+    t3.add_argument("--num-classes", type=int, default=5,
+                    help="classes shown where none is given (the first N)")
+    t3.add_argument("--selectors", default="tca,div,disc")
+    tu = sub.add_parser("tune", help="re-tune the baselines' weights on a validation split")
+    common(tu, "1")
+    tu.add_argument("--split", default="val", help="split evaluated (default val)")
+    tu.add_argument("--tolerance", type=float, default=1.0,
+                    help="accuracy points below the best that still qualify (default 1.0); "
+                    "among those the lowest ECE is chosen")
+    tu.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
+                    help="a method's grid, e.g. TRAINER.CTPT.LAMBDA=25,50 (repeat; a method "
+                    "named here gets only the keys given; default grids in argtca/experiments/"
+                    "tune.py)")
+    tu.add_argument("--write", default=None, metavar="YAML",
+                    help="where to write the chosen values (default <report-dir>/tuned.yaml)")
+    return ap
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    from .plan import ExperimentError, check_opts
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = build_parser()
+    sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
+    if not argv or argv[0] not in sub.choices:
+        ap.parse_args(argv)   # --help, or the error naming the commands
+        return 2
+    # options may come between or after the datasets and the KEY VALUE overrides
+    a = sub.choices[argv[0]].parse_intermixed_args(argv[1:])
+    a.cmd = argv[0]
+    root = os.path.abspath(os.path.expanduser(a.root or os.environ.get("DATA", ""))) \
+        if (a.root or os.environ.get("DATA")) else ""
+    try:
+        datasets, opts = _split_items(a.items)
+        opts = check_opts(opts)
+        kw = dict(root=root, out_root=a.out_root, opts=opts, plugins=a.plugin,
+                  report_dir=a.report_dir)
+        if a.cmd != "table3":
+            kw.update(seeds=_ints(a.seeds, "--seeds"), dry_run=a.dry_run, quiet=a.quiet)
+            if not kw["seeds"]:
+                raise ExperimentError("--seeds is empty")
+        if a.cmd == "table1":
+            from .tables import table1
+            return table1(datasets, methods=_list(a.methods),
+                          baseline_config=a.baseline_config, **kw)
+        if a.cmd == "table2":
+            from .tables import table2
+            return table2(datasets, selectors=_list(a.selectors), **kw)
+        if a.cmd == "sweep":
+            from .tables import sweep
+            return sweep(datasets, selectors=_list(a.selectors), alphas=_list(a.alphas),
+                         betas=_list(a.betas), fixed_alpha=a.fixed_alpha,
+                         fixed_beta=a.fixed_beta, **kw)
+        if a.cmd == "table3":
+            from .tables import table3
+            return table3(datasets, classes=a.classes, num_classes=a.num_classes,
+                          selectors=a.selectors, **kw)
+        from .tune import tune
+        if len(datasets) > 1:
+            raise ExperimentError(f"tune takes one dataset, got {datasets}")
+        return tune(datasets[0] if datasets else "caltech101", grid_items=a.grid,
+                    tolerance=a.tolerance, split=a.split, write=a.write, **kw)
+    except (ExperimentError, KeyError) as e:
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""What the experiment commands share: run specifications, the folder layout of the scripts,
+which datasets are present, and running a list of runs (in this process, one after the other).
+
+A run is started whether or not its folder is finished: ``argtca.run`` re-reads a finished
+folder of the same fingerprint (nothing is recomputed), resumes an interrupted one and refuses
+one made with other settings, naming the differing keys (README "What a run guarantees"). So a
+command can be repeated after a crash, and never reports numbers of other settings.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+REPO = Path(__file__).resolve().parents[2]
+CONFIGS = REPO / "configs"
+
+METHODS = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca-div", "argtca-disc"]
+BASELINES = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca"]
+# Table 1 of C-TPT / TCA / ArgTCA: ImageNet and the ten fine-grained sets (configs/datasets keys)
+TABLE1_DATASETS = ["imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers",
+                   "food101", "fgvc_aircraft", "sun397", "dtd", "eurosat", "ucf101"]
+ABLATION_DATASETS = ["caltech101", "oxford_pets", "dtd"]
+# methods reading an attribute file (DATASET.ATTRIBUTE_FILE or the dataset's TCA file)
+NEEDS_ATTRIBUTES = ("tca", "argtca")
+
+
+class ExperimentError(ValueError):
+    """Bad input to an experiment command: one line naming the value and the fix."""
+
+
+def split_method(name: str) -> Tuple[str, Optional[str]]:
+    """``argtca-div`` -> ("argtca", "div"); ``tpt`` -> ("tpt", None)."""
+    name = name.strip().lower()
+    if name.startswith("argtca-") or name.startswith("argtca:"):
+        return "argtca", name[7:]
+    if name in BASELINES:
+        return name, None
+    raise ExperimentError(f"unknown method {name!r}; choose from {', '.join(BASELINES)} or "
+                          f"argtca-SELECTOR (e.g. {', '.join(METHODS[-2:])})")
+
+
+def dataset_yaml(ds: str) -> Path:
+    p = CONFIGS / "datasets" / f"{ds}.yaml"
+    if not p.is_file():
+        known = sorted(f.stem for f in (CONFIGS / "datasets").glob("*.yaml"))
+        raise ExperimentError(f"no configs/datasets/{ds}.yaml; available: {', '.join(known)}")
+    return p
+
+
+def check_opts(opts: Sequence[str], what: str = "overrides") -> List[str]:
+    """KEY VALUE pairs, each key known to argtca/config.py (checked now, not after hours)."""
+    opts = list(opts)
+    if opts and opts[0] == "--":
+        opts = opts[1:]
+    if len(opts) % 2:
+        raise ExperimentError(f"{what} must be KEY VALUE pairs, got: {' '.join(opts)}")
+    from ..config import get_cfg_default
+    default = get_cfg_default()
+    for k in opts[::2]:
+        node = default
+        for part in k.split("."):
+            if not hasattr(node, "get") or part not in node:
+                raise ExperimentError(f"{what}: unknown config key {k}; every key and its "
+                                      f"default is in argtca/config.py")
+            node = node[part]
+    return opts
+
+
+@dataclass
+class RunSpec:
+    """One run of ``python -m argtca.run``: the same command and folder as the scripts
+    (baseline.sh, argtca.sh, ablation.sh, sweep.sh) would start."""
+    method: str                  # zeroshot | tpt | ctpt | otpt | atpt | tca | argtca
+    dataset: str                 # configs/datasets key
+    seed: int
+    out: Path
+    selector: Optional[str] = None
+    overrides: List[str] = field(default_factory=list)
+    label: str = ""
+
+    def argv(self, root: str, plugins: Sequence[str] = ()) -> List[str]:
+        a: List[str] = []
+        for p in plugins:
+            a += ["--plugin", p]
+        a += ["--root", root or "", "--seed", str(self.seed),
+              "--dataset-config-file", str(dataset_yaml(self.dataset)),
+              "--config-file", str(CONFIGS / "trainers" / f"{self.method}.yaml"),
+              "--output-dir", str(self.out)]
+        if self.method == "argtca":
+            a += ["TRAINER.ARGTCA.SELECTOR", str(self.selector)]
+        return a + [str(x) for x in self.overrides]
+
+    @property
+    def name(self) -> str:
+        m = f"argtca-{self.selector}" if self.method == "argtca" else self.method
+        return self.label or f"{m} on {self.dataset}, seed {self.seed}"
+
+
+def run_dir(root: Path, method: str, dataset: str, seed: int,
+            selector: Optional[str] = None) -> Path:
+    """compare.sh's layout: <root>/<method>/<ds>/seed<k>, <root>/argtca/<ds>/<sel>/seed<k>."""
+    if method == "argtca":
+        return Path(root) / "argtca" / dataset / str(selector) / f"seed{seed}"
+    return Path(root) / method / dataset / f"seed{seed}"
+
+
+# ----------------------------------------------------------------------------- presence
+@dataclass
+class Presence:
+    dataset: str
+    present: bool
+    why: str = ""                       # what is missing and the fix (absent datasets)
+    attributes: Optional[str] = None    # the attribute file, when it can be had
+    attributes_problem: str = ""        # why TCA/ArgTCA cannot run (present datasets)
+
+
+def check_presence(datasets: Sequence[str], root: str, split: str = "test",
+                   opts: Sequence[str] = (), need_attributes: bool = True) -> List[Presence]:
+    """Per dataset: is its data under ``root`` (the data doctor's check, without opening the
+    images; the run checks them at load), and can its attribute file be had (given, cached, or
+    fetched now)? The demo is always present."""
+    from ..data.doctor import PRESENT, check_dataset
+    from ..datasets import resolve_dataset_class
+    out = []
+    for ds in datasets:
+        dataset_yaml(ds)
+        if ds == "demo":
+            pr = Presence(ds, True)
+        elif not root:
+            pr = Presence(ds, False, "no data root: set $DATA or pass --root /path/to/data "
+                                     "(python -m argtca.data check shows what is there)")
+        elif not os.path.isdir(root):
+            pr = Presence(ds, False, f"data root {root} does not exist")
+        else:
+            from ..select_attributes import build_cfg
+            name = str(build_cfg(ds, []).DATASET.NAME)
+            rep = check_dataset(resolve_dataset_class(name), root, split=split,
+                                open_images=False)
+            pr = Presence(ds, rep.status == PRESENT,
+                          "; ".join(rep.notes + [f"fix: {f}" for f in rep.fixes]))
+        if pr.present and need_attributes:
+            from ..fetch import attribute_file_for
+            from ..select_attributes import build_cfg
+            try:
+                pr.attributes = attribute_file_for(build_cfg(ds, list(opts)))
+            except (ValueError, OSError) as e:   # AttributeFileError / FetchError are ValueErrors
+                pr.attributes_problem = str(e).replace("\n", " ")
+        out.append(pr)
+    return out
+
+
+def presence_lines(pres: Sequence[Presence], methods_need_attributes: bool) -> List[str]:
+    lines = []
+    absent = [p for p in pres if not p.present]
+    if absent:
+        lines.append(f"absent ({len(absent)} of {len(pres)} datasets; not run):")
+        lines += [f"  {p.dataset}: {p.why}" for p in absent]
+    if methods_need_attributes:
+        for p in pres:
+            if p.present and p.attributes_problem:
+                lines.append(f"  {p.dataset}: TCA and ArgTCA not run: {p.attributes_problem}")
+    here = [p.dataset for p in pres if p.present]
+    lines.append(f"present: {', '.join(here) if here else 'none'}")
+    return lines
+
+
+# ----------------------------------------------------------------------------- running
+@dataclass
+class Outcome:
+    spec: RunSpec
+    rc: int
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and (self.spec.out / "summary.json").is_file()
+
+
+def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
+            tag: str = "experiments", quiet: bool = False,
+            runner: Optional[Callable[[List[str]], int]] = None) -> List[Outcome]:
+    """Run every spec in order with ``argtca.run.main`` in this process. A failing run is
+    reported (its own error line is printed by the run) and the others still run."""
+    if runner is None:
+        from ..run import main as runner
+    outcomes = []
+    for i, s in enumerate(specs, 1):
+        print(f"[{tag}] {i}/{len(specs)} {s.name} -> {s.out}", flush=True)
+        t0 = time.time()
+        argv = s.argv(root, plugins)
+        if quiet:   # the run's own progress lines go nowhere; its errors still reach stderr
+            with contextlib.redirect_stdout(io.StringIO()):
+                rc = runner(argv)
+        else:
+            rc = runner(argv)
+        o = Outcome(s, int(rc or 0), time.time() - t0)
+        if rc == 0 and not o.ok:
+            print(f"[{tag}] error: {s.name} finished but {s.out}/summary.json is missing",
+                  file=sys.stderr)
+        elif rc != 0:
+            print(f"[{tag}] error: {s.name} failed (exit {rc}, message above); the other runs "
+                  f"go on. A folder made with other settings is never reused: delete {s.out} "
+                  f"or choose another --out-root", file=sys.stderr)
+        outcomes.append(o)
+    return outcomes
+
+
+def failure_lines(outcomes: Sequence[Outcome], tag: str) -> List[str]:
+    bad = [o for o in outcomes if not o.ok]
+    if not bad:
+        return []
+    return [f"[{tag}] {len(bad)} of {len(outcomes)} run(s) failed and are not in the report "
+            f"(run the same command again after fixing them; finished runs are only re-read):"
+            ] + [f"  {o.spec.name}: exit {o.rc}, {o.spec.out}" for o in bad]
+
+
+def as_float(v) -> str:
+    """yacs refuses an int for a float key: 5 -> '5.0' (as sweep.sh does)."""
+    s = str(v)
+    return s if any(c in s for c in ".eE") else f"{s}.0"
+
+
+def value_for(key: str, v) -> str:
+    """A value as ``KEY VALUE`` text in the type of the key's default (5 -> '5.0' for a float
+    key, since yacs refuses an int there)."""
+    from ..report.runs import _config_default
+    if isinstance(_config_default(key), float) and not isinstance(v, bool):
+        try:
+            return as_float(float(v)) if not isinstance(v, str) else as_float(v)
+        except (TypeError, ValueError):
+            return str(v)
+    return str(v)
+
+
+def load_baseline_config(path) -> Dict[str, List[str]]:
+    """``tuned.yaml`` written by ``python -m argtca.experiments tune``: ``method: {KEY: value}``
+    -> {method: [KEY, value, ...]}; every method and key is checked now."""
+    import yaml
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except OSError as e:
+        raise ExperimentError(f"--baseline-config {p}: cannot be read ({e.strerror})") from None
+    except yaml.YAMLError as e:
+        raise ExperimentError(f"--baseline-config {p}: malformed YAML ({e}); fix the file or "
+                              f"write it again with python -m argtca.experiments tune") from None
+    if not isinstance(data, dict):
+        raise ExperimentError(f"--baseline-config {p}: expected a mapping method -> "
+                              f"{{KEY: value}}, got {type(data).__name__}")
+    out: Dict[str, List[str]] = {}
+    for m, kv in data.items():
+        if str(m).lower() not in BASELINES:
+            raise ExperimentError(f"--baseline-config {p}: unknown method {m!r}; methods are "
+                                  f"{', '.join(BASELINES)}")
+        if not isinstance(kv, dict):
+            raise ExperimentError(f"--baseline-config {p}: {m}: expected {{KEY: value}}, got "
+                                  f"{kv!r}")
+        flat: List[str] = []
+        for k, v in kv.items():
+            flat += [str(k), value_for(str(k), v)]
+        out[str(m).lower()] = check_opts(flat, f"--baseline-config {p}: {m}")
+    return out

@@ -1,0 +1,235 @@
+"""Table 1 (every method, every present dataset, over seeds), Table 2 (ablations), the α/β
+sensitivity figures and Table 3 (attributes of chosen classes): plan the runs, run them, report.
+
+Folder layout = the scripts' (compare.sh, ablation.sh, sweep.sh), so runs made by either are
+shared: ``<out>/<method>/<ds>/seed<k>``, ``<out>/argtca/<ds>/<sel>/seed<k>``,
+``<out>/ablation/<ds>/{edges_none,raw}_<sel>/seed<k>``,
+``<out>/sweep/<ds>/<sel>/a<α>_b<β>`` (``_seed<k>`` appended for seeds other than 1). Runs with a
+``--baseline-config`` go to ``<out>/tuned/<config stem>/<method>/<ds>/seed<k>``.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, ExperimentError,
+                   Presence, RunSpec, as_float, check_presence, execute, failure_lines,
+                   load_baseline_config, presence_lines, run_dir, split_method)
+
+
+def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presence]:
+    pres = check_presence(datasets, root, split=split, opts=opts, need_attributes=need_attr)
+    for line in presence_lines(pres, need_attr):
+        print(f"[{tag}] {line}", flush=True)
+    return pres
+
+
+def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
+    """Report over the finished runs; exit status 0 when every run finished, else 1."""
+    if dry_run:
+        for s in specs:
+            print(f"[{tag}] would run: {s.name} -> {s.out}")
+        return 0
+    for line in failure_lines(outcomes, tag):
+        print(line, file=sys.stderr)
+    done = [o.spec.out for o in outcomes if o.ok]
+    if not done:
+        print(f"[{tag}] error: no run finished, no report written", file=sys.stderr)
+        return 1
+    written = make(done)
+    for name in ("table.md", "ablation.md", "sweep.md"):
+        if name in written:
+            print(Path(written[name]).read_text())
+    print(f"[{tag}] wrote: " + ", ".join(str(p) for p in written.values()))
+    return 0 if len(done) == len(outcomes) else 1
+
+
+# ----------------------------------------------------------------------------- Table 1
+def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
+                out_root: Path, opts: Sequence[str],
+                tuned: Optional[Dict[str, List[str]]] = None, tuned_tag: str = "tuned"
+                ) -> List[RunSpec]:
+    """Seed-major (one seed of every dataset and method first), then dataset, then method."""
+    specs = []
+    for seed in seeds:
+        for p in pres:
+            if not p.present:
+                continue
+            for name in methods:
+                method, sel = split_method(name)
+                if method in NEEDS_ATTRIBUTES and p.attributes_problem:
+                    continue
+                ov = list(opts)
+                out = run_dir(out_root, method, p.dataset, seed, sel)
+                if tuned and method in tuned:
+                    ov += tuned[method]
+                    out = out_root / "tuned" / tuned_tag / method / p.dataset / f"seed{seed}"
+                specs.append(RunSpec(method, p.dataset, seed, out, sel, ov))
+    return specs
+
+
+def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
+           methods: Sequence[str] = (), root: str = "", out_root="output",
+           opts: Sequence[str] = (), baseline_config=None, plugins: Sequence[str] = (),
+           dry_run: bool = False, quiet: bool = False, report_dir=None) -> int:
+    from ..report import make_report
+    from .plan import METHODS
+    datasets = list(datasets) or TABLE1_DATASETS
+    methods = list(methods) or METHODS
+    for m in methods:
+        split_method(m)
+    out_root = Path(out_root)
+    tuned = load_baseline_config(baseline_config) if baseline_config else None
+    need_attr = any(split_method(m)[0] in NEEDS_ATTRIBUTES for m in methods)
+    pres = _present(datasets, root, opts, need_attr, "table1")
+    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned,
+                        Path(baseline_config).stem if baseline_config else "tuned")
+    outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet)
+    rep = Path(report_dir) if report_dir else out_root / "report" / "table1"
+    return _finish(outcomes, "table1", lambda done: make_report(done, rep, show_std=True),
+                   dry_run, specs)
+
+
+# ----------------------------------------------------------------------------- Table 2
+def plan_ablation(pres: Sequence[Presence], seeds: Sequence[int], out_root: Path,
+                  opts: Sequence[str], selectors: Sequence[str] = ("div", "disc")
+                  ) -> List[RunSpec]:
+    """ablation.sh's runs: per selector full / zero edges / raw EOS, and random once."""
+    specs = []
+    for seed in seeds:
+        for p in pres:
+            if not p.present or p.attributes_problem:
+                continue
+            ds = p.dataset
+            for sel in selectors:
+                specs.append(RunSpec("argtca", ds, seed, run_dir(out_root, "argtca", ds, seed,
+                                                                  sel), sel, list(opts)))
+                specs.append(RunSpec("argtca", ds, seed, out_root / "ablation" / ds /
+                                     f"edges_none_{sel}" / f"seed{seed}", sel,
+                                     list(opts) + ["TRAINER.ARGTCA.EDGES", "none"],
+                                     f"argtca-{sel} zero edges on {ds}, seed {seed}"))
+                specs.append(RunSpec("argtca", ds, seed, out_root / "ablation" / ds /
+                                     f"raw_{sel}" / f"seed{seed}", sel,
+                                     list(opts) + ["TRAINER.ARGTCA.EMBEDDINGS", "raw"],
+                                     f"argtca-{sel} raw EOS on {ds}, seed {seed}"))
+            specs.append(RunSpec("argtca", ds, seed, run_dir(out_root, "argtca", ds, seed,
+                                                              "random"), "random", list(opts)))
+    return specs
+
+
+def table2(datasets: Sequence[str] = (), seeds: Sequence[int] = (1,), root: str = "",
+           out_root="output", opts: Sequence[str] = (), plugins: Sequence[str] = (),
+           selectors: Sequence[str] = ("div", "disc"), dry_run: bool = False,
+           quiet: bool = False, report_dir=None) -> int:
+    from ..report import make_ablation_report
+    out_root = Path(out_root)
+    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table2")
+    specs = plan_ablation(pres, seeds, out_root, opts, selectors)
+    outcomes = [] if dry_run else execute(specs, root, plugins, "table2", quiet)
+    rep = Path(report_dir) if report_dir else out_root / "report" / "table2"
+    return _finish(outcomes, "table2", lambda done: make_ablation_report(done, rep),
+                   dry_run, specs)
+
+
+# ----------------------------------------------------------------------------- sweep
+def sweep_dir(out_root: Path, ds: str, sel: str, a: str, b: str, seed: int) -> Path:
+    """sweep.sh's folder (``a<α>_b<β>``), ``_seed<k>`` appended for seeds other than 1."""
+    name = f"a{a}_b{b}" + ("" if seed == 1 else f"_seed{seed}")
+    return out_root / "sweep" / ds / sel / name
+
+
+def plan_sweep(pres: Sequence[Presence], selectors: Sequence[str], seeds: Sequence[int],
+               out_root: Path, opts: Sequence[str], alphas: Sequence[str] = ("5", "10", "20",
+               "40"), betas: Sequence[str] = ("15", "25", "35", "50"), fixed_alpha: str = "10",
+               fixed_beta: str = "35") -> List[RunSpec]:
+    points = [(a, fixed_beta) for a in alphas] + [(fixed_alpha, b) for b in betas]
+    points = list(dict.fromkeys(points))   # (10, 35) is on both lines: run once
+    specs = []
+    for seed in seeds:
+        for p in pres:
+            if not p.present or p.attributes_problem:
+                continue
+            for sel in selectors:
+                for a, b in points:
+                    specs.append(RunSpec(
+                        "argtca", p.dataset, seed, sweep_dir(out_root, p.dataset, sel, a, b, seed),
+                        sel, list(opts) + ["TRAINER.ARGTCA.ALPHA", as_float(a),
+                                           "TRAINER.ARGTCA.BETA", as_float(b)],
+                        f"argtca-{sel} alpha={a} beta={b} on {p.dataset}, seed {seed}"))
+    return specs
+
+
+def sweep(datasets: Sequence[str] = (), selectors: Sequence[str] = ("div", "disc"),
+          seeds: Sequence[int] = (1,), root: str = "", out_root="output",
+          opts: Sequence[str] = (), plugins: Sequence[str] = (), alphas=("5", "10", "20", "40"),
+          betas=("15", "25", "35", "50"), fixed_alpha="10", fixed_beta="35",
+          dry_run: bool = False, quiet: bool = False, report_dir=None) -> int:
+    from ..report import make_sweep_report
+    out_root = Path(out_root)
+    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "sweep")
+    specs = plan_sweep(pres, selectors, seeds, out_root, opts, alphas, betas, fixed_alpha,
+                       fixed_beta)
+    outcomes = [] if dry_run else execute(specs, root, plugins, "sweep", quiet)
+    rep = Path(report_dir) if report_dir else out_root / "report" / "sweep"
+    return _finish(outcomes, "sweep", lambda done: make_sweep_report(done, rep), dry_run, specs)
+
+
+# ----------------------------------------------------------------------------- Table 3
+def text_table_to_markdown(text: str) -> str:
+    """select_attributes' fixed-width table (``a | b`` rows, a ``-+-`` rule) as Markdown."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    out = []
+    for i, ln in enumerate(lines):
+        if i == 1 and set(ln) <= {"-", "+"}:
+            out.append("|" + "|".join([":---"] * (ln.count("-+-") + 1)) + "|")
+        else:
+            out.append("| " + " | ".join(c.strip() for c in ln.split(" | ")) + " |")
+    return "\n".join(out) + "\n"
+
+
+def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classes: int = 5,
+           selectors: str = "tca,div,disc", root: str = "", out_root="output",
+           opts: Sequence[str] = (), plugins: Sequence[str] = (), report_dir=None) -> int:
+    """The attributes tca, div and disc pick for chosen classes, per present dataset, from the
+    Phase-1 store the runs use (``python -m argtca.select_attributes``). ``classes``: NAME
+    (every dataset) or DATASET:NAME; a dataset without any gets its first ``num_classes``."""
+    from .. import select_attributes
+    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table3")
+    rep = Path(report_dir) if report_dir else Path(out_root) / "report" / "table3"
+    rep.mkdir(parents=True, exist_ok=True)
+    md = ["# Attributes selected per class (Table 3)", "",
+          f"Selectors {selectors}; M' = TRAINER.ARGTCA.NUM_ATTRIBUTES picks per class from the "
+          "Phase-1 store ($ARGTCA_CACHE/phase1) shared with the runs."]
+    rc = 0
+    for p in pres:
+        if not p.present or p.attributes_problem:
+            continue
+        mine = [c.split(":", 1)[1] for c in classes if c.split(":", 1)[0] == p.dataset
+                and ":" in c] + [c for c in classes if ":" not in c]
+        argv = [p.dataset, "--selectors", selectors, "--num-classes", str(num_classes)]
+        for c in mine:
+            argv += ["--class", c]
+        for pl in plugins:
+            argv += ["--plugin", pl]
+        argv += list(opts) + (["DATASET.ROOT", root] if root else [])
+        buf = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(buf):
+                code = select_attributes.main(argv)
+        except SystemExit as e:
+            print(f"[table3] error: {p.dataset}: {e.code}", file=sys.stderr)
+            rc = 1
+            continue
+        if code:
+            rc = 1
+            continue
+        table = text_table_to_markdown(buf.getvalue())
+        (rep / f"{p.dataset}.md").write_text(table)
+        md += ["", f"## {p.dataset}", "", table]
+        print(f"[table3] {p.dataset}\n{buf.getvalue()}")
+    (rep / "table3.md").write_text("\n".join(md).rstrip() + "\n")
+    print(f"[table3] wrote: {rep / 'table3.md'}")
+    return rc

@@ -1,0 +1,231 @@
+"""The baselines' protocol: re-tune each baseline's own weights on a validation split.
+
+    python -m argtca.experiments tune [caltech101] [--tolerance 1.0] [--grid KEY=v1,v2 ...]
+
+Every setting of the grid runs on ``DATASET.SPLIT val`` (``--split``); per method the setting
+chosen is the one of lowest ECE among those whose accuracy is within ``--tolerance`` points of
+the method's best accuracy on the grid (ties: higher accuracy, then grid order). The whole grid
+goes to ``grid.md``/``grid.csv`` and the chosen values to ``tuned.yaml`` (``method: {KEY:
+value}``), which ``python -m argtca.experiments table1 --baseline-config tuned.yaml`` takes.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import itertools
+import json
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Sequence, Tuple
+
+import numpy as np
+
+from .plan import (ExperimentError, RunSpec, check_opts, check_presence, execute,
+                   failure_lines, presence_lines, value_for)
+
+# Each baseline's own weights and the default grid (the paper's value is in each grid).
+DEFAULT_GRID: Dict[str, List[str]] = {
+    "TRAINER.CTPT.LAMBDA": ["10", "25", "50", "75", "100"],
+    "TRAINER.OTPT.LAMBDA": ["6", "12", "18", "24", "30"],
+    "TRAINER.ATPT.LAMBDA": ["20", "40", "80", "120", "160"],
+    "TRAINER.TCA.ALPHA": ["5", "10", "20"],
+    "TRAINER.TCA.BETA": ["15", "25", "35", "50"],
+}
+NODE_TO_METHOD = {"CTPT": "ctpt", "OTPT": "otpt", "ATPT": "atpt", "TCA": "tca", "TPT": "tpt",
+                  "ZEROSHOTCLIP": "zeroshot"}
+
+
+def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
+    """``KEY=v1,v2`` items over DEFAULT_GRID: a method named in any item gets only the keys
+    given for it (its other keys stay at their defaults); ``KEY=`` drops the key."""
+    given: Dict[str, List[str]] = {}
+    for it in items:
+        if "=" not in it:
+            raise ExperimentError(f"--grid {it!r}: write KEY=v1,v2,... (e.g. "
+                                  f"TRAINER.CTPT.LAMBDA=25,50)")
+        k, v = it.split("=", 1)
+        check_opts([k, "0"], "--grid")
+        method = method_of(k)
+        vals = [x.strip() for x in v.replace(" ", ",").split(",") if x.strip()]
+        for x in vals:
+            try:
+                float(x)
+            except ValueError:
+                raise ExperimentError(f"--grid {k}: {x!r} is not a number") from None
+        given[k] = vals
+    touched = {method_of(k) for k in given}
+    grid = {k: v for k, v in DEFAULT_GRID.items() if method_of(k) not in touched}
+    grid.update({k: v for k, v in given.items() if v})
+    return grid
+
+
+def method_of(key: str) -> str:
+    parts = key.split(".")
+    if len(parts) < 3 or parts[0] != "TRAINER" or parts[1] not in NODE_TO_METHOD:
+        raise ExperimentError(f"--grid {key}: not a baseline's weight; use TRAINER.CTPT.LAMBDA, "
+                              f"TRAINER.OTPT.LAMBDA, TRAINER.ATPT.LAMBDA, TRAINER.TCA.ALPHA/BETA")
+    return NODE_TO_METHOD[parts[1]]
+
+
+def settings(grid: Dict[str, List[str]]) -> Dict[str, List[Tuple[Tuple[str, str], ...]]]:
+    """{method: [((KEY, value), ...), ...]}: the Cartesian product of each method's keys."""
+    by_method: Dict[str, List[str]] = {}
+    for k in grid:
+        by_method.setdefault(method_of(k), []).append(k)
+    return {m: [tuple(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+            for m, keys in by_method.items()}
+
+
+def setting_name(setting) -> str:
+    return "_".join(f"{k.split('.')[-1].lower()}{v}" for k, v in setting)
+
+
+@dataclass
+class Point:
+    method: str
+    setting: Tuple[Tuple[str, str], ...]
+    acc: float
+    ece: float
+    acc_std: float
+    ece_std: float
+    seeds: List[int]
+    within: bool = False
+    chosen: bool = False
+
+
+def choose(points: Sequence[Point], tolerance: float) -> Point:
+    """Lowest ECE among the points whose accuracy is within ``tolerance`` of the best accuracy
+    (ties: higher accuracy, then the first in grid order); marks ``within``/``chosen``."""
+    best = max(p.acc for p in points)
+    for p in points:
+        p.within = p.acc >= best - tolerance - 1e-9
+    pick = min((p for p in points if p.within), key=lambda p: (p.ece, -p.acc))
+    pick.chosen = True
+    return pick
+
+
+def _defaults(setting) -> bool:
+    from ..report.runs import _config_default
+    return all(float(v) == float(_config_default(k)) for k, v in setting)
+
+
+def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split: str) -> str:
+    out = [f"# Baselines tuned on {dataset} ({split} split)", "",
+           f"Acc / ECE in %, mean over seeds. Rule: lowest ECE among the settings whose accuracy "
+           f"is within {tolerance:g} point(s) of the method's best accuracy on the grid "
+           f"(`--tolerance`). ✓ = within the tolerance, **chosen** = written to tuned.yaml, "
+           f"(default) = the value in argtca/config.py.", "",
+           "| Method | Setting | Acc | ECE | Seeds | Within | |", "|:---|:---|---:|---:|:---|:---:|:---|"]
+    for p in points:
+        sd = lambda v: "" if math.isnan(v) else f" ± {v:.2f}"  # noqa: E731
+        name = ", ".join(f"{k.split('.')[-1].lower()}={v}" for k, v in p.setting)
+        if _defaults(p.setting):
+            name += " (default)"
+        out.append(f"| {p.method} | {name} | {p.acc:.2f}{sd(p.acc_std)} | "
+                   f"{p.ece:.2f}{sd(p.ece_std)} | {' '.join(map(str, p.seeds))} | "
+                   f"{'✓' if p.within else ''} | {'**chosen**' if p.chosen else ''} |")
+    return "\n".join(out) + "\n"
+
+
+def grid_csv(points: Sequence[Point]) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["method", "setting", "accuracy", "ece", "accuracy_std", "ece_std", "seeds",
+                "within_tolerance", "chosen"])
+    for p in points:
+        w.writerow([p.method, " ".join(f"{k}={v}" for k, v in p.setting), p.acc, p.ece,
+                    "" if math.isnan(p.acc_std) else p.acc_std,
+                    "" if math.isnan(p.ece_std) else p.ece_std,
+                    " ".join(map(str, p.seeds)), int(p.within), int(p.chosen)])
+    return buf.getvalue()
+
+
+def tuned_yaml(chosen: Dict[str, Point], dataset: str, split: str, tolerance: float) -> str:
+    lines = [f"# Baselines' weights tuned on {dataset} ({split} split) by python -m "
+             f"argtca.experiments tune", f"# rule: lowest ECE within {tolerance:g} accuracy "
+             f"point(s) of the best; use: python -m argtca.experiments table1 "
+             f"--baseline-config THIS_FILE"]
+    for m, p in chosen.items():
+        lines.append(f"{m}:")
+        for k, v in p.setting:
+            lines.append(f"  {k}: {value_for(k, v)}")
+    return "\n".join(lines) + "\n"
+
+
+def _mean_std(v: List[float]) -> Tuple[float, float]:
+    return float(np.mean(v)), (float(np.std(v, ddof=1)) if len(v) > 1 else math.nan)
+
+
+def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: Sequence[str] = (),
+         tolerance: float = 1.0, split: str = "val", root: str = "", out_root="output",
+         opts: Sequence[str] = (), plugins: Sequence[str] = (), dry_run: bool = False,
+         quiet: bool = False, report_dir=None, write=None) -> int:
+    if tolerance < 0:
+        raise ExperimentError(f"--tolerance {tolerance:g}: must be >= 0 (accuracy points)")
+    grid = parse_grid(grid_items)
+    out_root = Path(out_root)
+    pres = check_presence([dataset], root, split=split, opts=opts,
+                          need_attributes="tca" in {method_of(k) for k in grid})
+    for line in presence_lines(pres, True):
+        print(f"[tune] {line}", flush=True)
+    p = pres[0]
+    if not p.present:
+        print(f"[tune] error: {dataset} is absent: {p.why}", file=sys.stderr)
+        return 2
+    by_method = settings(grid)
+    if p.attributes_problem:
+        by_method.pop("tca", None)
+    specs: List[RunSpec] = []
+    where: Dict[Tuple[str, tuple], List[RunSpec]] = {}
+    for m, sets in by_method.items():
+        for st in sets:
+            for seed in seeds:
+                ov = list(opts) + ["DATASET.SPLIT", split]
+                for k, v in st:
+                    ov += [k, value_for(k, v)]
+                s = RunSpec(m, dataset, seed, out_root / "tune" / dataset / split / m /
+                            setting_name(st) / f"seed{seed}", None, ov,
+                            f"{m} {setting_name(st)} on {dataset} {split}, seed {seed}")
+                specs.append(s)
+                where.setdefault((m, st), []).append(s)
+    if dry_run:
+        for s in specs:
+            print(f"[tune] would run: {s.name} -> {s.out}")
+        return 0
+    outcomes = execute(specs, root, plugins, "tune", quiet)
+    for line in failure_lines(outcomes, "tune"):
+        print(line, file=sys.stderr)
+    ok = {o.spec.out for o in outcomes if o.ok}
+    points: List[Point] = []
+    chosen: Dict[str, Point] = {}
+    for m, sets in by_method.items():
+        pts = []
+        for st in sets:
+            sums = [json.loads((s.out / "summary.json").read_text()) for s in where[(m, st)]
+                    if s.out in ok]
+            if not sums:
+                continue
+            acc, acc_sd = _mean_std([float(x["accuracy"]) for x in sums])
+            ece, ece_sd = _mean_std([float(x["ece"]) for x in sums])
+            pts.append(Point(m, st, acc, ece, acc_sd, ece_sd, sorted(int(x["seed"])
+                                                                     for x in sums)))
+        if pts:
+            chosen[m] = choose(pts, tolerance)
+        points += pts
+    if not points:
+        print("[tune] error: no run finished, nothing to choose from", file=sys.stderr)
+        return 1
+    rep = Path(report_dir) if report_dir else out_root / "report" / f"tune_{dataset}_{split}"
+    rep.mkdir(parents=True, exist_ok=True)
+    md = grid_markdown(points, tolerance, dataset, split)
+    (rep / "grid.md").write_text(md)
+    (rep / "grid.csv").write_text(grid_csv(points))
+    target = Path(write) if write else rep / "tuned.yaml"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(tuned_yaml(chosen, dataset, split, tolerance))
+    print(md)
+    print(target.read_text())
+    print(f"[tune] wrote: {rep / 'grid.md'}, {rep / 'grid.csv'}, {target}")
+    return 0 if len(ok) == len(outcomes) else 1

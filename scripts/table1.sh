@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Table 1: every method (zero-shot, TPT, C-TPT, O-TPT, A-TPT, TCA, ArgTCA-Div, ArgTCA-Disc) on
+# every dataset whose data is present, over seeds, then the report (Acc and ECE per dataset, the
+# Average column, mean ± std over seeds, best and second marked; Markdown, CSV, LaTeX).
+#
+#   DATA=/path/to/data bash scripts/table1.sh [DATASET ...] [--seeds 1,2,3] [--methods ...]
+#       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]
+#   bash scripts/table1.sh demo --seeds 1 DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8   # embedded demo
+#
+# Without DATASET: ImageNet and the ten fine-grained sets; absent ones are listed first (with
+# what is missing) and the rest runs. Each dataset's attribute file is the TCA authors' (fetched
+# once) unless DATASET.ATTRIBUTE_FILE is given. Finished runs are only re-read; a folder made with
+# other settings is refused (use another --out-root). Report: <out-root>/report/table1/.
+# Environment: DATA (data root), OPTS="KEY VALUE ..." (overrides for every run), PYTHON.
+# All options: python -m argtca.experiments table1 --help
+set -euo pipefail
+cd "$(dirname "$0")/.."
+read -r -a EXTRA <<< "${OPTS:-}"
+exec "${PYTHON:-python}" -m argtca.experiments table1 "$@" ${EXTRA[@]+"${EXTRA[@]}"}
