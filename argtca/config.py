@@ -103,6 +103,12 @@ _C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts t
                                 # TTA.N_CTX (CTX_INIT's words are then only placeholders). Under
                                 # Dassl: CoOp's --model-dir. Generic contexts only (CSC refused)
 _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
+_C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts the tuning (TPT's
+                                # "+CoOp" rows): CoOp's output folder (holding prompt_learner/) or
+                                # a prompt_learner/model.pth.tar-<epoch> file; its n_ctx must equal
+                                # TTA.N_CTX (CTX_INIT's words are then only placeholders). Under
+                                # Dassl: CoOp's --model-dir. Generic contexts only (CSC refused)
+_C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
 _C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
@@ -144,15 +150,16 @@ _C.TRAINER.ATPT.TAU = 0.99999
 
 _C.TRAINER.TCA = CN()
 _C.TRAINER.TCA.NUM_ATTRIBUTES = 2      # M'
-_C.TRAINER.TCA.ALPHA = 10.0
-_C.TRAINER.TCA.BETA = 35.0
+_C.TRAINER.TCA.ALPHA = None            # None / "auto": by M' as TCA's official script sets them
+_C.TRAINER.TCA.BETA = None             # (M'=1: 1 / 10; M'>=2: 10 / 35); a number wins. The run
+                                       # records the resolved values (argtca/trainers/methods.py)
 _C.TRAINER.TCA.ENTROPY_INPUT = "prob"  # "prob": official code (softmax of probabilities);
                                        # "logprob": the paper's equations (log p)
 
 _C.TRAINER.ARGTCA = CN()
 _C.TRAINER.ARGTCA.NUM_ATTRIBUTES = 2   # M'
-_C.TRAINER.ARGTCA.ALPHA = 10.0
-_C.TRAINER.ARGTCA.BETA = 35.0
+_C.TRAINER.ARGTCA.ALPHA = None         # None / "auto": by M', as TRAINER.TCA.ALPHA/BETA
+_C.TRAINER.ARGTCA.BETA = None
 _C.TRAINER.ARGTCA.ENTROPY_INPUT = "prob"
 _C.TRAINER.ARGTCA.SELECTOR = "div"     # tca | div | disc | random | joint | any registered one
 _C.TRAINER.ARGTCA.NUM_CANDIDATES = 10  # M: the first M distinct attributes of a class become
@@ -287,6 +294,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TTA.N_CTX", lambda v: v >= 1, ">= 1", True)
     num("TTA.CTX_CHECKPOINT_EPOCH", lambda v: v >= 0, ">= 0 (0: model-best, else the last saved)",
         True)
+    num("TTA.CTX_CHECKPOINT_EPOCH", lambda v: v >= 0, ">= 0 (0: model-best, else the last saved)",
+        True)
     num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
     num("TTA.BATCH_IMAGES", lambda v: v >= 1, ">= 1", True)
     num("DATALOADER.NUM_WORKERS", lambda v: v >= -1, ">= 0 (0 loads in the main process), or -1 "
@@ -298,8 +307,9 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.ATPT.TAU", lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT")
     for m in ("TCA", "ARGTCA"):
         num(f"TRAINER.{m}.NUM_ATTRIBUTES", lambda v: v >= 1, ">= 1", True)
-        num(f"TRAINER.{m}.ALPHA", lambda v: v >= 0, ">= 0")
-        num(f"TRAINER.{m}.BETA", lambda v: v >= 0, ">= 0")
+        for k in ("ALPHA", "BETA"):
+            if _get(cfg, f"TRAINER.{m}.{k}") not in (None, "auto"):
+                num(f"TRAINER.{m}.{k}", lambda v: v >= 0, ">= 0, or auto (by NUM_ATTRIBUTES)")
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)
     num("TRAINER.ARGTCA.SELECTOR_SEED", lambda v: v >= 0, ">= 0", True)
     num("TRAINER.ARGTCA.JOINT_WEIGHT", lambda v: 0 <= v <= 1, "[0, 1]")

@@ -126,6 +126,16 @@ class ATPTObjective(Objective):
         return -float(self.node.LAMBDA) * angular_diversity(text, float(self.node.TAU))
 
 
+# TCA's official script sets alpha/beta by the number of attributes, for ViT-B/16 and RN50 alike;
+# it defines M' = 1 and 2 only: larger M' keep M'=2's values (argtca's choice, logged).
+TCA_ALPHA_BETA = {1: (1.0, 10.0), 2: (10.0, 35.0)}
+
+
+def alpha_beta_for(m_prime: int):
+    """TCA's (alpha, beta) for M' attributes per class."""
+    return TCA_ALPHA_BETA[min(max(int(m_prime), 1), max(TCA_ALPHA_BETA))]
+
+
 @OBJECTIVE_REGISTRY.register(name="tca")
 class TCAObjective(Objective):
     """TCA's bag of attribute prompts: p(k|x) = Σ_m exp(s⟨f, f_km⟩) / Σ_{k',m} exp(s⟨f, f_k'm⟩).
@@ -137,6 +147,9 @@ class TCAObjective(Objective):
     def __init__(self, node=None):
         super().__init__(node)
         self.prompts_per_class = int(node.NUM_ATTRIBUTES)
+        auto = alpha_beta_for(self.prompts_per_class)   # ALPHA/BETA None or "auto": by M'
+        self.alpha, self.beta = (auto[i] if node.get(k) in (None, "auto") else float(node.get(k))
+                                 for i, k in enumerate(("ALPHA", "BETA")))
         self.entropy_input = str(node.ENTROPY_INPUT).lower()
         if self.entropy_input not in ("prob", "logprob"):
             raise ValueError(f"ENTROPY_INPUT={node.ENTROPY_INPUT!r}: use 'prob' (official code) or "
@@ -157,4 +170,4 @@ class TCAObjective(Objective):
 
     def regularizer(self, text):
         inter, intra = tca_terms(text, self.prompts_per_class)
-        return -float(self.node.ALPHA) * inter + float(self.node.BETA) * intra
+        return -self.alpha * inter + self.beta * intra

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import List
 
+from argtca.engine.objectives import alpha_beta_for
 from argtca.engine.records import write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import TestTimeTrainer
@@ -43,6 +44,27 @@ class ATPT(TestTimeTrainer):
     method, label, objective_name = "atpt", "A-TPT", "atpt"
 
 
+def resolve_alpha_beta(cfg, node_name: str):
+    """``TRAINER.<node>.ALPHA``/``BETA`` left at None/"auto" -> TCA's values for NUM_ATTRIBUTES
+    (explicit numbers win); returns (cfg with numbers, a log line or "")."""
+    node = cfg.TRAINER[node_name]
+    auto = [k for k in ("ALPHA", "BETA") if node.get(k) is None or str(node.get(k)) == "auto"]
+    if not auto:
+        return cfg, ""
+    m = int(node.NUM_ATTRIBUTES)
+    values = dict(zip(("ALPHA", "BETA"), alpha_beta_for(m)))
+    cfg = cfg.clone()
+    was_frozen = cfg.is_frozen()
+    cfg.defrost()
+    for k in auto:
+        cfg.TRAINER[node_name][k] = values[k]
+    if was_frozen:
+        cfg.freeze()
+    more = " (TCA's script defines M'=1, 2; larger M' keep M'=2's values)" if m > 2 else ""
+    return cfg, (f"TRAINER.{node_name}." + ", ".join(f"{k}={values[k]:g}" for k in auto)
+                 + f" by NUM_ATTRIBUTES={m} (auto){more}")
+
+
 @TRAINER_REGISTRY.register()
 class TCA(TestTimeTrainer):
     """TCA: one prompt "a photo of a {attribute} {class}." per chosen attribute (M' per class),
@@ -65,6 +87,9 @@ class TCA(TestTimeTrainer):
     def check_cfg(self, cfg) -> None:
         if int(self.node.NUM_ATTRIBUTES) < 1:
             raise ValueError(f"TRAINER.{type(self).__name__.upper()}.NUM_ATTRIBUTES must be >= 1")
+        self.cfg, line = resolve_alpha_beta(cfg, type(self).__name__.upper())
+        if line and self.cfg.get("VERBOSE", True):
+            print(f"argtca: {line}", flush=True)
 
     def build_data_loader(self) -> None:
         super().build_data_loader()
