@@ -103,12 +103,6 @@ _C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts t
                                 # TTA.N_CTX (CTX_INIT's words are then only placeholders). Under
                                 # Dassl: CoOp's --model-dir. Generic contexts only (CSC refused)
 _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
-_C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts the tuning (TPT's
-                                # "+CoOp" rows): CoOp's output folder (holding prompt_learner/) or
-                                # a prompt_learner/model.pth.tar-<epoch> file; its n_ctx must equal
-                                # TTA.N_CTX (CTX_INIT's words are then only placeholders). Under
-                                # Dassl: CoOp's --model-dir. Generic contexts only (CSC refused)
-_C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
 _C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
@@ -292,8 +286,6 @@ def check_cfg_values(cfg, tunes=None) -> None:
             "U(0.1, severity)); TPT: 1")
     num("TTA.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
     num("TTA.N_CTX", lambda v: v >= 1, ">= 1", True)
-    num("TTA.CTX_CHECKPOINT_EPOCH", lambda v: v >= 0, ">= 0 (0: model-best, else the last saved)",
-        True)
     num("TTA.CTX_CHECKPOINT_EPOCH", lambda v: v >= 0, ">= 0 (0: model-best, else the last saved)",
         True)
     num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
