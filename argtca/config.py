@@ -132,6 +132,16 @@ _C.TRAINER.ZEROSHOTCLIP.TEMPLATE = "a photo of a {}."
 _C.TRAINER.TPT = CN()
 _C.TRAINER.TPT.ENABLED = True          # placeholder node: TPT has no method-specific knob
 
+# temperature scaling of the final prediction (zeroshot_ts, tpt_ts; argtca/trainers/ts.py)
+_C.TRAINER.TS = CN()
+_C.TRAINER.TS.FIT = "val"              # "val": T minimises the NLL of the validation split;
+                                       # "fixed": T = TRAINER.TS.T
+_C.TRAINER.TS.T = 1.16                 # the fixed temperature (C-TPT's tpt_ts: 1.16 ViT, 1.15 RN)
+_C.TRAINER.TS.FIT_ON = "method"        # "method": the method's own outputs on val (TPT tunes each
+                                       # val image); "zeroshot": zero-shot CLIP's (one cheap pass)
+_C.TRAINER.TS.VAL_SPLIT = "val"        # split of the split file T is fitted on
+_C.TRAINER.TS.VAL_IMAGES = -1          # >0: only the first N validation images
+
 _C.TRAINER.CTPT = CN()
 _C.TRAINER.CTPT.LAMBDA = 50.0          # C-TPT fine-grained script
 
@@ -187,6 +197,7 @@ METHOD_TO_TRAINER = {
     "zeroshot": "ZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
     "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA",
     "argtcazeroshotclip": "ZeroshotCLIP",   # its name under Dassl (CoOp owns ZeroshotCLIP)
+    "zeroshot_ts": "ZeroshotTS", "tpt_ts": "TPTTS",
 }
 
 
@@ -205,6 +216,8 @@ CFG_CHOICES = {
     "TTA.ENGINE": ("auto", "reference", "fast"),
     "TTA.COMPILE": ("auto", "on", "off"),
     "TRAINER.TCA.ENTROPY_INPUT": ("prob", "logprob"),
+    "TRAINER.TS.FIT": ("val", "fixed"),
+    "TRAINER.TS.FIT_ON": ("method", "zeroshot"),
     "TRAINER.ARGTCA.ENTROPY_INPUT": ("prob", "logprob"),
     "TRAINER.ARGTCA.EMBEDDINGS": ("gat", "raw"),
     "TRAINER.ARGTCA.EDGES": ("full", "intra", "inter", "none"),
@@ -237,7 +250,7 @@ def check_cfg_values(cfg, tunes=None) -> None:
     """
     if tunes is None:
         name = str(_get(cfg, "TRAINER.NAME") or "").strip().lower()
-        tunes = name not in ("", "zeroshotclip", "zeroshot")
+        tunes = name not in ("", "zeroshotclip", "zeroshot", "zeroshotts", "zeroshot_ts")
     errors = []
 
     def num(key, ok, allowed, integer=False):
@@ -302,6 +315,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
         for k in ("ALPHA", "BETA"):
             if _get(cfg, f"TRAINER.{m}.{k}") not in (None, "auto"):
                 num(f"TRAINER.{m}.{k}", lambda v: v >= 0, ">= 0, or auto (by NUM_ATTRIBUTES)")
+    num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
+    num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)
     num("TRAINER.ARGTCA.SELECTOR_SEED", lambda v: v >= 0, ">= 0", True)
     num("TRAINER.ARGTCA.JOINT_WEIGHT", lambda v: 0 <= v <= 1, "[0, 1]")

@@ -25,7 +25,7 @@ TRAIN_PY = COOP / "train.py"
 DEMO_YAML = str(REPO / "configs" / "datasets" / "demo.yaml")
 METHODS = {"zeroshot": "ArgtcaZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
            "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA"}
-ARGTCA_DASSL_TRAINERS = set(METHODS.values())
+ARGTCA_DASSL_TRAINERS = set(METHODS.values()) | {"ZeroshotTS", "TPTTS"}   # + temperature scaling
 SMALL = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False",
          "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "5"]
 # the exact change a CoOp user makes (README, "Inside Dassl/CoOp")

@@ -32,6 +32,13 @@ class DasslTestTimeTrainer(TrainerX):
         from argtca.registry import TRAINER_REGISTRY
         cls = TRAINER_REGISTRY.get(self.argtca_trainer)
         self.argtca = cls(self.cfg, dataset=self.test_set, device=self.device)
+        if hasattr(self.argtca, "val_dataset"):   # temperature scaling: DataManager's val split
+            cfg = self.cfg.clone()
+            cfg.defrost()
+            cfg.TEST.SPLIT = str(cfg.TRAINER.TS.VAL_SPLIT)
+            cfg.DATASET.NUM_IMAGES = int(cfg.TRAINER.TS.VAL_IMAGES)
+            if str(cfg.TRAINER.TS.FIT) == "val":
+                self.argtca.val_set = test_set_from_dassl(cfg, self.dm.dataset)
         self.argtca.log_result = self._log_result
         self.summary = None
 
