@@ -52,8 +52,10 @@ def matmul_peak_tflops(dev, n: int = 8192, reps: int = 10) -> Optional[float]:
 
 def image_flops_per_view(model, size: int, dev) -> float:
     from torch.utils.flop_counter import FlopCounterMode
-    x = torch.randn(1, 3, size, size, device=dev)
-    with torch.no_grad(), FlopCounterMode(display=False) as fc:
+    # an input that requires grad keeps nn.MultiheadAttention off its fused inference path, whose
+    # kernel FlopCounterMode does not count (it then misses the attention projections)
+    x = torch.randn(1, 3, size, size, device=dev, requires_grad=True)
+    with torch.enable_grad(), FlopCounterMode(display=False) as fc:
         model.encode_image(x)
     return float(fc.get_total_flops())
 

@@ -263,10 +263,16 @@ class TestTimeDataset(Dataset):
         datum = self.items[index]
         return index, datum, open_rgb(datum.impath)
 
+    # dtype the views travel in from the loader workers (build_views_loader: float16 under fp16
+    # autocast on CUDA, where the image tower's first layer rounds its input to fp16 anyway)
+    out_dtype = torch.float32
+
     def __getitem__(self, k: int) -> Dict[str, Any]:
         index, datum, img = self.load(k)
-        return {"index": index, "views": self.view_gen(img, self.seed, index),
-                "label": int(datum.label), "path": datum.impath}
+        views = self.view_gen(img, self.seed, index)
+        if views.dtype != self.out_dtype:
+            views = views.to(self.out_dtype)
+        return {"index": index, "views": views, "label": int(datum.label), "path": datum.impath}
 
 
 def collate_views(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
