@@ -187,6 +187,10 @@ _C.TRAINER.ARGTCA.GAT.TAU = 0.07
 _C.TRAINER.ARGTCA.GAT.LOSS_ON = "h"    # "h": SupCon on h^L/||h^L|| (the paper's Eq. 7);
                                        # "z": on the projection head (a deviation, SupCon-style)
 _C.TRAINER.ARGTCA.GAT.SEED = 0
+_C.TRAINER.ARGTCA.GAT.TRAIN_ON = []    # vocabularies the GAT is trained on once (argtca/graph/
+                                       # transfer.py): "target", "tca:all-but-target", a dataset
+                                       # with a TCA file, or a file; the dataset's nodes are then
+                                       # embedded by that frozen GAT. []: per-dataset (the paper)
 
 
 def get_cfg_default() -> CN:

@@ -73,7 +73,9 @@ def graph_settings(cfg_node) -> Dict[str, Any]:
 def phase1_settings(cfg_node) -> Dict[str, Any]:
     """Every TRAINER.ARGTCA key that changes Phase 1's output (a plain dict)."""
     g = cfg_node.GAT
+    extra = {"TRAIN_ON": [str(x) for x in g.get("TRAIN_ON", [])]} if g.get("TRAIN_ON") else {}
     return {
+        **extra,
         "NUM_ATTRIBUTES": int(cfg_node.NUM_ATTRIBUTES),
         "NUM_CANDIDATES": int(cfg_node.NUM_CANDIDATES),
         "SELECTOR": str(cfg_node.SELECTOR).lower(),
@@ -247,8 +249,8 @@ def picked_texts(nodes: AttributeNodes, sel: Mapping[int, Sequence]) -> List[Lis
 def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]],
                text_fn: TextFn, cfg_node, store_dir: Optional[str] = None,
                identity: Optional[Mapping] = None, device: str = "cpu",
-               log: Optional[Callable[[str], None]] = None, source: Optional[str] = None
-               ) -> Dict[str, Any]:
+               log: Optional[Callable[[str], None]] = None, source: Optional[str] = None,
+               embed: Optional[Callable[..., NodeEmbeddings]] = None) -> Dict[str, Any]:
     """Select M' attributes per class with TRAINER.ARGTCA settings ``cfg_node``.
 
     ``attributes``: class -> its attribute list as given (the graph takes the first M_k = min(M,
@@ -258,7 +260,9 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
     ``selected_by_index`` [[attr]] (robust to repeated class names), ``scores``, ``attention``
     {class: {attr: score}} ({} without a GAT), ``loss_curve``, ``classnames``, ``candidates``,
     ``short_classes`` {class: M_k}, ``settings``, ``identity``, ``store_key``, ``store_file``,
-    ``reused`` (bool; None for tca/random), ``seconds`` {"gat_train", "total"}.
+    ``reused`` (bool; None for tca/random), ``seconds`` {"gat_train", "total"}. ``embed``:
+    replaces :func:`embed_nodes` (same signature), e.g. the frozen transferred GAT of
+    :mod:`argtca.graph.transfer`.
     """
     t_start = time.perf_counter()
     settings = phase1_settings(cfg_node)
@@ -268,8 +272,8 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
     selector = settings["SELECTOR"]
     ne = None
     if selector not in NO_EMBEDDING_SELECTORS:
-        ne = embed_nodes(nodes, text_fn, cfg_node, device=device, store_dir=store_dir,
-                         identity=identity, log=log)
+        ne = (embed or embed_nodes)(nodes, text_fn, cfg_node, device=device, store_dir=store_dir,
+                                    identity=identity, log=log)
     sel = select_nodes(nodes, None if ne is None else ne.emb, selector,
                        settings["NUM_ATTRIBUTES"], seed=settings["SELECTOR_SEED"],
                        weight=settings["JOINT_WEIGHT"])

@@ -59,11 +59,17 @@ class ArgTCA(TCA):
             return encode_eos_hidden(self.model, self.tokenizer, texts, self.device).cpu()
 
         needs_graph = self.selector not in NO_EMBEDDING_SELECTORS
+        embed = None
+        if needs_graph and list(self.node.GAT.get("TRAIN_ON", [])):
+            from argtca.graph.transfer import make_transfer_embed, resolve_sources
+            embed = make_transfer_embed(
+                resolve_sources(self.node.GAT.TRAIN_ON, self.attribute_file, self.dataset.name),
+                self.classnames, self.candidates)
         result = run_phase1(self.classnames, self.candidates, text_fn, self.node,
                             store_dir=default_store_dir() if needs_graph else None,
                             identity=self.graph_identity() if needs_graph else None,
                             device=str(self.device), log=lambda msg: print(msg, flush=True),
-                            source=self.attribute_file)
+                            source=self.attribute_file, embed=embed)
         result["weights"] = str(self.cfg.MODEL.PRETRAINED)
         self.phase1 = result
         # this run's selection and the key of the stored graph it selected from
