@@ -175,3 +175,28 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
         print("   " + "\n   ".join(row["log_tail"]), flush=True)
         rows.append(row)
     return rows
+
+
+def views_per_core(n_images: int = 12, views: int = 64, size: int = 224) -> Dict[str, float]:
+    """ms of one core per image for TPT's PIL views and the cpu-fast views (AugMix on, the
+    benchmark's 300x225 JPEGs)."""
+    import io
+    from PIL import Image
+    from argtca.bench import _jpeg_pool
+    from argtca.datasets.views import FastViewGenerator, ViewGenerator
+    torch.set_num_threads(1)
+    imgs = [Image.open(io.BytesIO(b)).convert("RGB") for b in _jpeg_pool(n_images + 1)]
+    vg = ViewGenerator(size, views, augmix=True)
+    out = {}
+    for name, gen in (("cpu", vg), ("cpu-fast", FastViewGenerator.like(vg))):
+        gen(imgs[0], 1, 0)
+        t = time.perf_counter()
+        for i, im in enumerate(imgs[1:]):
+            gen(im, 1, i)
+        out[name] = round((time.perf_counter() - t) / n_images * 1e3, 1)
+    return out
+
+
+if __name__ == "__main__":   # python -m argtca.bench_gpu percore
+    if sys.argv[1:2] == ["percore"]:
+        print("ms of one core per image:", views_per_core())
