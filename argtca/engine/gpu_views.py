@@ -22,6 +22,7 @@ Entry point for the trainer loop: :func:`build_views_loader` returns an iterable
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -340,13 +341,20 @@ class ViewsLoader:
     """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
 
     On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
-    one is processed; GPU views are then made on the compute stream.
+    one is processed; GPU views are made on that side stream too (``overlap``, default on;
+    ``ARGTCA_VIEWS_OVERLAP=0`` makes them on the compute stream), so the views of batch n+1 are
+    computed while batch n is tuned (same kernels, same numbers).
     """
 
-    def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None):
+    def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
+                 overlap: Optional[bool] = None):
         self.loader = loader
         self.device = torch.device(device)
         self.maker = maker
+        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=0: make GPU views on the compute stream
+            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "1").strip().lower() not in (
+                "0", "false", "no", "off")
+        self.overlap = bool(overlap) and maker is not None
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -381,6 +389,8 @@ class ViewsLoader:
                 return None, None
             with torch.cuda.stream(stream):
                 b = self._to_device(b)
+                if self.overlap:   # GPU views of batch n+1 made while batch n is tuned
+                    b = self._finish(b)
                 ev = torch.cuda.Event()
                 ev.record(stream)
             return b, ev
@@ -393,7 +403,7 @@ class ViewsLoader:
                 if isinstance(v, torch.Tensor) and v.device.type == "cuda":
                     v.record_stream(torch.cuda.current_stream(self.device))
             nxt, ev = fetch()
-            yield self._finish(cur)
+            yield cur if self.overlap else self._finish(cur)
 
 
 def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
