@@ -76,6 +76,13 @@ _C.DATASET.ATTRIBUTE_FILE = ""  # TCA-format attribute JSON (class -> "attr1 att
 _C.DATASET.CHECK_IMAGES = "header"  # load-time check of every evaluated image: "header" (open
                                     # each file's header, in threads), "decode" (decode each one
                                     # too: catches truncated files), "off"
+# DATASET.NAME ImageFolder (configs/datasets/imagefolder.yaml): DATASET.ROOT is the folder holding
+# one sub-folder per class (class names from folder names, "_" read as a space)
+_C.DATASET.IMAGEFOLDER = CN()
+_C.DATASET.IMAGEFOLDER.CLASSNAMES = ""  # optional file: "<folder> <class name>" per line (or a
+                                        # JSON object folder -> name); its order is label order
+_C.DATASET.IMAGEFOLDER.SPLIT_FILE = ""  # optional split file in CoOp's format (paths relative to
+                                        # DATASET.ROOT); without it every image is a test image
 
 # ----------------------------------------------------------------------------- input / views
 _C.INPUT = CN()

@@ -132,5 +132,7 @@ def _fix_for(msg: str, cls, root: str) -> str:
 
 def check_root(root: str, names: Optional[Sequence[str]] = None, **kw) -> List[Report]:
     from ..datasets import resolve_dataset_class
-    classes = [resolve_dataset_class(n) for n in names] if names else evaluated_datasets()
+    # ImageFolder reads the root itself as the dataset: checked only when named
+    classes = ([resolve_dataset_class(n) for n in names] if names else
+               [c for c in evaluated_datasets() if not getattr(c, "root_is_dataset", False)])
     return [check_dataset(c, root, **kw) for c in classes]

@@ -78,6 +78,10 @@ SOURCES = {
         manual="no torchvision downloader; download ImageNet-Sketch from "
                "https://github.com/HaohanWang/ImageNet-Sketch and extract it into "
                "<root>/imagenet-sketch/ (its sketch/ folder is read as well)"),
+    "ImageFolder": Source(
+        "<class folder>/<images> (the root is the dataset: check it with --root /path/to/images)",
+        manual="your own images: put each class's images in a sub-folder named after the class "
+               "(argtca/datasets/imagefolder.py; README 'Your own data')"),
 }
 
 

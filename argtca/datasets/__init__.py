@@ -8,6 +8,7 @@ from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json
 from . import coop  # noqa: F401  (registers the CoOp datasets)
 from . import imagenet, sun397  # noqa: F401  (registers SUN397 and ImageNet with its variants)
+from . import imagefolder  # noqa: F401  (registers ImageFolder: your own class folders)
 from .coop import COOP_DATASETS
 from .views import (TestTimeDataset, ViewGenerator, augmix_enabled, build_test_loader,
                     build_view_generator)
