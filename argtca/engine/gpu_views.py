@@ -341,9 +341,11 @@ class ViewsLoader:
     """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
 
     On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
-    one is processed; GPU views are made on that side stream too (``overlap``, default on;
-    ``ARGTCA_VIEWS_OVERLAP=0`` makes them on the compute stream), so the views of batch n+1 are
-    computed while batch n is tuned (same kernels, same numbers).
+    one is processed. GPU views are made on the compute stream; ``overlap``
+    (``ARGTCA_VIEWS_OVERLAP=1``) makes them on the copy stream instead, so the views of batch n+1
+    are computed while batch n is tuned (same kernels, same numbers). Off by default: it gained
+    nothing on an H200 (64.4 vs 63.3 img/s, +0.6 GiB; the loop is bound by the host thread that
+    launches both), BENCHMARKS.md.
     """
 
     def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
@@ -351,9 +353,9 @@ class ViewsLoader:
         self.loader = loader
         self.device = torch.device(device)
         self.maker = maker
-        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=0: make GPU views on the compute stream
-            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "1").strip().lower() not in (
-                "0", "false", "no", "off")
+        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=1: make GPU views on the copy stream
+            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "0").strip().lower() in (
+                "1", "true", "yes", "on")
         self.overlap = bool(overlap) and maker is not None
 
     def __len__(self) -> int:
