@@ -3,8 +3,10 @@
 # Throughput / agreement / memory benchmark of the test-time tuning engines on a synthetic
 # Caltech101-layout JPEG dataset with random-weight ViT-B/16 (see BENCHMARKS.md).
 # Defaults: try the fast engine's gradient modes and torch.compile, keep the fastest, profile one
-# batch, then time reference vs fast engine with CPU and GPU views at K=101 and K=1000.
+# batch, measure the image tower (TFLOP/s, % of peak), then time reference vs fast engine with
+# CPU (PIL and cpu-fast) and GPU views at K=101 and K=1000; --cli-gpus 1 2 adds the command line
+# on 1 and 2 GPUs (torchrun) with the defaults.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
-exec "$PY" -m argtca.bench --auto --compile on --input --profile "$@"
+exec "$PY" -m argtca.bench --auto --compile on --input --profile --tower "$@"
