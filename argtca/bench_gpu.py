@@ -75,6 +75,8 @@ def tower_throughput(setup, compile_image: bool = False, reps: int = 5) -> Dict[
               ("fp16 tower + patch matmul", {"half_image": True})]
     if compile_image:
         combos.append(("fp16 tower, compiled", {"half_image": True, "compile_image": True}))
+    if dev.type != "cuda":   # fp32 on the CPU: one tower
+        combos = [("fp32 (CPU)", {"half_image": False})]
     for label, kw in combos:
         try:
             eng = setup.engine("fast", **kw)
