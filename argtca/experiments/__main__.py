@@ -87,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a method's grid, e.g. TRAINER.CTPT.LAMBDA=25,50 (repeat; a method "
                     "named here gets only the keys given; default grids in argtca/experiments/"
                     "tune.py)")
+    tu.add_argument("--methods", default="", help="baselines to tune (default "
+                    "ctpt,otpt,atpt,tca)")
     tu.add_argument("--write", default=None, metavar="YAML",
                     help="where to write the chosen values (default <report-dir>/tuned.yaml)")
     return ap
@@ -134,7 +136,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if len(datasets) > 1:
             raise ExperimentError(f"tune takes one dataset, got {datasets}")
         return tune(datasets[0] if datasets else "caltech101", grid_items=a.grid,
-                    tolerance=a.tolerance, split=a.split, write=a.write, **kw)
+                    tolerance=a.tolerance, split=a.split, write=a.write,
+                    methods=[m.lower() for m in _list(a.methods)], **kw)
     except (ExperimentError, KeyError) as e:
         msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
         print(f"error: {msg}", file=sys.stderr)

@@ -39,9 +39,11 @@ def split_method(name: str) -> Tuple[str, Optional[str]]:
     name = name.strip().lower()
     if name.startswith("argtca-") or name.startswith("argtca:"):
         return "argtca", name[7:]
-    if name in BASELINES:
-        return name, None
-    raise ExperimentError(f"unknown method {name!r}; choose from {', '.join(BASELINES)} or "
+    if name in BASELINES or (name and (CONFIGS / "trainers" / f"{name}.yaml").is_file()
+                             and name != "argtca"):
+        return name, None   # also e.g. zeroshot_ts / tpt_ts (configs/trainers/<name>.yaml)
+    known = sorted(f.stem for f in (CONFIGS / "trainers").glob("*.yaml") if f.stem != "argtca")
+    raise ExperimentError(f"unknown method {name!r}; choose from {', '.join(known)} or "
                           f"argtca-SELECTOR (e.g. {', '.join(METHODS[-2:])})")
 
 
@@ -88,7 +90,8 @@ class RunSpec:
         a: List[str] = []
         for p in plugins:
             a += ["--plugin", p]
-        a += ["--root", root or "", "--seed", str(self.seed),
+        # the demo reads no data root: "" keeps its fingerprint the same whatever --root is
+        a += ["--root", "" if self.dataset == "demo" else (root or ""), "--seed", str(self.seed),
               "--dataset-config-file", str(dataset_yaml(self.dataset)),
               "--config-file", str(CONFIGS / "trainers" / f"{self.method}.yaml"),
               "--output-dir", str(self.out)]
@@ -230,11 +233,13 @@ def value_for(key: str, v) -> str:
     """A value as ``KEY VALUE`` text in the type of the key's default (5 -> '5.0' for a float
     key, since yacs refuses an int there)."""
     from ..report.runs import _config_default
-    if isinstance(_config_default(key), float) and not isinstance(v, bool):
-        try:
-            return as_float(float(v)) if not isinstance(v, str) else as_float(v)
+    d = _config_default(key)
+    if (isinstance(d, float) or d is None) and not isinstance(v, bool):
+        try:   # a None default ("auto", e.g. TRAINER.TCA.ALPHA) takes a float when numeric
+            float(v)
         except (TypeError, ValueError):
             return str(v)
+        return as_float(v)
     return str(v)
 
 

@@ -106,9 +106,18 @@ def choose(points: Sequence[Point], tolerance: float) -> Point:
     return pick
 
 
+# what a None ("auto") default resolves to for the M' = 2 attributes of TCA (TCA's script)
+AUTO_DEFAULTS = {"TRAINER.TCA.ALPHA": 10.0, "TRAINER.TCA.BETA": 35.0}
+
+
 def _defaults(setting) -> bool:
     from ..report.runs import _config_default
-    return all(float(v) == float(_config_default(k)) for k, v in setting)
+    for k, v in setting:
+        d = _config_default(k)
+        d = AUTO_DEFAULTS.get(k) if d is None else d
+        if d is None or float(v) != float(d):
+            return False
+    return True
 
 
 def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split: str) -> str:
@@ -161,10 +170,17 @@ def _mean_std(v: List[float]) -> Tuple[float, float]:
 def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: Sequence[str] = (),
          tolerance: float = 1.0, split: str = "val", root: str = "", out_root="output",
          opts: Sequence[str] = (), plugins: Sequence[str] = (), dry_run: bool = False,
-         quiet: bool = False, report_dir=None, write=None) -> int:
+         quiet: bool = False, report_dir=None, write=None, methods: Sequence[str] = ()) -> int:
     if tolerance < 0:
         raise ExperimentError(f"--tolerance {tolerance:g}: must be >= 0 (accuracy points)")
     grid = parse_grid(grid_items)
+    if methods:   # only these baselines are tuned
+        known = sorted({method_of(k) for k in DEFAULT_GRID})
+        bad = [m for m in methods if m not in known]
+        if bad:
+            raise ExperimentError(f"--methods {','.join(methods)}: {bad} not tunable; choose "
+                                  f"from {', '.join(known)}")
+        grid = {k: v for k, v in grid.items() if method_of(k) in methods}
     out_root = Path(out_root)
     pres = check_presence([dataset], root, split=split, opts=opts,
                           need_attributes="tca" in {method_of(k) for k in grid})

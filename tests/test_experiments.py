@@ -1,0 +1,356 @@
+"""The paper's experiments, one command each (python -m argtca.experiments / scripts/table1.sh,
+table2.sh, sensitivity.sh, table3.sh, tune_baselines.sh), end to end on the embedded demo at CI
+size. One output tree is shared by every test (module fixture): Table 1 first, then the
+ablation and the sweep reuse its ArgTCA runs and stored graph, the tuning writes the config a
+second Table-1 call takes. Every number of a table is checked against the runs' records,
+recomputed here (accuracy and 20-bin ECE), and against their summary.json."""
+import contextlib
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from argtca.experiments.__main__ import main
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["DATASET.NUM_IMAGES", "4", "TTA.N_VIEWS", "4", "DATALOADER.NUM_WORKERS", "0",
+        "TRAINER.ARGTCA.GAT.EPOCHS", "2", "VERBOSE", "False", "USE_CUDA", "False"]
+LABELS = ["Zero-shot CLIP", "TPT", "C-TPT", "O-TPT", "A-TPT", "TCA", "ArgTCA (div)",
+          "ArgTCA (disc)"]
+TUNE_GRID = ["--methods", "ctpt,tca", "--grid", "TRAINER.CTPT.LAMBDA=0,50",
+             "--grid", "TRAINER.TCA.ALPHA=10", "--grid", "TRAINER.TCA.BETA=35"]
+
+
+def _call(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    base = tmp_path_factory.mktemp("experiments")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("ARGTCA_CACHE", str(base / "cache"))   # demo images + Phase-1 store
+    mp.delenv("DATA", raising=False)
+    mp.chdir(REPO)
+    out, empty = base / "out", base / "empty_data"
+    empty.mkdir()
+    common = ["--out-root", str(out), "--quiet"]
+    r = {}
+    try:
+        # Table 1: caltech101 is absent under the data root; demo runs every method
+        r["t1"] = _call(["table1", "caltech101", "demo", "--root", str(empty), "--seeds", "1"]
+                        + common + TINY)
+        seed1 = {p: (p.read_bytes(), p.stat().st_mtime_ns)
+                 for p in [out / "argtca/demo/div/seed1/records.jsonl"]}
+        # one method over seeds 1 and 2: seed 1 is only re-read
+        r["t1b"] = _call(["table1", "demo", "--seeds", "1,2", "--methods", "argtca-div",
+                          "--report-dir", str(out / "report/table1_2seeds")] + common + TINY)
+        r["seed1_before"] = seed1
+        r["t2"] = _call(["table2", "demo", "--selectors", "div"] + common + TINY)
+        r["sweep"] = _call(["sweep", "demo", "--selectors", "div", "--alphas", "20",
+                            "--betas", "50"] + common + TINY)
+        r["t3"] = _call(["table3", "demo", "--class", "tomato", "--class", "demo:lime",
+                         "--out-root", str(out)] + TINY)
+        r["tune"] = _call(["tune", "demo", "--write", str(out / "tuned.yaml")] + TUNE_GRID
+                          + common + TINY)
+        r["t1tuned"] = _call(["table1", "demo", "--seeds", "1", "--methods", "ctpt",
+                              "--baseline-config", str(out / "tuned.yaml"), "--report-dir",
+                              str(out / "report/table1_tuned")] + common + TINY)
+    finally:
+        mp.undo()
+    r["out"] = out
+    return r
+
+
+# ----------------------------------------------------------------------------- helpers
+def _edges():
+    import torch
+    return [float(x) for x in torch.linspace(0, 1, 21)]   # C-TPT's ECE_Loss bin edges
+
+
+def recomputed(run_dir):
+    """(accuracy %, ECE %) from records.jsonl, worked out here."""
+    recs = [json.loads(line) for line in (Path(run_dir) / "records.jsonl").read_text()
+            .splitlines() if line.strip()]
+    conf = np.array([r["conf"] for r in recs], dtype=np.float64)
+    ok = np.array([r["pred"] == r["label"] for r in recs], dtype=np.float64)
+    e = _edges()
+    ece = 0.0
+    for lo, hi in zip(e[:-1], e[1:]):
+        m = (conf > lo) & (conf <= hi)
+        if m.any():
+            ece += abs(conf[m].mean() - ok[m].mean()) * m.mean()
+    return 100 * ok.mean(), 100 * ece
+
+
+def summary(run_dir):
+    return json.loads((Path(run_dir) / "summary.json").read_text())
+
+
+def md_rows(text):
+    return [[c.strip() for c in line.strip().strip("|").split("|")]
+            for line in text.splitlines() if line.startswith("| ")]
+
+
+def plain(cell):
+    return cell.replace("**", "").replace("<u>", "").replace("</u>", "")
+
+
+def run_dirs(out):
+    return {"Zero-shot CLIP": out / "zeroshot/demo/seed1", "TPT": out / "tpt/demo/seed1",
+            "C-TPT": out / "ctpt/demo/seed1", "O-TPT": out / "otpt/demo/seed1",
+            "A-TPT": out / "atpt/demo/seed1", "TCA": out / "tca/demo/seed1",
+            "ArgTCA (div)": out / "argtca/demo/div/seed1",
+            "ArgTCA (disc)": out / "argtca/demo/disc/seed1"}
+
+
+# ----------------------------------------------------------------------------- Table 1
+def test_table1_lists_absent_datasets_first_and_runs_the_rest(tree):
+    rc, out, err = tree["t1"]
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("[table1] absent (1 of 2 datasets")
+    assert lines[1].startswith("[table1]   caltech101: ") and "caltech-101" in lines[1] \
+        and "fix:" in lines[1]
+    assert lines[2] == "[table1] present: demo"
+    assert sum(line.startswith("[table1] ") and "/8 " in line for line in lines) == 8
+    for d in run_dirs(tree["out"]).values():
+        assert summary(d)["n"] == 4
+
+
+def test_table1_numbers_equal_the_runs(tree):
+    out = tree["out"]
+    rep = out / "report/table1"
+    rows = list(csv.reader((rep / "table.csv").open()))
+    assert rows[0] == ["Method", "Metric", "Demo", "Average"]
+    got = {(r[0], r[1]): r[2:] for r in rows[1:]}
+    assert sorted({k[0] for k in got}) == sorted(LABELS)
+    eces = {}
+    for label, d in run_dirs(out).items():
+        acc, ece = recomputed(d)
+        s = summary(d)
+        assert s["accuracy"] == pytest.approx(acc, abs=1e-6)
+        assert s["ece"] == pytest.approx(ece, abs=1e-4)
+        # one seed: no "±"; one dataset: Average = the dataset's value
+        assert got[(label, "Acc")] == [f"{acc:.2f}"] * 2
+        assert got[(label, "ECE")] == [f"{ece:.2f}"] * 2
+        eces[label] = round(ece, 2)
+    # best (bold) and second (underlined) ECE in the Markdown and LaTeX tables
+    ranked = sorted(set(eces.values()))
+    md = dict(_with_labels(md_rows((rep / "table.md").read_text())))
+    for label, v in eces.items():
+        cell = md[(label, "ECE")][2]
+        want = (f"**{v:.2f}**" if v == ranked[0] else f"<u>{v:.2f}</u>" if v == ranked[1]
+                else f"{v:.2f}")
+        assert cell == want, (label, cell, want)
+    tex = (rep / "table.tex").read_text()
+    assert f"\\textbf{{{ranked[0]:.2f}}}" in tex and f"\\underline{{{ranked[1]:.2f}}}" in tex
+
+
+def _with_labels(rows):
+    """Markdown rows -> ((label, metric), row); the ECE row has an empty label cell."""
+    out, label = [], None
+    for r in rows[1:]:
+        label = r[0] or label
+        out.append(((label, r[1]), r))
+    return out
+
+
+def test_table1_mean_std_over_seeds_and_finished_runs_reread(tree):
+    rc, out, err = tree["t1b"]
+    assert rc == 0, err
+    o = tree["out"]
+    for p, (data, mtime) in tree["seed1_before"].items():   # finished runs are only re-read
+        assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime
+    md = dict(_with_labels(md_rows((o / "report/table1_2seeds/table.md").read_text())))
+    for label, sub in (("ArgTCA (div)", "argtca/demo/div"),):
+        for metric, i in (("Acc", 0), ("ECE", 1)):
+            v = [recomputed(o / sub / f"seed{s}")[i] for s in (1, 2)]
+            want = f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}"
+            row = md[(label, metric)]
+            assert [plain(c) for c in row[2:]] == [want, want], (label, metric, row)
+    cells = list(csv.DictReader((o / "report/table1_2seeds/cells.csv").open()))
+    c = [x for x in cells if x["method"] == "ArgTCA (div)" and x["metric"] == "ece"
+         and x["dataset"] == "Demo"][0]
+    e = [summary(o / f"argtca/demo/div/seed{s}")["ece"] for s in (1, 2)]
+    assert float(c["mean"]) == pytest.approx(np.mean(e)) and c["seeds"] == "1 2"
+    assert float(c["std"]) == pytest.approx(np.std(e, ddof=1))
+    assert "$\\pm$" in (o / "report/table1_2seeds/table.tex").read_text()
+
+
+# ----------------------------------------------------------------------------- Table 2
+def test_table2_ablation_reuses_runs_and_stored_graphs(tree):
+    rc, out, err = tree["t2"]
+    assert rc == 0, err
+    o = tree["out"]
+    # the full run is Table 1's, only re-read (its stored graph too)
+    assert "[table2] 1/4 argtca-div on demo, seed 1 -> " in out
+    rows = md_rows((o / "report/table2/ablation.md").read_text())
+    assert rows[0] == ["Variant", "div Acc", "div ECE"]
+    where = {"full": "argtca/demo/div/seed1", "zero edges": "ablation/demo/edges_none_div/seed1",
+             "raw EOS": "ablation/demo/raw_div/seed1", "random": "argtca/demo/random/seed1"}
+    assert [r[0] for r in rows[1:]] == list(where)
+    for r in rows[1:]:
+        acc, ece = recomputed(o / where[r[0]])
+        assert [plain(c) for c in r[1:]] == [f"{acc:.2f}", f"{ece:.2f}"], r
+    assert summary(o / where["zero edges"])["trainer_cfg"]["TRAINER.ARGTCA.EDGES"] == "none"
+    assert summary(o / where["raw EOS"])["trainer_cfg"]["TRAINER.ARGTCA.EMBEDDINGS"] == "raw"
+    p1 = {k: json.loads((o / d / "phase1.json").read_text()) for k, d in where.items()}
+    disc = json.loads((o / "argtca/demo/disc/seed1/phase1.json").read_text())
+    # one stored graph per edge setting: div trained it, disc reused the same one
+    assert p1["full"]["store_key"] == disc["store_key"] and disc["reused"]
+    assert not p1["full"]["reused"]
+    assert p1["zero edges"]["store_key"] != p1["full"]["store_key"]
+
+
+# ----------------------------------------------------------------------------- sweep
+def test_sweep_figures_and_table(tree):
+    rc, out, err = tree["sweep"]
+    assert rc == 0, err
+    o = tree["out"]
+    rep = o / "report/sweep"
+    for f in ("sweep_alpha.png", "sweep_beta.png"):
+        assert (rep / f).stat().st_size > 5_000
+    text = (rep / "sweep.md").read_text()
+    alpha, beta = text.split("## β")
+    d = o / "sweep/demo/div"
+
+    def cell(a, b):
+        acc, ece = recomputed(d / f"a{a}_b{b}")
+        return f"{acc:.2f} / {ece:.2f}"
+    # α line at β = 35 and β line at α = 10 (one point each at this size)
+    a_rows = md_rows(alpha)
+    assert a_rows[0][2:] == ["α=20"]
+    assert a_rows[1][1] == "ArgTCA (div) (β=35)" and a_rows[1][2:] == [cell(20, 35)]
+    b_rows = md_rows(beta)
+    assert b_rows[0][2:] == ["β=50"]
+    assert b_rows[1][1] == "ArgTCA (div) (α=10)" and b_rows[1][2:] == [cell(10, 50)]
+    assert summary(d / "a20_b35")["trainer_cfg"]["TRAINER.ARGTCA.ALPHA"] == 20.0
+
+
+# ----------------------------------------------------------------------------- Table 3
+def test_table3_attributes_of_chosen_classes(tree):
+    rc, out, err = tree["t3"]
+    assert rc == 0, err
+    o = tree["out"]
+    rows = md_rows((o / "report/table3/demo.md").read_text())
+    assert rows[0] == ["class", "tca", "div", "disc"]
+    assert [r[0] for r in rows[1:]] == ["tomato", "lime"]
+    attrs = json.loads((REPO / "argtca/demo/assets/demo_attributes.json").read_text())
+    div = json.loads((o / "argtca/demo/div/seed1/phase1.json").read_text())["selected"]
+    disc = json.loads((o / "argtca/demo/disc/seed1/phase1.json").read_text())["selected"]
+    for r in rows[1:]:
+        c = r[0]
+        assert r[1] == ", ".join(attrs[c].split()[:2])      # TCA: the file's first two
+        assert r[2] == ", ".join(div[c]) and r[3] == ", ".join(disc[c])   # the runs' picks
+    assert "## demo" in (o / "report/table3/table3.md").read_text()
+
+
+# ----------------------------------------------------------------------------- tuning
+def test_tune_grid_rule_and_config_for_table1(tree):
+    rc, out, err = tree["tune"]
+    assert rc == 0, err
+    o = tree["out"]
+    rep = o / "report/tune_demo_val"
+    grid = list(csv.DictReader((rep / "grid.csv").open()))
+    assert [(g["method"], g["setting"]) for g in grid] == [
+        ("ctpt", "TRAINER.CTPT.LAMBDA=0"), ("ctpt", "TRAINER.CTPT.LAMBDA=50"),
+        ("tca", "TRAINER.TCA.ALPHA=10 TRAINER.TCA.BETA=35")]
+    test_ids = {json.loads(line)["path"] for line in
+                (o / "zeroshot/demo/seed1/records.jsonl").read_text().splitlines()}
+    assert set(yaml.safe_load((o / "tuned.yaml").read_text())) == {"ctpt", "tca"}
+    for g in grid:
+        name = "_".join(f"{kv.split('=')[0].split('.')[-1].lower()}{kv.split('=')[1]}"
+                        for kv in g["setting"].split())
+        d = o / "tune/demo/val" / g["method"] / name / "seed1"
+        s = summary(d)
+        assert s["overrides"]["DATASET.SPLIT"] == "val"
+        paths = {json.loads(line)["path"] for line in
+                 (d / "records.jsonl").read_text().splitlines()}
+        assert paths and not paths & test_ids   # evaluated on validation images only
+        acc, ece = recomputed(d)
+        assert float(g["accuracy"]) == pytest.approx(acc) and float(g["ece"]) == \
+            pytest.approx(ece, abs=1e-4)
+    # the rule, worked out here: lowest ECE among accuracies within 1 point of the best
+    c = [g for g in grid if g["method"] == "ctpt"]
+    best = max(float(g["accuracy"]) for g in c)
+    ok = [g for g in c if float(g["accuracy"]) >= best - 1.0]
+    pick = min(ok, key=lambda g: (float(g["ece"]), -float(g["accuracy"])))
+    assert [g["chosen"] for g in c] == ["1" if g is pick else "0" for g in c]
+    lam = float(pick["setting"].split("=")[1])
+    tuned = yaml.safe_load((o / "tuned.yaml").read_text())
+    assert tuned["ctpt"] == {"TRAINER.CTPT.LAMBDA": lam}
+    assert tuned["tca"] == {"TRAINER.TCA.ALPHA": 10.0, "TRAINER.TCA.BETA": 35.0}
+    assert "**chosen**" in (rep / "grid.md").read_text()
+    # Table 1 with the tuned config: C-TPT runs the chosen lambda on the test split
+    rc, out, err = tree["t1tuned"]
+    assert rc == 0, err
+    d = o / "tuned/tuned/ctpt/demo/seed1"
+    assert summary(d)["trainer_cfg"]["TRAINER.CTPT.LAMBDA"] == lam
+    assert summary(d).get("overrides", {}).get("DATASET.SPLIT", "test") == "test"
+    rows = list(csv.reader((o / "report/table1_tuned/table.csv").open()))
+    acc, ece = recomputed(d)
+    assert rows[1][2] == f"{acc:.2f}" and rows[2][2] == f"{ece:.2f}"
+
+
+def test_choose_rule_by_hand():
+    from argtca.experiments.tune import Point, choose
+    pts = [Point("ctpt", (("K", str(i)),), acc, ece, math.nan, math.nan, [1])
+           for i, (acc, ece) in enumerate([(70.0, 5.0), (69.5, 3.0), (68.9, 1.0), (69.5, 3.0)])]
+    assert choose(pts, 1.0) is pts[1]           # 68.9 is out; a tie keeps grid order
+    assert [p.within for p in pts] == [True, True, False, True]
+    for p in pts:
+        p.chosen = False
+    assert choose(pts, 1.1) is pts[2]
+    for p in pts:
+        p.chosen = False
+    assert choose(pts, 0.0) is pts[0]
+
+
+# ----------------------------------------------------------------------------- bad input
+@pytest.mark.parametrize("argv, needle", [
+    (["table1", "demo", "TTA.N_VIEWS"], "KEY VALUE pairs"),
+    (["table1", "demo", "TTA.NO_SUCH", "1"], "unknown config key TTA.NO_SUCH"),
+    (["table1", "demo", "--methods", "tpt,nope"], "unknown method 'nope'"),
+    (["table1", "nope_ds"], "no configs/datasets/nope_ds.yaml"),
+    (["tune", "demo", "--grid", "TTA.LR=1"], "not a baseline's weight"),
+    (["tune", "demo", "--grid", "TRAINER.CTPT.LAMBDA=a"], "'a' is not a number"),
+])
+def test_bad_input_is_one_line(argv, needle):
+    rc, out, err = _call(argv + ["--dry-run"])
+    assert rc == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_bad_baseline_config(tmp_path):
+    bad = tmp_path / "t.yaml"
+    bad.write_text("ctpt:\n  TRAINER.CTPT.LAMBDAX: 1\n")
+    rc, out, err = _call(["table1", "demo", "--dry-run", "--baseline-config", str(bad)])
+    assert rc == 2 and str(bad) in err and "TRAINER.CTPT.LAMBDAX" in err
+    bad.write_text("nomethod:\n  TRAINER.CTPT.LAMBDA: 1\n")
+    rc, out, err = _call(["table1", "demo", "--dry-run", "--baseline-config", str(bad)])
+    assert rc == 2 and "unknown method 'nomethod'" in err
+
+
+def test_scripts_pass_options_and_opts(tmp_path):
+    """The shell wrappers: arguments and $OPTS reach every planned run (dry run: nothing runs)."""
+    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHON=sys.executable,
+               OPTS="TTA.N_VIEWS 8", ARGTCA_CACHE=str(tmp_path / "c"))
+    env.pop("DATA", None)
+    p = subprocess.run(["bash", "scripts/table1.sh", "demo", "--seeds", "1", "--dry-run",
+                        "--out-root", str(tmp_path)], cwd=REPO, env=env, capture_output=True,
+                       text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    runs = [ln for ln in p.stdout.splitlines() if "would run" in ln]
+    assert len(runs) == 8 and all(ln.endswith("(TTA.N_VIEWS 8)") for ln in runs)
+    assert f"argtca-disc on demo, seed 1 -> {tmp_path}/argtca/demo/disc/seed1" in runs[-1]
