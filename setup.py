@@ -14,6 +14,8 @@ setup(
     ],
     extras_require={
         "test": ["pytest"],
+        # python -m argtca.attributes generate (any OpenAI-compatible chat endpoint)
+        "llm": ["openai>=1.0"],
         # what Dassl.pytorch (GitHub only; README "Inside Dassl/CoOp") and CoOp's train.py import
         # at run time; Dassl's own requirements.txt also pins old linters it never imports
         "dassl": ["yacs", "gdown", "tabulate", "tqdm", "scipy", "scikit-learn", "tensorboard",
