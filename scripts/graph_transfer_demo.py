@@ -28,6 +28,7 @@ import os
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)   # argtca from this checkout, installed or not
 SKIP_TCA = ("ImageNet_2_V.json", "SUN397_2_V.json")
 
 
