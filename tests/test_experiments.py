@@ -21,7 +21,7 @@ import yaml
 from argtca.experiments.__main__ import main
 
 REPO = Path(__file__).resolve().parents[1]
-TINY = ["DATASET.NUM_IMAGES", "4", "TTA.N_VIEWS", "4", "DATALOADER.NUM_WORKERS", "0",
+TINY = ["DATASET.NUM_IMAGES", "3", "TTA.N_VIEWS", "2", "DATALOADER.NUM_WORKERS", "0",
         "TRAINER.ARGTCA.GAT.EPOCHS", "2", "VERBOSE", "False", "USE_CUDA", "False"]
 LABELS = ["Zero-shot CLIP", "TPT", "C-TPT", "O-TPT", "A-TPT", "TCA", "ArgTCA (div)",
           "ArgTCA (disc)"]
@@ -126,7 +126,7 @@ def test_table1_lists_absent_datasets_first_and_runs_the_rest(tree):
     assert lines[2] == "[table1] present: demo"
     assert sum(line.startswith("[table1] ") and "/8 " in line for line in lines) == 8
     for d in run_dirs(tree["out"]).values():
-        assert summary(d)["n"] == 4
+        assert summary(d)["n"] == 3
 
 
 def test_table1_numbers_equal_the_runs(tree):
