@@ -14,6 +14,9 @@
 # Environment: DATA (data root), OPTS="KEY VALUE ..." (overrides for every run), PYTHON.
 # All options: python -m argtca.experiments table1 --help
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Paths given (--baseline-config, --write, --root, --out-root) are relative to where you call it
+# from; the run folders default to the repository's output/ (shared with compare.sh and co.).
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 read -r -a EXTRA <<< "${OPTS:-}"
-exec "${PYTHON:-python}" -m argtca.experiments table1 "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+exec "${PYTHON:-python}" -m argtca.experiments table1 --out-root "${OUT_ROOT:-$REPO/output}" "$@" ${EXTRA[@]+"${EXTRA[@]}"}

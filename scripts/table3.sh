@@ -8,6 +8,9 @@
 #
 # Report: <out-root>/report/table3/table3.md. Environment: DATA, OPTS, PYTHON.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Paths given (--baseline-config, --write, --root, --out-root) are relative to where you call it
+# from; the run folders default to the repository's output/ (shared with compare.sh and co.).
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 read -r -a EXTRA <<< "${OPTS:-}"
-exec "${PYTHON:-python}" -m argtca.experiments table3 "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+exec "${PYTHON:-python}" -m argtca.experiments table3 --out-root "${OUT_ROOT:-$REPO/output}" "$@" ${EXTRA[@]+"${EXTRA[@]}"}

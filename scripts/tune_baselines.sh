@@ -11,6 +11,9 @@
 # of the best. Report: <out-root>/report/tune_<dataset>_val/{grid.md,grid.csv,tuned.yaml}.
 # Environment: DATA, OPTS, PYTHON.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+# Paths given (--baseline-config, --write, --root, --out-root) are relative to where you call it
+# from; the run folders default to the repository's output/ (shared with compare.sh and co.).
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
 read -r -a EXTRA <<< "${OPTS:-}"
-exec "${PYTHON:-python}" -m argtca.experiments tune "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+exec "${PYTHON:-python}" -m argtca.experiments tune --out-root "${OUT_ROOT:-$REPO/output}" "$@" ${EXTRA[@]+"${EXTRA[@]}"}

@@ -208,7 +208,7 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
                 where.setdefault((m, st), []).append(s)
     if dry_run:
         for s in specs:
-            print(f"[tune] would run: {s.name} -> {s.out}")
+            print(f"[tune] would run: {s.name} -> {s.out} ({' '.join(s.overrides)})")
         return 0
     outcomes = execute(specs, root, plugins, "tune", quiet)
     for line in failure_lines(outcomes, "tune"):
