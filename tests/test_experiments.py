@@ -354,3 +354,31 @@ def test_scripts_pass_options_and_opts(tmp_path):
     runs = [ln for ln in p.stdout.splitlines() if "would run" in ln]
     assert len(runs) == 8 and all(ln.endswith("(TTA.N_VIEWS 8)") for ln in runs)
     assert f"argtca-disc on demo, seed 1 -> {tmp_path}/argtca/demo/disc/seed1" in runs[-1]
+
+
+def test_execute_goes_on_after_a_failure_and_stops_on_ctrl_c(tmp_path, capsys):
+    """A failed run is listed and the others still run; Ctrl-C (exit 130) stops the batch."""
+    from argtca.experiments.plan import RunSpec, execute, failure_lines
+    specs = [RunSpec("tpt", "demo", 1, tmp_path / n) for n in ("a", "b", "c")]
+    calls = []
+
+    def runner(argv):
+        out = Path(argv[argv.index("--output-dir") + 1])
+        calls.append(out.name)
+        if out.name == "b":
+            return 2
+        out.mkdir()
+        (out / "summary.json").write_text("{}")
+        return 0
+    outcomes = execute(specs, "", runner=runner, tag="t")
+    assert calls == ["a", "b", "c"] and [o.ok for o in outcomes] == [True, False, True]
+    lines = failure_lines(outcomes, "t")
+    assert lines[0].startswith("[t] 1 of 3 run(s) failed") and lines[1].endswith(
+        f"exit 2, {tmp_path / 'b'}")
+    assert "[t] error: tpt on demo, seed 1 failed (exit 2" in capsys.readouterr().err
+    calls.clear()
+    with pytest.raises(SystemExit) as e:
+        execute([RunSpec("tpt", "demo", 1, tmp_path / "x")] + specs, "",
+                runner=lambda argv: calls.append(1) or 130, tag="t")
+    assert e.value.code == 130 and calls == [1]
+    assert "interrupted" in capsys.readouterr().err

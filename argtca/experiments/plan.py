@@ -202,6 +202,10 @@ def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
                 rc = runner(argv)
         else:
             rc = runner(argv)
+        if rc == 130:   # Ctrl-C: stop the whole batch (the run said how its folder resumes)
+            print(f"[{tag}] interrupted at {s.name}: run the same command again to resume (the "
+                  f"finished runs are only re-read)", file=sys.stderr)
+            raise SystemExit(130)
         o = Outcome(s, int(rc or 0), time.time() - t0)
         if rc == 0 and not o.ok:
             print(f"[{tag}] error: {s.name} finished but {s.out}/summary.json is missing",

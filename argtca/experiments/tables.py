@@ -21,6 +21,10 @@ from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, Experim
 
 
 def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presence]:
+    opts = list(opts)
+    for k, v in zip(opts[::2], opts[1::2]):   # the split the runs evaluate is the one checked
+        if k == "DATASET.SPLIT":
+            split = v
     pres = check_presence(datasets, root, split=split, opts=opts, need_attributes=need_attr)
     for line in presence_lines(pres, need_attr):
         print(f"[{tag}] {line}", flush=True)
