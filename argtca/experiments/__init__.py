@@ -1,10 +1,11 @@
 """The paper's experiments, one command each (README "The paper's experiments").
 
-    python -m argtca.experiments table1 [DATASET ...] [--seeds 1,2,3] [--baseline-config F] [KEY VALUE ...]
-    python -m argtca.experiments table2 [DATASET ...]            # ablations (default: caltech101 oxford_pets dtd)
-    python -m argtca.experiments sweep  [DATASET ...]            # alpha / beta sensitivity figures
+    python -m argtca.experiments table1 [DATASET ...] [--seeds 1,2,3] [--baseline-config F]
+                                        [KEY VALUE ...]
+    python -m argtca.experiments table2 [DATASET ...]   # ablations (caltech101 oxford_pets dtd)
+    python -m argtca.experiments sweep  [DATASET ...]   # alpha / beta sensitivity figures
     python -m argtca.experiments table3 [DATASET ...] [--class [DATASET:]NAME ...]
-    python -m argtca.experiments tune   [DATASET]                # baselines re-tuned on the val split
+    python -m argtca.experiments tune   [DATASET]       # baselines re-tuned on the val split
 
 Each command lists the datasets that are absent (and what is missing) first and runs the rest,
 starts every run (a finished folder of the same settings is only re-read, an interrupted one

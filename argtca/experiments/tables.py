@@ -15,9 +15,9 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, ExperimentError,
-                   Presence, RunSpec, as_float, check_presence, execute, failure_lines,
-                   load_baseline_config, presence_lines, run_dir, split_method)
+from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, Presence, RunSpec,
+                   as_float, check_presence, execute, failure_lines, load_baseline_config,
+                   presence_lines, run_dir, split_method)
 
 
 def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presence]:

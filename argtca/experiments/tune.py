@@ -126,7 +126,8 @@ def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split
            f"is within {tolerance:g} point(s) of the method's best accuracy on the grid "
            f"(`--tolerance`). ✓ = within the tolerance, **chosen** = written to tuned.yaml, "
            f"(default) = the value in argtca/config.py.", "",
-           "| Method | Setting | Acc | ECE | Seeds | Within | |", "|:---|:---|---:|---:|:---|:---:|:---|"]
+           "| Method | Setting | Acc | ECE | Seeds | Within | |",
+           "|:---|:---|---:|---:|:---|:---:|:---|"]
     for p in points:
         sd = lambda v: "" if math.isnan(v) else f" ± {v:.2f}"  # noqa: E731
         name = ", ".join(f"{k.split('.')[-1].lower()}={v}" for k, v in p.setting)
