@@ -326,6 +326,7 @@ def test_choose_rule_by_hand():
     (["table1", "nope_ds"], "no configs/datasets/nope_ds.yaml"),
     (["tune", "demo", "--grid", "TTA.LR=1"], "not a baseline's weight"),
     (["tune", "demo", "--grid", "TRAINER.CTPT.LAMBDA=a"], "'a' is not a number"),
+    (["table2", "--root", "/nonexistent/data"], "nothing to run: no dataset is present"),
 ])
 def test_bad_input_is_one_line(argv, needle):
     rc, out, err = _call(argv + ["--dry-run"])

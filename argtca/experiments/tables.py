@@ -33,6 +33,11 @@ def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presenc
 
 def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
     """Report over the finished runs; exit status 0 when every run finished, else 1."""
+    if not specs:
+        print(f"[{tag}] error: nothing to run: no dataset is present (see above); set DATA or "
+              f"--root to the data root (python -m argtca.data check), or try the embedded "
+              f"demo: python -m argtca.experiments {tag} demo", file=sys.stderr)
+        return 2
     if dry_run:
         for s in specs:
             print(f"[{tag}] would run: {s.name} -> {s.out}"
