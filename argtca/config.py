@@ -161,16 +161,19 @@ _C.TRAINER.ATPT.TAU = 0.99999
 
 _C.TRAINER.TCA = CN()
 _C.TRAINER.TCA.NUM_ATTRIBUTES = 2      # M'
-_C.TRAINER.TCA.ALPHA = None            # None / "auto": by M' as TCA's official script sets them
-_C.TRAINER.TCA.BETA = None             # (M'=1: 1 / 10; M'>=2: 10 / 35); a number wins. The run
-                                       # records the resolved values (argtca/trainers/methods.py)
+_C.TRAINER.TCA.ALPHA = 10.0            # TCA's values for M'=2; with AUTO_ALPHA_BETA a value left
+_C.TRAINER.TCA.BETA = 35.0             # at this default follows M' as TCA's official script sets
+_C.TRAINER.TCA.AUTO_ALPHA_BETA = True  # them (M'=1: 1 / 10; M'>=2: 10 / 35); any other value wins;
+                                       # False: ALPHA/BETA as given. The run records the resolved
+                                       # values (argtca/trainers/methods.py)
 _C.TRAINER.TCA.ENTROPY_INPUT = "prob"  # "prob": official code (softmax of probabilities);
                                        # "logprob": the paper's equations (log p)
 
 _C.TRAINER.ARGTCA = CN()
 _C.TRAINER.ARGTCA.NUM_ATTRIBUTES = 2   # M'
-_C.TRAINER.ARGTCA.ALPHA = None         # None / "auto": by M', as TRAINER.TCA.ALPHA/BETA
-_C.TRAINER.ARGTCA.BETA = None
+_C.TRAINER.ARGTCA.ALPHA = 10.0         # as TRAINER.TCA.ALPHA/BETA/AUTO_ALPHA_BETA
+_C.TRAINER.ARGTCA.BETA = 35.0
+_C.TRAINER.ARGTCA.AUTO_ALPHA_BETA = True
 _C.TRAINER.ARGTCA.ENTROPY_INPUT = "prob"
 _C.TRAINER.ARGTCA.SELECTOR = "div"     # tca | div | disc | random | joint | any registered one
 _C.TRAINER.ARGTCA.NUM_CANDIDATES = 10  # M: the first M distinct attributes of a class become
@@ -323,9 +326,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.ATPT.TAU", lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT")
     for m in ("TCA", "ARGTCA"):
         num(f"TRAINER.{m}.NUM_ATTRIBUTES", lambda v: v >= 1, ">= 1", True)
-        for k in ("ALPHA", "BETA"):
-            if _get(cfg, f"TRAINER.{m}.{k}") not in (None, "auto"):
-                num(f"TRAINER.{m}.{k}", lambda v: v >= 0, ">= 0, or auto (by NUM_ATTRIBUTES)")
+        num(f"TRAINER.{m}.ALPHA", lambda v: v >= 0, ">= 0")
+        num(f"TRAINER.{m}.BETA", lambda v: v >= 0, ">= 0")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

@@ -72,29 +72,29 @@ def test_alpha_beta_follow_m_prime_and_are_recorded(data, tmp_path, m, alpha, be
     assert f'"TRAINER.TCA.ALPHA": {alpha}' in fp and f'"TRAINER.TCA.BETA": {beta}' in fp
 
 
-def test_explicit_values_win_and_auto_is_accepted(data, tmp_path):
+def test_explicit_values_win_and_auto_can_be_switched_off(data, tmp_path):
     s = _run(data, tmp_path / "a", "argtca", "TRAINER.ARGTCA.NUM_ATTRIBUTES", "1",
-             "TRAINER.ARGTCA.ALPHA", "5.0", "TRAINER.ARGTCA.BETA", "auto")
-    assert s["trainer_cfg"]["TRAINER.ARGTCA.ALPHA"] == 5.0
-    assert s["trainer_cfg"]["TRAINER.ARGTCA.BETA"] == 10.0
+             "TRAINER.ARGTCA.ALPHA", "5.0")
+    assert s["trainer_cfg"]["TRAINER.ARGTCA.ALPHA"] == 5.0     # given: wins
+    assert s["trainer_cfg"]["TRAINER.ARGTCA.BETA"] == 10.0     # left at the default: by M'
+    assert s["overrides"]["TRAINER.ARGTCA.BETA"] == 10.0
+    s = _run(data, tmp_path / "b", "tca", "TRAINER.TCA.NUM_ATTRIBUTES", "1",
+             "TRAINER.TCA.AUTO_ALPHA_BETA", "False")
+    assert (s["trainer_cfg"]["TRAINER.TCA.ALPHA"], s["trainer_cfg"]["TRAINER.TCA.BETA"]) == (10.0, 35.0)
 
 
 def test_the_objective_uses_the_resolved_weights():
     """L_reg = -alpha * L_inter + beta * L_intra with M'=1's (1, 10) worked out by hand on 2
     classes x 1 attribute: L_intra = 0 (one prompt per class), L_inter = mean_k |mu_k - mu|."""
-    from argtca.config import get_cfg_default
     from argtca.engine.objectives import TCAObjective
-    node = get_cfg_default().TRAINER.TCA.clone()
-    node.NUM_ATTRIBUTES = 1
+    from argtca.trainers.methods import resolve_alpha_beta
+    cfg, line = resolve_alpha_beta(tiny_cfg(**{"TRAINER.TCA.NUM_ATTRIBUTES": 1}), "TCA")
+    assert line == "TRAINER.TCA.ALPHA=1, BETA=10 by NUM_ATTRIBUTES=1 (auto)"
     text = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
     # mu = (0.5, 0.5); |t_k - mu| = sqrt(0.5) for both
-    assert torch.allclose(TCAObjective(node).regularizer(text), torch.tensor([-(0.5 ** 0.5)]))
-    node.ALPHA = 3.0
-    assert torch.allclose(TCAObjective(node).regularizer(text), torch.tensor([-3 * 0.5 ** 0.5]))
-
-
-def test_a_negative_weight_is_still_refused():
-    from argtca.config import ConfigError, check_cfg_values
-    with pytest.raises(ConfigError, match=r"TRAINER.TCA.BETA=-1.0 \(allowed: >= 0, or auto"):
-        check_cfg_values(tiny_cfg(**{"TRAINER.TCA.BETA": -1.0}))
-    check_cfg_values(tiny_cfg(**{"TRAINER.TCA.BETA": "auto"}))
+    assert torch.allclose(TCAObjective(cfg.TRAINER.TCA).regularizer(text),
+                          torch.tensor([-(0.5 ** 0.5)]))
+    cfg.defrost()
+    cfg.TRAINER.TCA.ALPHA = 3.0
+    assert torch.allclose(TCAObjective(cfg.TRAINER.TCA).regularizer(text),
+                          torch.tensor([-3 * 0.5 ** 0.5]))

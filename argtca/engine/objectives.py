@@ -147,9 +147,8 @@ class TCAObjective(Objective):
     def __init__(self, node=None):
         super().__init__(node)
         self.prompts_per_class = int(node.NUM_ATTRIBUTES)
-        auto = alpha_beta_for(self.prompts_per_class)   # ALPHA/BETA None or "auto": by M'
-        self.alpha, self.beta = (auto[i] if node.get(k) in (None, "auto") else float(node.get(k))
-                                 for i, k in enumerate(("ALPHA", "BETA")))
+        # the trainer resolves AUTO_ALPHA_BETA (argtca/trainers/methods.py) before building this
+        self.alpha, self.beta = float(node.ALPHA), float(node.BETA)
         self.entropy_input = str(node.ENTROPY_INPUT).lower()
         if self.entropy_input not in ("prob", "logprob"):
             raise ValueError(f"ENTROPY_INPUT={node.ENTROPY_INPUT!r}: use 'prob' (official code) or "

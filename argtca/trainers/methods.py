@@ -45,14 +45,20 @@ class ATPT(TestTimeTrainer):
 
 
 def resolve_alpha_beta(cfg, node_name: str):
-    """``TRAINER.<node>.ALPHA``/``BETA`` left at None/"auto" -> TCA's values for NUM_ATTRIBUTES
-    (explicit numbers win); returns (cfg with numbers, a log line or "")."""
+    """With ``TRAINER.<node>.AUTO_ALPHA_BETA``, ``ALPHA``/``BETA`` left at their defaults (TCA's
+    M'=2 values) -> TCA's values for NUM_ATTRIBUTES; any other value wins. Returns (cfg with the
+    values the run uses, a log line or "")."""
+    from argtca.config import get_cfg_default
     node = cfg.TRAINER[node_name]
-    auto = [k for k in ("ALPHA", "BETA") if node.get(k) is None or str(node.get(k)) == "auto"]
-    if not auto:
+    if not bool(node.get("AUTO_ALPHA_BETA", False)):
         return cfg, ""
     m = int(node.NUM_ATTRIBUTES)
     values = dict(zip(("ALPHA", "BETA"), alpha_beta_for(m)))
+    default = get_cfg_default().TRAINER[node_name]
+    auto = [k for k in ("ALPHA", "BETA")
+            if float(node[k]) == float(default[k]) and float(node[k]) != values[k]]
+    if not auto:
+        return cfg, ""
     cfg = cfg.clone()
     was_frozen = cfg.is_frozen()
     cfg.defrost()
