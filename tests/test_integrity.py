@@ -411,3 +411,19 @@ def test_internal_error_exit_1_with_traceback(data, tmp_path, capsys, monkeypatc
     err = capsys.readouterr().err
     assert "Traceback" in err and "ZeroDivisionError" in err
     assert err.strip().splitlines()[-1].startswith("error: internal error (ZeroDivisionError")
+
+
+def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
+    """The fingerprint records the device type (fp16 autocast on CUDA, fp32 on the CPU): a folder
+    started on one is refused on the other, naming RUN.DEVICE_TYPE."""
+    from argtca.config import get_cfg_default
+    from argtca.datasets.base import DatasetBase, Datum
+    from argtca.engine.records import ConfigMismatchError, check_or_write_fingerprint, run_fingerprint
+    ds = DatasetBase([Datum("/d/a.jpg", 0, "a"), Datum("/d/b.jpg", 1, "b")], ["a", "b"], root="/d")
+    cfg = get_cfg_default()
+    out = str(tmp_path / "run")
+    os.makedirs(out)
+    check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cuda"))
+    check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cuda"))   # same device: accepted
+    with pytest.raises(ConfigMismatchError, match="RUN.DEVICE_TYPE"):
+        check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cpu"))

@@ -114,7 +114,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     try:
         set_random_seed(int(cfg.SEED))
         out_dir = trainer.output_dir()
-        fp = run_fingerprint(cfg, trainer.dataset)
+        fp = run_fingerprint(cfg, trainer.dataset, trainer.device.type)
         problem = [None]
         if rank == 0:   # rank 0 holds the folder's lock for the job; its refusals reach every rank
             try:

@@ -28,8 +28,10 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 # Keys that change how fast a run goes, never what it computes.
+# ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
+# (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
 NON_RESULT_KEYS = {"OUTPUT_DIR", "VERBOSE", "DATALOADER.NUM_WORKERS", "DATALOADER.PREFETCH",
-                   "USE_CUDA"}
+                   "USE_CUDA", "DATASET.CHECK_IMAGES"}
 
 
 class RunFolderError(RuntimeError):
@@ -86,10 +88,13 @@ def data_fingerprint(dataset) -> Dict[str, object]:
             "TEST_SET.CLASSNAMES_SHA256": _sha(list(dataset.classnames))}
 
 
-def run_fingerprint(cfg, dataset) -> Dict[str, object]:
-    """The fingerprint stored in ``config.json``: result-defining config keys plus the test set."""
+def run_fingerprint(cfg, dataset, device_type: Optional[str] = None) -> Dict[str, object]:
+    """The fingerprint stored in ``config.json``: result-defining config keys plus the test set,
+    and (when given) the device type the run computes on (cuda: fp16 autocast; cpu: fp32)."""
     fp = result_fingerprint(cfg)
     fp.update(data_fingerprint(dataset))
+    if device_type is not None:
+        fp["RUN.DEVICE_TYPE"] = str(device_type)
     return dict(sorted(fp.items()))
 
 

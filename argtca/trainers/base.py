@@ -176,7 +176,7 @@ class TestTimeTrainer:
         from tqdm import tqdm
 
         cfg = self.cfg
-        fp = run_fingerprint(cfg, self.dataset)   # configuration + test set
+        fp = run_fingerprint(cfg, self.dataset, self.device.type)   # config + test set + device
         check_or_write_fingerprint(out_dir, fp)
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)

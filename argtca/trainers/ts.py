@@ -164,7 +164,7 @@ class TemperatureScaled:
         from argtca.engine.records import run_fingerprint
         fit_on = str(self.ts.FIT_ON)
         cfg = self.cfg if fit_on == "method" else self.run_cfg_zeroshot
-        return {"fit_on": fit_on, "val": config_hash(run_fingerprint(cfg, ds)),
+        return {"fit_on": fit_on, "val": config_hash(run_fingerprint(cfg, ds, self.device.type)),
                 "config": config_hash(result_fingerprint(cfg))}
 
     @property
