@@ -197,7 +197,7 @@ class ImageFolder(DatasetBase):
             classnames = [named[f] for f in folders]
             source = path
         else:
-            classnames = [prompt_name(f) for f in folders]
+            classnames = [" ".join(prompt_name(f).split()) for f in folders]  # "a__b" -> "a b"
             source = root
         if any(not c for c in classnames):
             raise DataError(f"{source}: a class folder name is empty once '_' is read as a space "
