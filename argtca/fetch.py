@@ -304,7 +304,9 @@ def attribute_file_for(cfg) -> str:
         raise AttributeFileError(
             f"DATASET.ATTRIBUTE_FILE is empty and dataset {name!r} has no TCA attribute file "
             f"(known: {', '.join(sorted(TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
-            f"TCA-format JSON (class name -> space-separated attributes)")
+            f"TCA-format JSON (class name -> space-separated attributes); for your own classes, "
+            f"make one with: python -m argtca.attributes generate --dataset {name} --root $DATA "
+            f"--out attributes.json (README 'Your own data')")
     try:
         return str(fetch(fname))
     except FetchError as e:
