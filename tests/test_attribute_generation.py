@@ -217,3 +217,23 @@ def test_module_command_dispatches():
     r = subprocess.run([sys.executable, "-m", "argtca.attributes", "generate", "--help"], cwd=REPO,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0 and "--classes" in r.stdout and "--resume" in r.stdout
+
+
+def test_few_shot_examples_from_cached_tca_files(shared_data, tmp_path, monkeypatch):
+    """With the TCA authors' files in the download cache, the examples are read from them (first
+    ten after normalisation, the class name dropped); without them, the built-in ones."""
+    from argtca.attributes.prompt import few_shot_examples
+    monkeypatch.setenv("ARGTCA_DOWNLOADS", str(tmp_path / "dl"))
+    assert few_shot_examples()[0] == "built-in"
+    (tmp_path / "dl" / "attributes").mkdir(parents=True)
+    for f in ("Caltech101_2_V.json", "Food101_2_V.json", "DescribableTextures_2_V.json"):
+        src = shared_data / "tca_attributes" / f
+        if not src.is_file():
+            pytest.skip(f"{f} absent from ../shared/data")
+        (tmp_path / "dl" / "attributes" / f).write_bytes(src.read_bytes())
+    source, ex = few_shot_examples()
+    assert source.startswith("TCA authors' files")
+    leopard = json.loads((shared_data / "tca_attributes" / "Caltech101_2_V.json").read_text())["leopard"]
+    want = [w.lower() for w in leopard.split() if w.lower() != "leopard"][:10]
+    assert ex[0] == ("leopard", want)
+    assert [c for c, _ in ex] == ["leopard", "apple pie", "striped"]
