@@ -1,3 +1,4 @@
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,10 @@ def _no_network_no_user_cache(tmp_path_factory):
     mp.setenv("ARGTCA_OFFLINE", "1")
     mp.setenv("ARGTCA_DOWNLOADS", str(tmp_path_factory.mktemp("downloads")))
     mp.delenv("ARGTCA_MIRROR", raising=False)
+    # the demo images, the Phase-1 store and the LLM answer cache of the tests live in a folder of
+    # this session, never in the user's ~/.cache/argtca (ARGTCA_TEST_CACHE keeps one across runs)
+    mp.setenv("ARGTCA_CACHE", os.environ.get("ARGTCA_TEST_CACHE")
+              or str(tmp_path_factory.mktemp("argtca-cache")))
     yield
     mp.undo()
 
