@@ -94,6 +94,30 @@ def _classnames(cfg, attribute_file: str) -> Tuple[str, List[str]]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Bad input (unknown dataset, class, selector or key; a broken attribute file or checkpoint)
+    is one ``error:`` line and exit 2, as for ``python -m argtca.run``; ARGTCA_DEBUG=1 shows the
+    traceback."""
+    try:
+        return _main(argv)
+    except SystemExit as e:
+        if os.environ.get("ARGTCA_DEBUG") or not isinstance(e.code, str):
+            raise
+        print(e.code if e.code.startswith("error") else f"error: {e.code}", file=sys.stderr)
+        return 2
+    except (KeyError, ValueError, FileNotFoundError, RuntimeError, OSError) as e:
+        if os.environ.get("ARGTCA_DEBUG"):
+            raise
+        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    except AssertionError as e:   # yacs asserts on unknown keys given on the command line
+        if os.environ.get("ARGTCA_DEBUG"):
+            raise
+        print(f"error: {e}; every key and its default is in argtca/config.py", file=sys.stderr)
+        return 2
+
+
+def _main(argv: Optional[Sequence[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="select_attributes", description=__doc__.split("\n")[0])
     p.add_argument("dataset")
     p.add_argument("--class", dest="classes", action="append", default=[],

@@ -257,3 +257,14 @@ def test_unwritable_or_full_cache_is_one_line(tmp_path, tiny_demo, monkeypatch):
     with pytest.raises(G.DemoCacheError, match=r"cannot create the demo dataset in .*file/demo-.* "
                                                r"set ARGTCA_CACHE to a writable folder"):
         G.ensure_dataset(seed=3)
+
+
+def test_select_attributes_bad_input_is_one_line(capsys):
+    """select_attributes reports bad input as one error line and exit 2, like argtca.run."""
+    from argtca.select_attributes import main as select_main
+    assert select_main(["demo", "--selectors", "no_such_selector"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error:") and "no_such_selector" in err[0]
+    assert select_main(["demo", "TRAINER.ARGTCA.NO_SUCH_KEY", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "NO_SUCH_KEY" in err[0]
