@@ -229,18 +229,18 @@ def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classe
             for pl in plugins:
                 argv += ["--plugin", pl]
             argv += list(opts) + (["DATASET.ROOT", root] if root else [])
-            buf = io.StringIO()
-            try:
-                with contextlib.redirect_stdout(buf):
+            buf, ebuf = io.StringIO(), io.StringIO()
+            try:   # select_attributes: bad input is one "error:" line on stderr and exit 2
+                with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(ebuf):
                     code = select_attributes.main(argv)
-                break
             except SystemExit as e:
-                if shown is mine and own != mine and "unknown classes" in str(e.code):
-                    continue
-                print(f"[table3] error: {p.dataset}: {e.code}", file=sys.stderr)
-                code = None
-                break
-        if code is None:
+                code, ebuf = 2, io.StringIO(f"error: {e.code}\n")
+            if code and shown is mine and own != mine and "unknown classes" in ebuf.getvalue():
+                continue
+            sys.stderr.write(ebuf.getvalue())
+            break
+        if code:
+            print(f"[table3] error: {p.dataset}: no table (message above)", file=sys.stderr)
             rc = 1
             continue
         if code:
