@@ -14,7 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 
 MISSING = "–"
-METHOD_ORDER = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca"]
+METHOD_ORDER = ["zeroshot", "zeroshot_ts", "tpt", "tpt_ts", "ctpt", "otpt", "atpt", "tca", "argtca"]
 SELECTOR_ORDER = ["tca", "div", "disc", "joint", "random"]
 DEFAULT_LABELS = {"zeroshot": "CLIP", "tpt": "TPT", "ctpt": "C-TPT", "otpt": "O-TPT",
                   "atpt": "A-TPT", "tca": "TCA", "argtca": "ArgTCA"}
