@@ -35,6 +35,16 @@ def default_output_dir(cfg, method: str, dataset_key: str, selector: Optional[st
     return os.path.join(*parts)
 
 
+def zeroshot_cfg(cfg):
+    """``cfg`` as a zero-shot pass sees it: one view (view 0) and no tuning step."""
+    c = cfg.clone()
+    c.defrost()
+    c.TTA.STEPS = 0
+    c.TTA.N_VIEWS = 1
+    c.freeze()
+    return c
+
+
 class TestTimeTrainer:
     """Base trainer. Subclasses set ``method``, ``label``, ``objective_name`` and may override
     ``prompt_suffixes`` (class prompts by default) and ``check_cfg``."""
@@ -136,14 +146,7 @@ class TestTimeTrainer:
     @property
     def run_cfg(self):
         """The configuration the engine sees (zero-shot runs one view and no step)."""
-        if self.tunes:
-            return self.cfg
-        c = self.cfg.clone()
-        c.defrost()
-        c.TTA.STEPS = 0
-        c.TTA.N_VIEWS = 1
-        c.freeze()
-        return c
+        return self.cfg if self.tunes else zeroshot_cfg(self.cfg)
 
     # ---------------------------------------------------------------- identity of a run
     @property

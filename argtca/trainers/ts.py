@@ -29,6 +29,7 @@ import torch
 
 from argtca.engine.records import config_hash, result_fingerprint, write_json
 from argtca.registry import TRAINER_REGISTRY
+from argtca.trainers.base import zeroshot_cfg
 from argtca.trainers.methods import TPT, ZeroshotCLIP
 
 BETA_RANGE = (1e-3, 1e3)   # 1/T searched in [0.001, 1000]
@@ -169,12 +170,7 @@ class TemperatureScaled:
 
     @property
     def run_cfg_zeroshot(self):
-        c = self.cfg.clone()
-        c.defrost()
-        c.TTA.STEPS = 0
-        c.TTA.N_VIEWS = 1
-        c.freeze()
-        return c
+        return zeroshot_cfg(self.cfg)
 
     def choose_temperature(self) -> Dict[str, object]:
         if str(self.ts.FIT) == "fixed":
