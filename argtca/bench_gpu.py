@@ -184,7 +184,7 @@ def views_per_core(n_images: int = 12, views: int = 64, size: int = 224) -> Dict
     benchmark's 300x225 JPEGs)."""
     import io
     from PIL import Image
-    from argtca.bench import _jpeg_pool
+    from argtca.bench_data import _jpeg_pool
     from argtca.datasets.views import FastViewGenerator, ViewGenerator
     torch.set_num_threads(1)
     imgs = [Image.open(io.BytesIO(b)).convert("RGB") for b in _jpeg_pool(n_images + 1)]

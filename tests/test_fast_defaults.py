@@ -68,7 +68,7 @@ def test_compile_accepts_old_booleans():
 def test_fingerprint_records_the_resolved_engine(tmp_path):
     """A CPU run with the defaults records TTA.ENGINE reference, so the folder resumes under
     "auto" and under an explicit "reference" alike."""
-    from argtca.bench import make_synthetic_coop
+    from argtca.bench_data import make_synthetic_coop
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
     root = make_synthetic_coop(str(tmp_path / "data"), 4, 2, size=(40, 30))["root"]
@@ -143,7 +143,7 @@ def test_cpu_fast_views_equal_pil_views_up_to_float_rounding(tmp_path):
 
 
 def test_cpu_fast_loader_serves_views(tmp_path):
-    from argtca.bench import make_synthetic_coop
+    from argtca.bench_data import make_synthetic_coop
     from argtca.datasets import build_dataset
     from argtca.engine.gpu_views import build_views_loader
     root = make_synthetic_coop(str(tmp_path / "data"), 4, 2, size=(40, 30))["root"]

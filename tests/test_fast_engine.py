@@ -234,7 +234,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, engine):
     import sys
     from pathlib import Path
 
-    from argtca.bench import make_synthetic_coop
+    from argtca.bench_data import make_synthetic_coop
     from argtca.engine.records import load_records
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
