@@ -11,6 +11,7 @@ import os
 import sys
 
 from argtca.config import METHOD_TO_TRAINER, ConfigError, check_cfg_values, get_cfg_default
+from argtca.errors import print_bad_input
 from argtca.registry import TRAINER_REGISTRY
 
 
@@ -130,7 +131,7 @@ def build_trainer(cfg):
 # Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
 EXIT_OK = 0
 EXIT_INTERNAL = 1     # a bug: the traceback, then one line
-EXIT_BAD_INPUT = 2    # bad input or an unusable/unwritable output folder: one line naming the fix
+EXIT_BAD_INPUT = 2    # bad input or an unusable/unwritable output folder: one line naming the fix (argtca.errors)
 EXIT_INTERRUPTED = 130  # Ctrl-C: one line saying how to resume
 
 
@@ -186,9 +187,7 @@ def main(argv=None) -> int:
     except (KeyError, ValueError, FileNotFoundError, RuntimeError) as e:
         if debug:
             raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {msg}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return print_bad_input(e)
     except OSError as e:   # read-only or full output folder, ...
         if debug:
             raise

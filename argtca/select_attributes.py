@@ -17,8 +17,9 @@ import argparse
 import json
 import os
 import sys
-import time
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from argtca.errors import print_bad_input
 
 __all__ = ["comparison_table", "build_cfg", "main"]
 
@@ -107,9 +108,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (KeyError, ValueError, FileNotFoundError, RuntimeError, OSError) as e:
         if os.environ.get("ARGTCA_DEBUG"):
             raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        return print_bad_input(e)
     except AssertionError as e:   # yacs asserts on unknown keys given on the command line
         if os.environ.get("ARGTCA_DEBUG"):
             raise

@@ -24,10 +24,9 @@ import argparse
 import json
 import math
 import os
-import sys
-from collections import Counter
 from typing import Callable, Dict, List, Optional, Sequence
 
+from ..errors import print_bad_input
 from .llm import ChatClient, GenerationError, LLMConfig, _write_atomic, redact
 from .prompt import AnswerError, build_messages, few_shot_examples, normalize_attributes, prompt_hash
 
@@ -251,7 +250,5 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         known = (GenerationError, DataError, ModelError, AttributeFileError, KeyError, ValueError)
         if not isinstance(e, known):
             raise
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {redact(msg, key)}", file=sys.stderr)
-        return 2
+        return print_bad_input(e, lambda msg: redact(msg, key))
     return 1 if summary["failed"] else 0

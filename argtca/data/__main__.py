@@ -14,6 +14,7 @@ import os
 import sys
 
 from ..datasets.base import DataError
+from ..errors import print_bad_input
 
 
 def _root(value: str) -> str:
@@ -72,9 +73,7 @@ def main(argv=None) -> int:
             print("\n".join(r.lines()))
         return 0 if all(r.status == PRESENT for r in reports) else 1
     except (DataError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        return print_bad_input(e)
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import re
 import sys
 from typing import List, Optional, Sequence, Tuple
 
+from ..errors import print_bad_input
 from . import __doc__ as _DOC
 
 _KEY = re.compile(r"^[A-Z][A-Z0-9_]*\.")
@@ -139,9 +140,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     tolerance=a.tolerance, split=a.split, write=a.write,
                     methods=[m.lower() for m in _list(a.methods)], **kw)
     except (ExperimentError, KeyError) as e:
-        msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        return print_bad_input(e)
 
 
 if __name__ == "__main__":
