@@ -233,6 +233,11 @@ VARIANTS = [
               "compile_text_grad": True}),
     ("fast", {"grad_mode": "loop", "text_attention": "math", "compile_text": True,
               "compile_text_grad": True}),
+    ("fast", {"grad_mode": "jacobian", "text_attention": "math"}),
+    ("fast", {"grad_mode": "jacobian", "text_attention": "math", "compile_text": True}),
+    ("fast", {"grad_mode": "jacobian", "text_attention": "efficient", "compile_text": True}),
+    ("fast", {"grad_mode": "vjp", "text_attention": "math", "compile_text": True,
+              "prefix_share": False}),
 ]
 
 
@@ -400,7 +405,10 @@ def parse_args(argv=None):
     p.add_argument("--n-agree", type=int, default=400, help="images of the agreement check")
     p.add_argument("--large-scale", type=float, default=0.25,
                    help="fraction of the image counts used at K>=1000")
-    p.add_argument("--grad-mode", default="vjp", help="vjp | loop | recompute")
+    p.add_argument("--grad-mode", default="auto", help="auto | vjp | loop | recompute | jacobian")
+    p.add_argument("--prefix", default="on", choices=["off", "on"],
+                   help="prefix sharing in the text tower (exact)")
+    p.add_argument("--compile-mode", default="", help="torch.compile mode of the image tower")
     p.add_argument("--compile-text", action="store_true",
                    help="torch.compile the text tower (final pass and recompute passes)")
     p.add_argument("--text-attention", default="efficient",
@@ -511,7 +519,8 @@ def main(argv=None) -> int:
 
     engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on",
                  "text_attention": args.text_attention, "compile_text": args.compile_text,
-                 "compile_text_grad": args.compile_text, "half_image": args.half_image == "on"}
+                 "compile_text_grad": args.compile_text, "half_image": args.half_image == "on",
+                 "prefix_share": args.prefix == "on", "compile_mode": args.compile_mode or None}
     for K in args.classes:
         scale = args.large_scale if K >= 1000 else 1.0
         n_fast = max(args.batch, int(args.n_fast * scale))

@@ -60,11 +60,15 @@ from argtca.engine.objectives import Objective, avg_entropy, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
                                       raise_if_non_finite_probs, _name)
 
-GRAD_MODES = ("vjp", "loop", "recompute")
+GRAD_MODES = ("vjp", "loop", "recompute", "jacobian")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
 # flash/cuDNN tiles of 64-128 rows are mostly padding; "math" runs plain batched matmuls.
 TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTENTION",
                   "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+
+
+# grad_mode "auto" keeps the Jacobian at θ0 only where it takes at most this share of free memory
+JACOBIAN_MEMORY_FRACTION = 0.25
 
 
 def _env_flag(name: str, default: bool = False) -> bool:
@@ -85,7 +89,9 @@ class FastEngine(ReferenceEngine):
                  image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
                  text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
                  compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None,
-                 half_image: Optional[bool] = None):
+                 half_image: Optional[bool] = None, prefix_share: Optional[bool] = None,
+                 n_images: Optional[int] = None, lean_image: Optional[bool] = None,
+                 compile_mode: Optional[str] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         if compile is None:
@@ -100,12 +106,21 @@ class FastEngine(ReferenceEngine):
         self.compile_image = bool(compile_image) and on_cuda
         self.compile_text = bool(compile_text) and on_cuda
         self.compile_text_grad = bool(compile_text_grad) and on_cuda
-        # measured on an H200: eager → "vjp" (θ0 graph kept) is fastest; compiled → "recompute"
-        # (the compiled forward+backward beats the eager batched VJP)
-        default_mode = "recompute" if self.compile_text_grad else "vjp"
-        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or default_mode).lower()
-        if grad_mode not in GRAD_MODES:
-            raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of {GRAD_MODES}")
+        # the text tower: SOS + context computed once per image, EOS-only last layer (exact;
+        # argtca/engine/text_tower.py), where the tower has CLIP's form
+        from argtca.engine.text_tower import PrefixSharedText, prefix_sharing_supported
+        if prefix_share is None:
+            prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
+        self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
+        self.text = PrefixSharedText(text_encoder) if self.prefix_share else text_encoder
+        self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
+        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "auto").lower()
+        if grad_mode not in GRAD_MODES + ("auto",):
+            raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of "
+                             f"{GRAD_MODES + ('auto',)}")
+        self.grad_mode_why = ""
+        if grad_mode == "auto":
+            grad_mode, self.grad_mode_why = self._auto_grad_mode(n_images)
         self.grad_mode = grad_mode
         default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
         self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
@@ -115,27 +130,86 @@ class FastEngine(ReferenceEngine):
         if half_image is None:
             half_image = _env_flag("ARGTCA_HALF_IMAGE", True)
         self.half_image = bool(half_image) and self.amp
+        if lean_image is None:
+            lean_image = _env_flag("ARGTCA_IMAGE_LEAN", True)
         if self.half_image:
             from argtca.engine.towers import fast_image_tower
-            encode = fast_image_tower(model.visual, torch.float16)
+            encode = fast_image_tower(model.visual, torch.float16, lean_blocks=bool(lean_image))
         else:
             encode = model.encode_image
-        self._encode_image = torch.compile(encode, dynamic=False) if self.compile_image else encode
+        # torch.compile mode of the image tower (None = default; "max-autotune-no-cudagraphs"
+        # lets Inductor autotune its matrix products with the bias/QuickGELU epilogues fused)
+        self.compile_mode = compile_mode or os.environ.get("ARGTCA_COMPILE_MODE", "") or None
+        self._encode_image = (torch.compile(encode, dynamic=False, mode=self.compile_mode)
+                              if self.compile_image else encode)
         text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
                           or "efficient").lower()
         if text_attention not in TEXT_ATTENTION:
             raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
                              f"{tuple(TEXT_ATTENTION)}")
         self.text_attention = text_attention
-        compiled = (torch.compile(text_encoder.forward, dynamic=False)
+        compiled = (torch.compile(self.text.forward, dynamic=False)
                     if (self.compile_text or self.compile_text_grad) else None)
-        self._encode_text = compiled if self.compile_text else text_encoder
-        self._encode_text_grad = compiled if self.compile_text_grad else text_encoder
+        self._encode_text = compiled if self.compile_text else self.text
+        self._encode_text_grad = compiled if self.compile_text_grad else self.text
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
 
     # ------------------------------------------------------------------ helpers
+    def _text_out_dim(self) -> int:
+        model = self.text_encoder.model
+        proj = getattr(model, "text_projection", None)
+        if isinstance(proj, torch.nn.Linear):
+            return int(proj.out_features)
+        if isinstance(proj, torch.Tensor):
+            return int(proj.shape[-1])
+        return int(self.text_encoder.ctx_init.shape[-1])
+
+    def jacobian_bytes(self) -> int:
+        n, W = self.text_encoder.ctx_init.shape
+        return int(n) * int(W) * self.num_prompts * self._text_out_dim() * 4
+
+    def _auto_grad_mode(self, n_images: Optional[int]):
+        """``grad_mode="auto"``: "jacobian" on CUDA with one step (the gradient is always taken at
+        θ0) when the test set is long enough to pay the Jacobian's n·W forward-mode tangents back
+        (each costs about half of one image's backward pass: ≥ n·W/2 images) and Jᵀ fits in
+        JACOBIAN_MEMORY_FRACTION of the free GPU memory; else "recompute" with a compiled text
+        tower, "vjp" eager (the fastest measured, BENCHMARKS.md). Returns (mode, reason)."""
+        other = "recompute" if self.compile_text_grad else "vjp"
+        if self.steps != 1 or self.device.type != "cuda" or not self.prefix_share:
+            return other, ""
+        n, W = self.text_encoder.ctx_init.shape
+        need = int(n) * int(W) // 2
+        if n_images is not None and n_images < need:
+            return other, (f"{n_images} images < {need}: the Jacobian would not pay back; "
+                           f"grad mode {other}")
+        free = torch.cuda.mem_get_info(self.device)[0]
+        if self.jacobian_bytes() > JACOBIAN_MEMORY_FRACTION * free:
+            return other, (f"the Jacobian needs {self.jacobian_bytes() / 2**30:.1f} GiB > "
+                           f"{JACOBIAN_MEMORY_FRACTION:.0%} of {free / 2**30:.1f} GiB free; "
+                           f"grad mode {other}")
+        return "jacobian", (f"grad mode jacobian (Jᵀ at θ0: {self.jacobian_bytes() / 2**30:.2f} "
+                            f"GiB, replaces the per-image text backward)")
+
+    def jacobian_t(self) -> torch.Tensor:
+        """Jᵀ of the text features at θ0, [n·W, P·E] fp32, computed once (forward mode)."""
+        if self._jt is None:
+            from argtca.engine.text_tower import PrefixSharedText, text_jacobian
+            text = PrefixSharedText(self.text_encoder, attention="manual")
+            n, W = self.text_encoder.ctx_init.shape
+            per = self.num_prompts * int(self.text_encoder.seq_len)
+            chunk = max(1, min(int(n) * int(W), 4 * self.text_tokens // max(1, per)))
+            import time
+            t = time.perf_counter()
+            with self.autocast():
+                self._jt = text_jacobian(text, self.text_encoder.ctx_init.detach().float(),
+                                         chunk=chunk)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.jacobian_seconds = time.perf_counter() - t
+        return self._jt
+
     def text_ctx(self):
         """Autocast plus the chosen attention kernel for the text tower (same maths)."""
         name = TEXT_ATTENTION[self.text_attention]
@@ -203,9 +277,9 @@ class FastEngine(ReferenceEngine):
         """(ctx0 leaf [n, W], T0 = T(ctx0) [P, E] with its autograd graph), computed once."""
         if self._theta0 is None:
             ctx0 = self.text_encoder.ctx_init.detach().float().clone().requires_grad_(True)
-            keep = self.steps > 0 and self.grad_mode != "recompute"
+            keep = self.steps > 0 and self.grad_mode in ("vjp", "loop")
             # the kept θ0 graph is differentiated many times (retain_graph): eager, never compiled
-            enc = self.text_encoder if keep else self._encode_text
+            enc = self.text if keep else self._encode_text
             with torch.set_grad_enabled(keep), self.text_ctx():
                 t0 = enc(ctx0.unsqueeze(0))[0]
             self._theta0 = (ctx0, t0)
@@ -285,6 +359,9 @@ class FastEngine(ReferenceEngine):
         return sdpa_kernel([getattr(SDPBackend, name)])
 
     def _vjp(self, ctx0, t0, cot):
+        if self.grad_mode == "jacobian":
+            jt = self.jacobian_t()
+            return (cot.flatten(1).float() @ jt.T).view(cot.shape[0], *ctx0.shape)
         if self.grad_mode == "vjp":
             g, = torch.autograd.grad(t0, ctx0, grad_outputs=cot, retain_graph=True,
                                      is_grads_batched=True)
@@ -306,7 +383,7 @@ class FastEngine(ReferenceEngine):
                     if self.compile_text_grad:
                         text = self._encode_text_grad(self._pad_rows(x, step))[:n]
                     else:
-                        text = self.text_encoder(x)
+                        text = self.text(x)
                     logits = self.logits(img[i:i + step], text)
                 scores = self.objective.scores(logits.float())
                 s_idx = (select_confident(scores.detach(), self.selection_p) if sel_idx is None

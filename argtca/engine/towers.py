@@ -48,10 +48,46 @@ class PatchEmbedMatmul(nn.Module):
         return y.transpose(1, 2).reshape(N, -1, gh, gw)             # a view (no copy)
 
 
+class LeanBlock(nn.Module):
+    """An open_clip ``ResidualAttentionBlock`` (self-attention, batch-first, no mask) run as
+    ``x + out(SDPA(qkv(ln_1 x))); x + mlp(ln_2 x)`` with the block's own weights: the fused QKV
+    projection, ``F.scaled_dot_product_attention`` (flash on CUDA in fp16) and no
+    ``nn.MultiheadAttention`` dispatch (its fast path is not taken under ``torch.compile``). The
+    same maths; only the attention kernel's rounding differs."""
+
+    def __init__(self, blk: nn.Module):
+        super().__init__()
+        self.ln_1, self.ln_2, self.mlp = blk.ln_1, blk.ln_2, blk.mlp
+        self.ls_1, self.ls_2 = blk.ls_1, blk.ls_2
+        a = blk.attn
+        self.heads = int(a.num_heads)
+        self.in_w, self.in_b = a.in_proj_weight, a.in_proj_bias
+        self.out = a.out_proj
+
+    @staticmethod
+    def supports(blk: nn.Module) -> bool:
+        a = getattr(blk, "attn", None)
+        return (isinstance(a, nn.MultiheadAttention) and getattr(a, "batch_first", False)
+                and getattr(a, "_qkv_same_embed_dim", False) and a.in_proj_weight is not None
+                and not hasattr(blk, "ln_1_kv") and all(hasattr(blk, k) for k in (
+                    "ln_1", "ln_2", "mlp", "ls_1", "ls_2")))
+
+    def forward(self, x: torch.Tensor, attn_mask=None, **_) -> torch.Tensor:
+        if attn_mask is not None:
+            raise ValueError("LeanBlock runs unmasked (image) attention only")
+        N, L, D = x.shape
+        qkv = F.linear(self.ln_1(x), self.in_w, self.in_b)
+        q, k, v = qkv.view(N, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
+        o = F.scaled_dot_product_attention(q, k, v)                      # [N, H, L, d]
+        x = x + self.ls_1(self.out(o.transpose(1, 2).reshape(N, L, D)))
+        return x + self.ls_2(self.mlp(self.ln_2(x)))
+
+
 def fast_image_tower(visual: nn.Module, dtype: torch.dtype = torch.float16,
-                     patch_matmul: bool = True) -> nn.Module:
+                     patch_matmul: bool = True, lean_blocks: bool = True) -> nn.Module:
     """A frozen copy of ``model.visual`` stored in ``dtype``, its patch convolution replaced by
-    :class:`PatchEmbedMatmul` where it is one. Call it on inputs of ``dtype`` without autocast."""
+    :class:`PatchEmbedMatmul` where it is one and its attention blocks by :class:`LeanBlock`
+    where they have open_clip's form. Call it on inputs of ``dtype`` without autocast."""
     v = copy.deepcopy(visual)
     conv = getattr(v, "conv1", None)
     if patch_matmul and isinstance(conv, nn.Conv2d):
@@ -59,6 +95,11 @@ def fast_image_tower(visual: nn.Module, dtype: torch.dtype = torch.float16,
             v.conv1 = PatchEmbedMatmul(conv)
         except ValueError:
             pass
+    blocks = getattr(getattr(v, "transformer", None), "resblocks", None)
+    if lean_blocks and blocks is not None and all(LeanBlock.supports(b) for b in blocks) \
+            and not getattr(v.transformer, "grad_checkpointing", False) \
+            and getattr(v.transformer, "batch_first", True):
+        v.transformer.resblocks = nn.ModuleList(LeanBlock(b) for b in blocks)
     v = v.to(dtype).eval()
     for p in v.parameters():
         p.requires_grad_(False)

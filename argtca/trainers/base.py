@@ -139,8 +139,13 @@ class TestTimeTrainer:
                                    self.device)
         if kind == "fast":
             from argtca.engine.fast import FastEngine
-            return FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                              self.device, compile=str(self.cfg.TTA.COMPILE).lower() in ("on", "true"))
+            world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))   # images of this rank
+            eng = FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
+                             self.device, compile=str(self.cfg.TTA.COMPILE).lower() in ("on", "true"),
+                             n_images=-(-len(self.dataset.test) // world))
+            if eng.grad_mode_why and self.cfg.get("VERBOSE", True):
+                print(f"argtca: {eng.grad_mode_why}", flush=True)
+            return eng
         raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'auto', 'reference' or 'fast'")
 
     @property
