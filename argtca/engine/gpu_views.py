@@ -178,21 +178,224 @@ def affine_matrices(op_ids: torch.Tensor, mags: torch.Tensor, size: int) -> torc
     return A.float().view(n, 2, 3)
 
 
+_LUT_ORDER = ("equalize", "autocontrast", "posterize", "solarize")   # row blocks of a depth's LUT
+_GEO_IDS = torch.tensor([_OPS.index(n) for n in _GEOMETRIC])
+
+
+def _pinned(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+    """Host tensor → ``dev`` without blocking the host (pinned staging on CUDA)."""
+    if dev.type != "cuda":
+        return t.to(dev)
+    return t.pin_memory().to(dev, non_blocking=True)
+
+
+def lut_posterize_solarize(names: Sequence[str], mags: torch.Tensor) -> torch.Tensor:
+    """Host LUTs [n, 256] (uint8) of posterize (bits kept) / solarize (threshold): PIL's maps,
+    computed with the float formulas of the reference (``floor(i / q) * q``, ``i >= thr``)."""
+    i = torch.arange(256, dtype=torch.float32)
+    v = mags.float().view(-1, 1)
+    post = torch.tensor([n == "posterize" for n in names], dtype=torch.bool).view(-1, 1)
+    q = torch.pow(2.0, 8 - v)
+    lut = torch.where(post, torch.floor(i / q) * q, torch.where(i >= v, 255 - i, i))
+    return lut.to(torch.uint8)
+
+
+def lut_autocontrast(flat: torch.Tensor) -> torch.Tensor:
+    """PIL's autocontrast LUT [R, 256] (uint8) of every row of ``flat`` [R, P] (uint8 values):
+    ``lut[i] = int(i * scale + offset)``, ``scale = 255 / (hi - lo)``, ``offset = -lo * scale``
+    (float64, as Python computes it); identity where ``hi <= lo``."""
+    lo, hi = torch.aminmax(flat, dim=1, keepdim=True)
+    lo, hi = lo.double(), hi.double()
+    scale = 255.0 / (hi - lo).clamp(min=1)
+    i = torch.arange(256, device=flat.device, dtype=torch.float64)
+    lut = torch.trunc(i * scale + (-lo * scale)).clamp_(0, 255)
+    return torch.where(hi > lo, lut, i.expand_as(lut)).to(torch.uint8)
+
+
+def lut_equalize(hist: torch.Tensor) -> torch.Tensor:
+    """PIL's equalize LUT [R, 256] (uint8) from per-row histograms [R, 256] (integer counts)."""
+    hist = hist.long()
+    ident = torch.arange(256, device=hist.device).expand_as(hist)
+    total = hist.sum(1, keepdim=True)
+    last = ident.masked_fill(hist == 0, -1).amax(1, keepdim=True).clamp(min=0)
+    step = (total - hist.gather(1, last)) // 255
+    nonzero_bins = (hist > 0).sum(1, keepdim=True)
+    before = torch.cumsum(hist, 1) - hist
+    lut = ((step // 2 + before) // step.clamp(min=1)).clamp_(0, 255)
+    return torch.where((step > 0) & (nonzero_bins > 1), lut, ident).to(torch.uint8)
+
+
+def _lut_index(flat: torch.Tensor) -> torch.Tensor:
+    """``row * 256 + value`` (int32) for uint8 rows [R, P]: the flat LUT address of every pixel,
+    also its histogram bin. One kernel; 4 bytes a pixel instead of the 8 of an int64 gather."""
+    off = torch.arange(0, flat.shape[0] * 256, 256, device=flat.device, dtype=torch.int32)
+    return torch.add(off.view(-1, 1), flat)
+
+
+def _histograms(idx: torch.Tensor, rows: int, split: int) -> torch.Tensor:
+    """Per-row 256-bin histograms [rows, 256] (int32) from ``_lut_index`` addresses [rows, P].
+    ``split`` > 1 spreads the counts of neighbouring pixels over ``split`` sub-histograms (fewer
+    colliding atomics on CUDA), summed at the end; the counts are the same."""
+    n = rows * 256
+    if split > 1:
+        P = idx.shape[1]
+        sub = (torch.arange(P, device=idx.device, dtype=torch.int32) % split) * n
+        idx = idx + sub
+    ones = torch.ones(1, device=idx.device, dtype=torch.int32).expand(idx.numel())
+    hist = torch.zeros(n * max(split, 1), device=idx.device, dtype=torch.int32)
+    hist.index_add_(0, idx.reshape(-1), ones)
+    if split > 1:
+        hist = hist.view(split, n).sum(0, dtype=torch.int32)
+    return hist.view(rows, 256)
+
+
+def _mix(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """``m·crop + Σ_i k_i·chain_i`` in float32 with the reference's roundings (``k_i = (1 − m)·w_i``,
+    accumulated chain by chain). crops u8 [N,3,S,S], chains u8 [N,3,3,S,S], m [N,1,1,1],
+    k [N,3,1,1,1]."""
+    mix = torch.mul(crops, m)
+    for i in range(CHAINS):
+        mix += torch.mul(chains[:, i], k[:, i])
+    return mix
+
+
+def _views_eager(out: torch.Tensor, view0: torch.Tensor, crops: torch.Tensor,
+                 chains: Optional[torch.Tensor], m, k, mean, std, fold: bool = False) -> torch.Tensor:
+    """All views normalised into ``out`` [B, V, 3, S, S] (ToTensor + Normalize arithmetic: /255,
+    −mean, /std): view 0, then the crops (AugMix off) or their mixes.
+
+    ``fold`` (the CUDA default; eager): the mix and the normalisation folded into per-(view,
+    channel) coefficients, ``out = a_0·crop + Σ_i a_i·chain_i + b`` with ``a = weight / (255·std)``
+    and ``b = −mean/std``, accumulated by ``addcmul`` straight into ``out`` (4 passes instead of
+    12): the same numbers up to float32 rounding (~1e-7), not bit for bit."""
+    B, V = out.shape[:2]
+    out[:, 0] = view0.float().div(255).sub(mean).div(std)
+    if fold and chains is not None:
+        N, S = crops.shape[0], crops.shape[-1]
+        scale = 1.0 / (255.0 * std.view(1, 3, 1, 1))                       # [1, 3, 1, 1]
+        dst = out[:, 1:]
+        a0 = (m * scale).view(B, V - 1, 3, 1, 1)
+        torch.addcmul((-mean / std).view(1, 1, 3, 1, 1), crops.view(B, V - 1, 3, S, S), a0,
+                      out=dst)
+        for i in range(CHAINS):
+            ai = (k[:, i] * scale).view(B, V - 1, 3, 1, 1)
+            dst.addcmul_(chains[:, i].view(B, V - 1, 3, S, S), ai)
+        return out
+    x = crops.float() if chains is None else _mix(crops, chains, m, k)
+    torch.div(x.div_(255).sub_(mean).view(B, V - 1, *x.shape[1:]), std, out=out[:, 1:])
+    return out
+
+
+def _views_fused(view0: torch.Tensor, crops: torch.Tensor, chains: torch.Tensor, m, k, mean,
+                 std) -> torch.Tensor:
+    """:func:`_views_eager` as one expression (for ``torch.compile``: one fused kernel writes
+    the output; same arithmetic)."""
+    B = view0.shape[0]
+    first = view0.float().div(255).sub(mean).div(std)
+    mix = _mix(crops, chains, m, k).div(255).sub(mean).div(std)
+    return torch.cat([first.unsqueeze(1), mix.view(B, -1, *mix.shape[1:])], 1)
+
+
+class _Plan:
+    """Everything the device work of one batch needs from ``params_cpu``, built on the host and
+    sent in three copies: per depth the rows of the geometric ops with their affine maps, the
+    rows of the LUT ops (blocks in ``_LUT_ORDER``) with the posterize/solarize LUTs, and the
+    mixing weights."""
+
+    def __init__(self, params_cpu: torch.Tensor, size: int, dev: torch.device):
+        p = params_cpu.reshape(-1, _NCOL).float()
+        N = p.shape[0]
+        ops = p[:, _OP0:_MAG0].reshape(N * CHAINS, DEPTH).long()
+        mags = p[:, _MAG0:].reshape(N * CHAINS, DEPTH)
+        ints, mats, luts, self.depths = [], [], [], []
+        n_int = n_mat = n_lut = 0
+        for d in range(DEPTH):
+            col = ops[:, d]
+            geo = torch.nonzero(torch.isin(col, _GEO_IDS)).flatten()
+            blocks = [torch.nonzero(col == _OPS.index(n)).flatten() for n in _LUT_ORDER]
+            lut_rows = torch.cat(blocks)
+            counts = [int(b.numel()) for b in blocks]
+            ps = lut_rows[counts[0] + counts[1]:]
+            names = ["posterize"] * counts[2] + ["solarize"] * counts[3]
+            A = affine_matrices(col[geo], mags[geo, d], size)
+            lists = {"geo": geo, "lut": lut_rows}
+            if d == 0:   # depth 0 reads the crops: chain c of crop n is row 3n + c
+                lists.update(sgeo=geo // CHAINS, slut=lut_rows // CHAINS,
+                             keep=torch.nonzero(col < 0).flatten())   # no op at all (hand-made)
+                lists["skeep"] = lists["keep"] // CHAINS
+            at = {}
+            for key, rows in lists.items():
+                ints.append(rows)
+                at[key] = (n_int, rows.numel())
+                n_int += rows.numel()
+            mats.append(A.reshape(-1))
+            luts.append(lut_posterize_solarize(names, mags[ps, d]).repeat_interleave(3, 0))
+            self.depths.append(dict(at, A=(n_mat, A.numel()), ps=(n_lut, luts[-1].shape[0]),
+                                    counts=counts))
+            n_mat += A.numel()
+            n_lut += luts[-1].shape[0]
+        m = p[:, 5].view(N, 1)
+        k = (1 - m) * p[:, 6:6 + CHAINS]                     # the reference's (1 - m) * w_i
+        self.m_at, self.k_at = n_mat, n_mat + N
+        mats += [m.reshape(-1), k.reshape(-1)]
+        self.N = N
+        self.ints = _pinned(torch.cat(ints).long(), dev)
+        self.mats = _pinned(torch.cat(mats), dev)
+        self.luts = _pinned(torch.cat(luts), dev)
+
+    def rows(self, d: int, key: str) -> torch.Tensor:
+        at = self.depths[d]
+        a, n = at[key] if key in at else at[key[1:]]   # "sgeo" at depth > 0 is "geo"
+        return self.ints[a:a + n]
+
+    def affine(self, d: int) -> torch.Tensor:
+        a, n = self.depths[d]["A"]
+        return self.mats[a:a + n].view(-1, 2, 3)
+
+    def ps_luts(self, d: int) -> torch.Tensor:
+        a, n = self.depths[d]["ps"]
+        return self.luts[a:a + n]
+
+    def mix_weights(self):
+        N = self.N
+        m = self.mats[self.m_at:self.m_at + N].view(N, 1, 1, 1)
+        k = self.mats[self.k_at:self.k_at + N * CHAINS].view(N, CHAINS, 1, 1, 1)
+        return m, k
+
+
 class GpuViewMaker:
     """``maker(batch) -> views [B, V, 3, S, S]`` (fp32, normalised) on the batch's device.
 
     ``batch``: a :func:`collate_gpu_views` batch whose ``view0``/``canvas``/``hw``/``params`` may
     already be on the device; ``params`` is also read on the host (``params_cpu`` if present) to
-    build the per-op index lists, so no host-device synchronisation happens here.
+    build the per-op row lists, the affine maps and the posterize/solarize LUTs, sent in three
+    copies, so no host-device synchronisation happens here.
+
+    Work per batch: crops and chains are kept in uint8 (every op's output is an integer 0-255);
+    per AugMix depth, ONE LUT pass for all colour ops (equalize histograms with int32 counts,
+    autocontrast min/max, posterize/solarize tables from the host; one gather through an int32
+    ``row * 256 + value`` address) and ONE ``grid_sample`` for all geometric ops (in
+    ``work_dtype``: float16 on CUDA, whose grid comes from one float16 matrix product with float32
+    accumulation); depth 0 reads the crops directly (no copy of the chains); then one mixing +
+    normalising expression written into the output. ``compile=True`` (CUDA only) compiles that
+    fixed-shape mixing into one kernel with ``torch.compile(dynamic=False)``; it falls back to
+    eager if compilation fails. Same views as the previous implementation (kept as
+    :mod:`argtca.engine._gpu_views_reference`): bit for bit in float32 on the CPU.
     """
 
-    def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None):
+    hist_split = 1     # sub-histograms per row on CUDA (spreads colliding atomics); counts unchanged
+    fold_mix = None    # eager mixing folded with the normalisation (None: on CUDA only)
+
+    def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None,
+                 compile: bool = False):
         self.work_dtype = work_dtype   # None: float16 on CUDA (integers 0-255 are exact), else float32
         self.size = view_gen.size
         self.n_views = view_gen.n_views
         self.augmix = view_gen.augmix
         self.mean = torch.tensor(view_gen.mean).view(1, 3, 1, 1)
         self.std = torch.tensor(view_gen.std).view(1, 3, 1, 1)
+        self.compile = bool(compile)
+        self._compiled = None          # the compiled mixing, once built (False: it failed)
         self._grid = {}
 
     def normalize(self, x255: torch.Tensor) -> torch.Tensor:
@@ -200,32 +403,48 @@ class GpuViewMaker:
         mean, std = self.mean.to(x255.device), self.std.to(x255.device)
         return x255.float().div(255).sub(mean).div(std)
 
+    def _compile_here(self, dev: torch.device) -> bool:
+        return self.compile and dev.type == "cuda"
+
+    def _wd(self, dev: torch.device) -> torch.dtype:
+        return self.work_dtype or (torch.float16 if dev.type == "cuda" else torch.float32)
+
     def __call__(self, batch: Dict[str, Any]) -> torch.Tensor:
         view0 = batch["view0"]
         dev = view0.device
         B, S, V = view0.shape[0], self.size, self.n_views
-        out = torch.empty(B, V, 3, S, S, device=dev)
-        out[:, 0] = self.normalize(view0)
         if V == 1:
+            out = torch.empty(B, V, 3, S, S, device=dev)
+            out[:, 0] = self.normalize(view0)
             return out
         params_cpu = batch.get("params_cpu", batch["params"]).cpu()
         params = batch["params"].to(dev, non_blocking=True)
         hw = batch["hw"].to(dev, non_blocking=True).float()
-        wd = self.work_dtype or (torch.float16 if dev.type == "cuda" else torch.float32)
         crops = self.crops(batch["canvas"].to(dev, non_blocking=True), hw, params, params_cpu)
-        crops = crops.to(wd)
+        mean, std = self.mean.to(dev), self.std.to(dev)
+        chains = m = k = None
         if self.augmix:
-            crops = self.augment(crops, params.reshape(-1, _NCOL), params_cpu.reshape(-1, _NCOL))
-        out[:, 1:] = self.normalize_float(crops).reshape(B, V - 1, 3, S, S)
-        return out
-
-    def normalize_float(self, x255: torch.Tensor) -> torch.Tensor:
-        mean, std = self.mean.to(x255.device), self.std.to(x255.device)
-        return x255.float().div_(255).sub_(mean).div_(std)
+            plan = _Plan(params_cpu, S, dev)
+            chains = self.chains(crops, plan)
+            m, k = plan.mix_weights()
+            if self._compiled is not False and self._compile_here(dev):
+                try:
+                    if self._compiled is None:
+                        self._compiled = torch.compile(_views_fused, dynamic=False)
+                    return self._compiled(view0, crops, chains, m, k, mean, std)
+                except Exception as e:   # no compiler / Triton here: eager, same arithmetic
+                    print(f"argtca: GPU views: torch.compile of the mixing failed "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                          f"mixing eagerly")
+                    self._compiled = False
+        out = torch.empty(B, V, 3, S, S, device=dev)
+        fold = self.fold_mix if self.fold_mix is not None else dev.type == "cuda"
+        return _views_eager(out, view0, crops, chains, m, k, mean, std, fold=fold)
 
     # -- resized crop + flip ------------------------------------------------------------------
     def crops(self, canvas: torch.Tensor, hw: torch.Tensor, params: torch.Tensor,
               params_cpu: torch.Tensor) -> torch.Tensor:
+        """Resized crops (flipped where drawn) [B·n, 3, S, S], uint8."""
         B, n = params.shape[:2]
         S = self.size
         h, w = hw[:, 0:1], hw[:, 1:2]
@@ -233,11 +452,13 @@ class GpuViewMaker:
                            params[..., 3] * h], dim=-1)                       # [B, n, 4]
         bidx = torch.arange(B, device=canvas.device, dtype=box.dtype).view(B, 1, 1).expand(B, n, 1)
         rois = torch.cat([bidx, box], dim=-1).reshape(-1, 5)
+        # roi_align averages bilinear samples of 0-255 values with non-negative weights summing
+        # to one: after rounding the values are in 0..255 (no clamp needed) and fit uint8
         x = roi_align(canvas.float(), rois, output_size=(S, S), spatial_scale=1.0,
-                      sampling_ratio=-1, aligned=True).round_().clamp_(0, 255)
+                      sampling_ratio=-1, aligned=True).round_().to(torch.uint8)
         flip = torch.nonzero(params_cpu[..., 4].reshape(-1) > 0.5).flatten()
         if flip.numel():
-            fi = flip.to(x.device, non_blocking=True)
+            fi = _pinned(flip, x.device)
             x.index_copy_(0, fi, x.index_select(0, fi).flip(-1))
         return x
 
@@ -251,89 +472,109 @@ class GpuViewMaker:
             self._grid[key] = torch.stack([xx, yy, torch.ones_like(xx)], -1)   # [S, S, 3]
         return self._grid[key]
 
+    def chains(self, crops: torch.Tensor, plan: "_Plan") -> torch.Tensor:
+        """The three AugMix chains of every crop, [N, 3, 3, S, S] uint8. Per depth: one LUT pass
+        for every colour op, one warp for every geometric op; rows whose chain has ended keep
+        their values. Depth 0 (every chain has one) reads the crops directly."""
+        N = crops.shape[0]
+        wd = self._wd(crops.device)
+        chains = torch.empty(N * CHAINS, *crops.shape[1:], dtype=torch.uint8, device=crops.device)
+        for d in range(DEPTH):
+            src = crops if d == 0 else chains
+            geo, lut = plan.rows(d, "geo"), plan.rows(d, "lut")
+            sgeo, slut = plan.rows(d, "sgeo"), plan.rows(d, "slut")   # their rows in ``src``
+            if d == 0 and plan.depths[0]["keep"][1]:
+                chains.index_copy_(0, plan.rows(0, "keep"),
+                                   crops.index_select(0, plan.rows(0, "skeep")))
+            y_lut = self._lut_pass(src.index_select(0, slut), plan.depths[d]["counts"],
+                                   plan.ps_luts(d)) if lut.numel() else None
+            y_geo = (self.warp(src.index_select(0, sgeo).to(wd), plan.affine(d), exact=False)
+                     .to(torch.uint8)) if geo.numel() else None
+            if y_lut is not None:
+                chains.index_copy_(0, lut, y_lut)
+            if y_geo is not None:
+                chains.index_copy_(0, geo, y_geo)
+        return chains.view(N, CHAINS, *crops.shape[1:])
+
+    def _lut_pass(self, x: torch.Tensor, counts: Sequence[int], ps_luts: torch.Tensor) -> torch.Tensor:
+        """The colour ops of one depth on their rows ``x`` [n, 3, S, S] (uint8, rows in blocks of
+        ``_LUT_ORDER`` with ``counts``): one LUT per (row, channel), one gather."""
+        flat = x.view(x.shape[0] * 3, -1)
+        idx = _lut_index(flat)
+        ne, na = counts[0] * 3, counts[1] * 3
+        parts = []
+        if ne:
+            split = self.hist_split if x.device.type == "cuda" else 1
+            parts.append(lut_equalize(_histograms(idx[:ne], ne, split)))
+        if na:
+            parts.append(lut_autocontrast(flat[ne:ne + na]))
+        if ps_luts.numel():
+            parts.append(ps_luts)
+        table = torch.cat(parts) if len(parts) > 1 else parts[0]
+        return table.view(-1).index_select(0, idx.view(-1)).view_as(x)
+
     def augment(self, crops: torch.Tensor, params: torch.Tensor,
                 params_cpu: torch.Tensor) -> torch.Tensor:
-        """m·crop + (1−m)·Σ_i w_i·chain_i(crop) on the uint8 value grid, [N, 3, S, S]."""
-        N = crops.shape[0]
-        dev = crops.device
-        chains = crops.unsqueeze(1).repeat(1, CHAINS, 1, 1, 1).reshape(N * CHAINS, *crops.shape[1:])
-        ops = params_cpu[:, _OP0:_MAG0].reshape(N * CHAINS, DEPTH).long()
-        mags = params_cpu[:, _MAG0:].reshape(N * CHAINS, DEPTH)
-        for d in range(DEPTH):
-            col = ops[:, d]
-            geo = [k for k in range(len(_OPS)) if _OPS[k] in _GEOMETRIC]
-            gidx = torch.nonzero(torch.isin(col, torch.tensor(geo))).flatten()
-            if gidx.numel():
-                A = affine_matrices(col[gidx], mags[gidx, d], self.size)
-                self._apply(chains, gidx, lambda x, A=A: self.warp(x, A.to(dev, non_blocking=True)))
-            for name, fn in (("autocontrast", self.autocontrast), ("equalize", self.equalize)):
-                idx = torch.nonzero(col == _OPS.index(name)).flatten()
-                if idx.numel():
-                    self._apply(chains, idx, fn)
-            for name, fn in (("posterize", self.posterize), ("solarize", self.solarize)):
-                idx = torch.nonzero(col == _OPS.index(name)).flatten()
-                if idx.numel():
-                    v = mags[idx, d].to(dev, chains.dtype, non_blocking=True).view(-1, 1, 1, 1)
-                    self._apply(chains, idx, lambda x, v=v, fn=fn: fn(x, v))
-        w = params[:, 6:6 + CHAINS].to(dev)                                     # [N, 3] fp32
-        m = params[:, 5].to(dev).view(N, 1, 1, 1)
-        c = chains.view(N, CHAINS, *crops.shape[1:])
-        mix = m * crops.float()
-        for i in range(CHAINS):   # fp32 accumulation
-            mix += (1 - m) * w[:, i].view(N, 1, 1, 1) * c[:, i].float()
-        return mix
+        """m·crop + (1−m)·Σ_i w_i·chain_i(crop) on the uint8 value grid, [N, 3, S, S] float32
+        (``crops``: 0-255 integer values, any dtype; ``params`` [N, ncol])."""
+        crops = crops.round().clamp(0, 255).to(torch.uint8)
+        plan = _Plan(params_cpu, self.size, crops.device)
+        chains = self.chains(crops, plan)
+        m, k = plan.mix_weights()
+        return _mix(crops, chains, m, k)
+
+    def warp(self, x: torch.Tensor, A: torch.Tensor, exact: bool = True) -> torch.Tensor:
+        """Bilinear warp of ``x`` [n, 3, S, S] (float, 0-255) by pixel-centre affine maps ``A``
+        [n, 2, 3], rounded. float32: the reference's grid arithmetic exactly. float16 (and not
+        ``exact``): the normalised grid from one float16 matrix product of exact pixel centres
+        with the maps split into high + low float16 parts (float32 accumulation), i.e. the
+        float32 grid rounded once to float16."""
+        grid = self.grid(A.to(x.device), x.dtype, exact)
+        # bilinear weights are non-negative and sum to one: rounded values stay in 0..255
+        return TF.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
+                              align_corners=False).round_()
+
+    def grid(self, A: torch.Tensor, dtype: torch.dtype, exact: bool = True) -> torch.Tensor:
+        """``grid_sample``'s normalised grid [n, S, S, 2] in ``dtype`` for pixel-centre maps ``A``."""
+        S = self.size
+        if dtype == torch.float16 and not exact:
+            # exact powers of two keep the low parts out of float16's subnormal range
+            An = A.float() * (2.0 / S)
+            An[:, :, 2] -= 1.0
+            An *= 256.0
+            hi = An.half()
+            lo = (An - hi.float()).half()
+            W = torch.cat([hi, lo], 2).transpose(1, 2)                     # [n, 6, 2]
+            base = (self._base_grid(A.device).view(S * S, 3) / 256.0).half()   # exact
+            return torch.matmul(torch.cat([base, base], 1), W).view(-1, S, S, 2)
+        src = self._base_grid(A.device) @ A.transpose(1, 2).unsqueeze(1)     # [n, S, S, 2]
+        return (src * (2.0 / S) - 1.0).to(dtype)
 
     @staticmethod
-    def _apply(x: torch.Tensor, idx: torch.Tensor, fn) -> None:
-        i = idx.to(x.device, non_blocking=True)
-        x.index_copy_(0, i, fn(x.index_select(0, i)).to(x.dtype))
-
-    def warp(self, x: torch.Tensor, A: torch.Tensor) -> torch.Tensor:
-        S = self.size
-        src = self._base_grid(x.device) @ A.transpose(1, 2).unsqueeze(1)         # [n, S, S, 2]
-        grid = (src * (2.0 / S) - 1.0).to(x.dtype)
-        return TF.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
-                              align_corners=False).round_().clamp_(0, 255)
+    def _lut_op(x: torch.Tensor, lut_fn) -> torch.Tensor:
+        n, c = x.shape[:2]
+        flat = x.reshape(n * c, -1).to(torch.uint8)
+        idx = _lut_index(flat)
+        return lut_fn(flat, idx).view(-1).index_select(0, idx.view(-1)).to(x.dtype).view(x.shape)
 
     @staticmethod
     def autocontrast(x: torch.Tensor) -> torch.Tensor:
-        # PIL's LUT per channel: lut[i] = int(i * scale + offset), scale = 255 / (hi - lo),
-        # offset = -lo * scale (float64, as Python computes it); identity when hi <= lo
-        n, c = x.shape[:2]
-        flat = x.reshape(n * c, -1)
-        lo = flat.amin(1, keepdim=True).double()
-        hi = flat.amax(1, keepdim=True).double()
-        scale = 255.0 / (hi - lo).clamp(min=1)
-        i = torch.arange(256, device=x.device, dtype=torch.float64)
-        lut = torch.trunc(i * scale + (-lo * scale)).clamp_(0, 255)
-        lut = torch.where(hi > lo, lut, i.expand_as(lut)).to(x.dtype)
-        return lut.gather(1, flat.long()).reshape(x.shape)
+        return GpuViewMaker._lut_op(x, lambda flat, idx: lut_autocontrast(flat))
 
     @staticmethod
     def equalize(x: torch.Tensor) -> torch.Tensor:
-        n, c = x.shape[:2]
-        v = x.reshape(n * c, -1).long()
-        hist = torch.zeros(n * c, 256, dtype=torch.long, device=x.device)
-        hist.scatter_add_(1, v, torch.ones_like(v))
-        total = hist.sum(1, keepdim=True)
-        last = torch.arange(256, device=x.device).expand_as(hist).masked_fill(hist == 0, -1)
-        last_count = hist.gather(1, last.amax(1, keepdim=True).clamp(min=0))
-        step = (total - last_count) // 255
-        nonzero_bins = (hist > 0).sum(1, keepdim=True)
-        before = torch.cumsum(hist, 1) - hist
-        lut = ((step // 2 + before) // step.clamp(min=1)).clamp_(0, 255)
-        ident = torch.arange(256, device=x.device).expand_as(hist)
-        lut = torch.where((step > 0) & (nonzero_bins > 1), lut, ident)
-        return lut.gather(1, v).to(x.dtype).reshape(x.shape)
+        return GpuViewMaker._lut_op(x, lambda flat, idx: lut_equalize(
+            _histograms(idx, flat.shape[0], 1)))
 
     @staticmethod
     def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
-        q = torch.pow(2.0, 8 - bits)
-        return torch.floor(x / q) * q
+        return GpuViewMaker._lut_op(x, lambda flat, idx: lut_posterize_solarize(
+            ["posterize"] * x.shape[0], bits.reshape(-1).cpu()).to(x.device).repeat_interleave(3, 0))
 
     @staticmethod
     def solarize(x: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
-        return torch.where(x >= thr, 255 - x, x)
+        return GpuViewMaker._lut_op(x, lambda flat, idx: lut_posterize_solarize(
+            ["solarize"] * x.shape[0], thr.reshape(-1).cpu()).to(x.device).repeat_interleave(3, 0))
 
 
 # ------------------------------------------------------------------------------ the loader

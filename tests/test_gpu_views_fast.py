@@ -1,0 +1,132 @@
+"""The fused GPU view maker (run here on the CPU, float32) gives the previous implementation's
+views (``argtca.engine._gpu_views_reference``) bit for bit: every op type, chains of depth 1-3,
+flips, AugMix off, one view; its float16 pieces (grid, folded mixing) agree to their rounding."""
+import pytest
+import torch
+
+from argtca.datasets.augmix import OPS
+from argtca.datasets.views import ViewGenerator
+from argtca.engine import gpu_views as G
+from argtca.engine._gpu_views_reference import ReferenceGpuViewMaker, random_view_batch
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _both(batch, size, n_views, augmix=True):
+    vg = ViewGenerator(size=size, n_views=n_views, augmix=augmix)
+    return ReferenceGpuViewMaker(vg)(batch), G.GpuViewMaker(vg)(batch)
+
+
+@pytest.mark.parametrize("size,B,V,seed", [(32, 3, 13, 0), (40, 2, 17, 1), (24, 4, 9, 2),
+                                           (32, 2, 2, 3)])
+def test_random_batches_are_bit_identical_to_the_reference(size, B, V, seed):
+    batch = random_view_batch(B, V, size, seed=seed)
+    p = batch["params_cpu"].reshape(-1, len(G.VIEW_PARAM_COLUMNS))
+    ops = p[:, G._OP0:G._MAG0].reshape(-1, 3, 3)
+    if V > 2:   # the batch covers what it should: flips, every op at depth 0, depths 1, 2 and 3
+        assert 0 < p[:, 4].sum() < p.shape[0]
+        assert set(ops[:, :, 0].flatten().long().tolist()) == set(range(len(OPS)))
+        assert set((ops >= 0).sum(-1).flatten().tolist()) == {1, 2, 3}
+    ref, new = _both(batch, size, V)
+    assert new.shape == (B, V, 3, size, size) and new.dtype == torch.float32
+    assert torch.equal(new, ref)
+
+
+@pytest.mark.parametrize("name", OPS)
+def test_each_op_alone_at_every_depth_is_bit_identical(name):
+    """Every chain made of one op only (1-3 times), so each op's path runs on many rows."""
+    batch = random_view_batch(2, 9, 32, seed=11)
+    p = batch["params_cpu"]
+    ops = p[..., G._OP0:G._MAG0]
+    ops[ops >= 0] = float(OPS.index(name))
+    if name not in ("autocontrast", "equalize"):   # magnitudes of another op: give this one's
+        mags = {"posterize": 3.0, "solarize": 100.0, "rotate": -17.0, "shear_x": 0.2,
+                "shear_y": -0.15, "translate_x": -6.0, "translate_y": 5.0}[name]
+        p[..., G._MAG0:] = torch.where(ops >= 0, mags, 0.0)
+    batch["params"] = p
+    ref, new = _both(batch, 32, 9)
+    assert torch.equal(new, ref)
+    assert not torch.equal(new[:, 1:], _both(batch, 32, 9, augmix=False)[1][:, 1:])   # it acted
+
+
+@pytest.mark.parametrize("V,augmix", [(1, True), (1, False), (6, False)])
+def test_one_view_and_augmix_off_are_bit_identical(V, augmix):
+    batch = random_view_batch(3, V, 32, seed=4, augmix=augmix)
+    ref, new = _both(batch, 32, V, augmix=augmix)
+    assert new.shape == (3, V, 3, 32, 32)
+    assert torch.equal(new, ref)
+
+
+def test_hand_made_chains_without_ops_keep_the_crop():
+    """A chain with no op at all (not drawn by AugMix, possible in hand-made plans) is the crop."""
+    batch = random_view_batch(2, 5, 24, seed=7)
+    p = batch["params_cpu"]
+    p[0, :, G._OP0:G._OP0 + 3] = -1          # chain 0 of every view of image 0: empty
+    p[1, 1, G._OP0:G._MAG0] = -1             # view 2 of image 1: all chains empty
+    batch["params"] = p
+    ref, new = _both(batch, 24, 5)
+    assert torch.equal(new, ref)
+
+
+def test_folded_mixing_equals_the_exact_order_to_float32_rounding():
+    """The CUDA eager default folds the normalisation into the mixing weights (addcmul into the
+    output): same values up to float32 rounding, not bit for bit."""
+    batch = random_view_batch(3, 8, 32, seed=5)
+    vg = ViewGenerator(size=32, n_views=8, augmix=True)
+    exact = G.GpuViewMaker(vg)
+    folded = G.GpuViewMaker(vg)
+    folded.fold_mix = True
+    a, b = exact(batch), folded(batch)
+    assert torch.equal(a[:, 0], b[:, 0])
+    assert (a - b).abs().max() < 5e-6
+    assert not torch.equal(a, b)     # it is another order of roundings
+
+
+def test_float16_grid_is_the_float32_grid_rounded_once():
+    """The float16 grid (one half-precision product with hi + lo parts of the maps) equals the
+    reference's float32 grid cast to float16, up to one float16 step where the float32 value sits
+    at a rounding boundary."""
+    maker = G.GpuViewMaker(ViewGenerator(size=224, n_views=2, augmix=True))
+    g = torch.Generator().manual_seed(0)
+    names = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y"] * 4
+    ids = torch.tensor([OPS.index(n) for n in names])
+    mags = (torch.rand(20, generator=g) - 0.5) * torch.tensor([60, 0.6, 0.6, 150, 150] * 4)
+    A = G.affine_matrices(ids, mags, 224)
+    try:
+        half = maker.grid(A, torch.float16, exact=False).float()
+    except (RuntimeError, NotImplementedError) as e:   # no float16 matmul on this CPU build
+        pytest.skip(f"float16 matmul unavailable: {e}")
+    ref = maker.grid(A, torch.float32).half().float()
+    d = (half - ref).abs()
+    assert d.max() <= 2 ** -10                      # one float16 step in [1, 2)
+    assert (d > 0).float().mean() < 0.005
+    assert (ref.abs() <= 3).all() and (ref - maker.grid(A, torch.float32)).abs().max() > 0
+
+
+def test_histograms_with_sub_histograms_count_the_same():
+    g = torch.Generator().manual_seed(1)
+    flat = torch.randint(0, 256, (6, 1000), generator=g, dtype=torch.uint8)
+    flat[2] = 7
+    idx = G._lut_index(flat)
+    assert idx.dtype == torch.int32 and int(idx[3, 0]) == 3 * 256 + int(flat[3, 0])
+    want = torch.stack([torch.bincount(r.long(), minlength=256) for r in flat]).int()
+    for split in (1, 7, 32):
+        assert torch.equal(G._histograms(idx, 6, split), want)
+
+
+def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
+    batch = random_view_batch(2, 4, 24, seed=8)
+    vg = ViewGenerator(size=24, n_views=4, augmix=True)
+    want = G.GpuViewMaker(vg)(batch)
+    maker = G.GpuViewMaker(vg, compile=True)
+    monkeypatch.setattr(maker, "_compile_here", lambda dev: True)
+
+    def broken(*a, **k):
+        raise RuntimeError("no triton here")
+    monkeypatch.setattr(torch, "compile", broken)
+    got = maker(batch)
+    assert torch.equal(got, want)
+    assert "torch.compile of the mixing failed (RuntimeError: no triton here)" in capsys.readouterr().out
+    assert maker._compiled is False
+    assert torch.equal(maker(batch), want)     # and stays eager, silently
+    assert capsys.readouterr().out == ""
