@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Sequence, Tuple
 
 import numpy as np
@@ -27,10 +28,13 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image
 from torchvision.transforms import InterpolationMode
+from torchvision.transforms.functional import _get_inverse_affine_matrix as _inverse_affine_matrix
 
 __all__ = ["OPS", "OpCall", "AugMixPlan", "int_parameter", "float_parameter", "sample_level",
            "sample_op", "apply_op", "apply_chain", "sample_plan", "mix_processed", "augmix_view",
-           "apply_op_fast", "apply_chain_fast", "augmix_mixed_255"]
+           "apply_op_planes", "apply_op_fast", "apply_chain_planes", "normalise_into",
+           "augmix_planes_into", "autocontrast_planes", "equalize_planes", "posterize_planes",
+           "solarize_planes", "shift_planes", "shear_planes", "affine_planes"]
 
 # TPT's ``augmentations`` list (the ImageNet-C-overlapping colour ops are excluded, as in TPT).
 OPS: Tuple[str, ...] = ("autocontrast", "equalize", "posterize", "rotate", "solarize",
@@ -167,54 +171,287 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 
 
 # ------------------------------------------------------------------------ TTA.VIEWS_DEVICE cpu-fast
-def _shift(a: np.ndarray, t: int, axis: int) -> np.ndarray:
-    """``out[x] = a[x + t]`` along ``axis`` (0 where x + t falls outside), uint8 [H, W, 3]."""
-    out = np.zeros_like(a)
-    n = a.shape[axis]
+# The same ops on planar uint8 arrays [3, H, W] (one contiguous plane per channel), written to give
+# PIL's pixels: the colour ops build PIL's own look-up tables (ImageOps formulas) and apply them with
+# numpy; translations are array shifts; shears and rotations redo Pillow's bilinear ``transform``
+# (Geometry.c: the source point of pixel (x, y) is ``M (x + .5, y + .5)``, sampled at minus half a
+# pixel, neighbours clamped at the border, outside the image black, the float64 result truncated)
+# in float64 numpy. A shear moves every row (column) by one constant, so it is two shifted copies
+# and one blend; only where a blend lands within ~1e-12 of an integer can its truncation differ
+# from PIL's (per-pixel float64 rounding of the source coordinate; never seen in the tests).
+
+_RAMP = np.arange(256, dtype=np.float64)
+
+
+def _apply_luts(x: np.ndarray, luts) -> np.ndarray:
+    """Channel c through ``luts[c]`` (uint8[256]; None = identity); a new array."""
+    out = np.empty_like(x)
+    for c, lut in enumerate(luts):
+        if lut is None:
+            out[c] = x[c]
+        else:
+            np.take(lut, x[c], out=out[c], mode="clip")
+    return out
+
+
+def autocontrast_planes(x: np.ndarray) -> np.ndarray:
+    """``ImageOps.autocontrast`` (cutoff 0): channel range [lo, hi] stretched to [0, 255] with
+    ``int(i * scale + offset)``, ``scale = 255 / (hi - lo)``, ``offset = -lo * scale``."""
+    flat = x.reshape(x.shape[0], -1)
+    lo, hi = flat.min(axis=1), flat.max(axis=1)
+    luts = []
+    for lo_c, hi_c in zip(lo.tolist(), hi.tolist()):
+        if hi_c <= lo_c:
+            luts.append(None)
+            continue
+        scale = 255.0 / (hi_c - lo_c)
+        luts.append(np.clip(np.trunc(_RAMP * scale + (-lo_c * scale)), 0, 255).astype(np.uint8))
+    return _apply_luts(x, luts)
+
+
+def _histogram(plane: np.ndarray) -> np.ndarray:
+    h, w = plane.shape   # PIL's histogram of a zero-copy "L" view: ~3x faster than np.bincount
+    return np.asarray(Image.frombuffer("L", (w, h), plane, "raw", "L", 0, 1).histogram(),
+                      dtype=np.int64)
+
+
+def equalize_planes(x: np.ndarray) -> np.ndarray:
+    """``ImageOps.equalize``: ``step = (n - count of the last used value) // 255``,
+    ``lut[i] = (step // 2 + #pixels below i) // step`` (clipped to 255 as PIL's ``point``);
+    identity for a channel with one value or ``step == 0``."""
+    x = np.ascontiguousarray(x)
+    luts = []
+    for c in range(x.shape[0]):
+        h = _histogram(x[c])
+        used = np.flatnonzero(h)
+        step = (int(h.sum()) - int(h[used[-1]])) // 255 if used.size > 1 else 0
+        if not step:
+            luts.append(None)
+            continue
+        below = np.concatenate(([0], np.cumsum(h)[:-1]))
+        luts.append(np.minimum((step // 2 + below) // step, 255).astype(np.uint8))
+    return _apply_luts(x, luts)
+
+
+def posterize_planes(x: np.ndarray, bits: int) -> np.ndarray:
+    if not 1 <= int(bits) <= 8:
+        raise ValueError(f"posterize bits={bits}: must be 1..8 (as PIL's ImageOps.posterize)")
+    return x & np.uint8(~(2 ** (8 - int(bits)) - 1) & 0xFF)
+
+
+def solarize_planes(x: np.ndarray, threshold: float) -> np.ndarray:
+    """``ImageOps.solarize``: values >= threshold become ``255 - v`` (= ``v ^ 255`` on uint8)."""
+    t = math.ceil(float(threshold))      # v < threshold <=> v < ceil(threshold) for integers v
+    if t > 255:
+        return x.copy()
+    if t <= 0:
+        return x ^ np.uint8(255)
+    return x ^ np.negative((x >= np.uint8(t)).view(np.uint8))
+
+
+def shift_planes(x: np.ndarray, t: int, axis: int) -> np.ndarray:
+    """``out[..., i, ...] = x[..., i + t, ...]`` along ``axis``, 0 outside (PIL's bilinear
+    affine at an integer offset copies pixels: TPT's translations)."""
+    out = np.zeros_like(x)
+    n = x.shape[axis]
     if abs(t) >= n:
         return out
-    src = [slice(None)] * a.ndim
-    dst = [slice(None)] * a.ndim
+    src = [slice(None)] * x.ndim
+    dst = [slice(None)] * x.ndim
     if t >= 0:
         src[axis], dst[axis] = slice(t, n), slice(0, n - t)
     else:
         src[axis], dst[axis] = slice(0, n + t), slice(-t, n)
-    out[tuple(dst)] = a[tuple(src)]
+    out[tuple(dst)] = x[tuple(src)]
     return out
+
+
+def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
+    """PIL's bilinear AFFINE ``(1, c, 0, 0, 1, 0)`` (``axis=2``, shear_x: row y samples
+    ``x + c (y + .5)``) or ``(1, 0, 0, c, 1, 0)`` (``axis=1``, shear_y: column x samples
+    ``y + c (x + .5)``) on planes [3, H, W]."""
+    other = 3 - axis                       # the axis whose index sets the shift
+    n, m = x.shape[axis], x.shape[other]
+    t = float(coeff) * (np.arange(m, dtype=np.float64) + 0.5)   # source offset per line
+    u = (t + 0.5) - 0.5                    # PIL: (i + .5) + t, minus .5
+    k = np.floor(u)
+    frac = u - k
+    k = k.astype(np.int64)
+    pad = int(np.abs(k).max()) + 2
+    shape = list(x.shape)
+    shape[axis] = n + 2 * pad
+    padded = np.empty(shape, dtype=np.uint8)
+
+    def along(sl):
+        idx = [slice(None)] * 3
+        idx[axis] = sl
+        return tuple(idx)
+
+    padded[along(slice(pad, pad + n))] = x
+    padded[along(slice(0, pad))] = x[along(slice(0, 1))]          # PIL clamps its neighbours
+    padded[along(slice(pad + n, None))] = x[along(slice(n - 1, n))]
+    shape[axis] = n + 1
+    g = np.empty(shape, dtype=np.uint8)    # g[.., i] = x[.., clamp(i + k)], i = 0..n
+    starts = np.flatnonzero(np.diff(k)) + 1
+    for a, b in zip(np.concatenate(([0], starts)), np.concatenate((starts, [m]))):
+        src = [slice(None)] * 3
+        src[other] = slice(a, b)
+        src[axis] = slice(pad + k[a], pad + k[a] + n + 1)
+        dst = [slice(None)] * 3
+        dst[other] = slice(a, b)
+        g[tuple(dst)] = padded[tuple(src)]
+    lo, hi = g[along(slice(0, n))], g[along(slice(1, n + 1))]
+    fshape = [1, 1, 1]
+    fshape[other] = m
+    v = np.subtract(hi, lo, dtype=np.float64)
+    v *= frac.reshape(fshape)
+    v += lo
+    out = v.astype(np.uint8)              # v >= 0: truncation as PIL's (UINT8) cast
+    # inside iff 0 <= (i + .5) + t < n: i >= ceil(-.5 - t) and i < ceil(n - .5 - t)
+    i = np.arange(n).reshape([-1 if d == axis else 1 for d in range(1, 3)])
+    tl = t.reshape([-1 if d == other else 1 for d in range(1, 3)])
+    inside = (i >= np.ceil(-0.5 - tl)) & (i < np.ceil(n - 0.5 - tl))
+    out *= inside
+    return out
+
+
+def _rotate_matrix(angle: float, width: int, height: int) -> Tuple[float, ...]:
+    """The inverse matrix ``Image.rotate(angle)`` hands to ``transform`` (centre (w/2, h/2),
+    coefficients rounded to 15 decimals, as Pillow does)."""
+    a = -math.radians(angle % 360.0)
+    m = [round(math.cos(a), 15), round(math.sin(a), 15), 0.0,
+         round(-math.sin(a), 15), round(math.cos(a), 15), 0.0]
+    cx, cy = width / 2, height / 2
+    m[2] = m[0] * -cx + m[1] * -cy + m[2] + cx
+    m[5] = m[3] * -cx + m[4] * -cy + m[5] + cy
+    return tuple(m)
+
+
+@lru_cache(maxsize=32)
+def _affine_taps(matrix: Tuple[float, ...], height: int, width: int):
+    """Per output pixel: the flat indices of its 4 bilinear neighbours, dx, dy and inside."""
+    a0, a1, a2, a3, a4, a5 = matrix
+    xo = np.arange(width, dtype=np.float64)[None, :] + 0.5
+    yo = np.arange(height, dtype=np.float64)[:, None] + 0.5
+    xin = a0 * xo + a1 * yo + a2
+    yin = a3 * xo + a4 * yo + a5
+    inside = ((xin >= 0) & (xin < width) & (yin >= 0) & (yin < height)).ravel()
+    xin, yin = (xin - 0.5).ravel(), (yin - 0.5).ravel()
+    xf, yf = np.floor(xin), np.floor(yin)
+    dx, dy = xin - xf, yin - yf
+    xf, yf = xf.astype(np.int64), yf.astype(np.int64)
+    x0, x1 = np.clip(xf, 0, width - 1), np.clip(xf + 1, 0, width - 1)
+    y0, y1 = np.clip(yf, 0, height - 1), np.clip(yf + 1, 0, height - 1)
+    taps = tuple(np.where(inside, yy * width + xx, 0) for yy, xx in
+                 ((y0, x0), (y0, x1), (y1, x0), (y1, x1)))
+    return taps, dx, dy, inside.astype(np.uint8)
+
+
+def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
+    """PIL's bilinear ``transform(AFFINE, matrix)`` (black outside) on planes [3, H, W]; the
+    taps of a matrix are cached (TPT's rotations take a handful of integer angles)."""
+    c, h, w = x.shape
+    (t00, t01, t10, t11), dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
+    flat = x.reshape(c, -1)
+    p00 = flat.take(t00, axis=1)
+    p10 = flat.take(t10, axis=1)
+    v1 = np.subtract(flat.take(t01, axis=1), p00, dtype=np.float64)
+    v1 *= dx
+    v1 += p00
+    v2 = np.subtract(flat.take(t11, axis=1), p10, dtype=np.float64)
+    v2 *= dx
+    v2 += p10
+    v2 -= v1
+    v2 *= dy
+    v2 += v1
+    out = v2.astype(np.uint8)
+    out *= inside
+    return out.reshape(c, h, w)
+
+
+def apply_op_planes(x: np.ndarray, op: OpCall) -> np.ndarray:
+    """:func:`apply_op` on planes uint8 [3, H, W]: the same pixels (see the section comment);
+    never writes into ``x`` (it may return ``x`` itself for an identity)."""
+    n, v = op.name, op.magnitude
+    if n == "autocontrast":
+        return autocontrast_planes(x)
+    if n == "equalize":
+        return equalize_planes(x)
+    if n == "posterize":
+        return posterize_planes(x, int(v))
+    if n == "solarize":
+        return solarize_planes(x, float(v))
+    if n == "translate_x":
+        return shift_planes(x, int(v), 2)
+    if n == "translate_y":
+        return shift_planes(x, int(v), 1)
+    if n == "rotate":
+        angle = float(v) % 360.0
+        if angle == 0:
+            return x
+        if angle == 180:
+            return np.ascontiguousarray(x[:, ::-1, ::-1])
+        if angle in (90.0, 270.0) and x.shape[1] == x.shape[2]:
+            return np.ascontiguousarray(np.rot90(x, 1 if angle == 90 else -1, axes=(1, 2)))
+        return affine_planes(x, _rotate_matrix(angle, x.shape[2], x.shape[1]))
+    if n in ("shear_x", "shear_y"):
+        # the matrix F.affine builds (tan(radians(degrees(atan(v)))), not v itself)
+        shear = [math.degrees(math.atan(v)), 0.0] if n == "shear_x" else \
+            [0.0, math.degrees(math.atan(v))]
+        m = _inverse_affine_matrix([0.0, 0.0], 0.0, [0.0, 0.0], 1.0, shear)
+        if n == "shear_x" and (m[0], m[2], m[3], m[4], m[5]) == (1, 0, 0, 1, 0):
+            return shear_planes(x, m[1], 2)
+        if n == "shear_y" and (m[0], m[1], m[2], m[4], m[5]) == (1, 0, 0, 1, 0):
+            return shear_planes(x, m[3], 1)
+        return affine_planes(x, m)
+    raise KeyError(f"unknown AugMix op {n!r}; known: {', '.join(OPS)}")
 
 
 def apply_op_fast(img: np.ndarray, op: OpCall) -> np.ndarray:
-    """:func:`apply_op` on an RGB uint8 array [H, W, 3]. Integer translations are array shifts
-    (PIL's bilinear sampling at integer offsets copies pixels, so this is bit-identical: tested);
-    a 0-degree rotation is the identity (as PIL's ``rotate``); every other op is PIL's."""
-    n, v = op.name, op.magnitude
-    if n == "translate_x":
-        return _shift(img, int(v), 1)
-    if n == "translate_y":
-        return _shift(img, int(v), 0)
-    if n == "rotate" and float(v) % 360 == 0:
-        return img
-    return np.asarray(apply_op(Image.fromarray(img), op))
+    """:func:`apply_op_planes` on an RGB uint8 array [H, W, 3] (returns [H, W, 3])."""
+    planes = np.ascontiguousarray(np.moveaxis(img, 2, 0))
+    return np.ascontiguousarray(np.moveaxis(apply_op_planes(planes, op), 0, 2))
 
 
-def apply_chain_fast(img: np.ndarray, chain: Sequence[OpCall]) -> np.ndarray:
-    out = img
+def apply_chain_planes(x: np.ndarray, chain: Sequence[OpCall]) -> np.ndarray:
     for op in chain:
-        out = apply_op_fast(out, op)
+        x = apply_op_planes(x, op)
+    return x
+
+
+@lru_cache(maxsize=8)
+def _norm_consts(mean: Tuple[float, ...], std: Tuple[float, ...]):
+    m = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
+    s = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+    return m, s, np.float32(1) / (np.float32(255) * s), m / s
+
+
+def normalise_into(out: np.ndarray, x: np.ndarray, mean: Sequence[float],
+                   std: Sequence[float]) -> np.ndarray:
+    """``Normalize(ToTensor(x))`` of planes uint8 [3, H, W] written into float32 ``out``, in
+    torchvision's float32 order (``/ 255``, ``- mean``, ``/ std``): bit-identical."""
+    m, s, _, _ = _norm_consts(tuple(mean), tuple(std))
+    np.divide(x, np.float32(255), out=out, dtype=np.float32)
+    out -= m
+    out /= s
     return out
 
 
-def augmix_mixed_255(img: np.ndarray, plan: AugMixPlan) -> np.ndarray:
-    """``m * x + (1 - m) * sum_i w_i * chain_i(x)`` on the 0-255 scale (float32 [H, W, 3]):
-    TPT's mix taken once before ``ToTensor + Normalize`` instead of after (both are affine, so
-    only float rounding differs, ~1e-6)."""
+def augmix_planes_into(out: np.ndarray, x: np.ndarray, plan: AugMixPlan,
+                       mean: Sequence[float], std: Sequence[float],
+                       tmp: np.ndarray = None) -> np.ndarray:
+    """TPT's AugMix view of planes uint8 [3, H, W] written into float32 ``out`` [3, H, W]:
+    ``sum_k c_k x_k / (255 std) - mean / std`` with ``c = (m, (1-m) w_1, (1-m) w_2, (1-m) w_3)``
+    and ``x_k`` the chains: TPT's ``m * pre(x) + (1 - m) * sum_i w_i pre(chain_i(x))`` with the
+    affine ``pre = Normalize . ToTensor`` taken once (sum c_k = 1), so only float rounding
+    differs (~1e-6). ``tmp``: optional float32 scratch of ``out``'s shape."""
+    _, _, inv, shift = _norm_consts(tuple(mean), tuple(std))
+    tmp = np.empty_like(out) if tmp is None else tmp
     m = np.float32(plan.m)
-    coeff = np.asarray([m] + [(np.float32(1) - m) * np.float32(w) for w in plan.weights],
-                       dtype=np.float32)
-    out = img.astype(np.float32)
-    out *= coeff[0]
-    for k, chain in enumerate(plan.chains):
-        c = apply_chain_fast(img, chain).astype(np.float32)
-        c *= coeff[k + 1]
-        out += c
+    np.multiply(x, m * inv, out=out)
+    for w, chain in zip(plan.weights, plan.chains):
+        np.multiply(apply_chain_planes(x, chain), (np.float32(1) - m) * np.float32(w) * inv,
+                    out=tmp)
+        out += tmp
+    out -= shift
     return out

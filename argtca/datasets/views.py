@@ -21,7 +21,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
 
-from .augmix import OPS, augmix_mixed_255, augmix_view, sample_plan
+from .augmix import OPS, augmix_planes_into, augmix_view, normalise_into, sample_plan
 from .base import DataError, Datum
 from .images import open_rgb, to_rgb
 
@@ -172,18 +172,34 @@ class ViewGenerator:
 
 
 class FastViewGenerator(ViewGenerator):
-    """``TTA.VIEWS_DEVICE cpu-fast``: the PIL path's views with the same random draws (crop box,
-    flip, AugMix plan), computed with less work: integer translations as array shifts and
-    0-degree rotations skipped (both bit-identical to PIL), the AugMix mix taken once on the
-    0-255 scale and ``ToTensor + Normalize`` applied once to all views. Only float rounding of
-    the mix differs from the PIL path (~1e-6 after normalisation), so results agree statistically
-    (documented as not bit-identical); view 0 is identical."""
+    """``TTA.VIEWS_DEVICE cpu-fast``: the PIL path's views with the same random draws (crop box
+    and flip from the item's torch generator, the AugMix plan from its numpy generator, in the
+    same order), computed with less work per view. The crop is PIL's (the same pixels); AugMix
+    runs on planar uint8 numpy arrays [3, S, S] (``augmix.apply_op_planes``): colour ops as PIL's
+    look-up tables, translations as shifts, shears and rotations as PIL's bilinear affine redone
+    in float64 numpy (the same pixels but for float64 ties, never seen in the tests); the mix and
+    ``ToTensor + Normalize`` are taken once per view straight into the output. So only the float32
+    rounding of the mix differs from the PIL path (~1e-6 after normalisation): the views agree
+    statistically, documented as not bit-identical; view 0 and views without AugMix are
+    bit-identical."""
 
     @classmethod
     def like(cls, vg: ViewGenerator) -> "FastViewGenerator":
         out = cls.__new__(cls)
         out.__dict__.update(vg.__dict__)
         return out
+
+    def crop_planes(self, img: Image.Image, generator: torch.Generator) -> np.ndarray:
+        """:meth:`preaugment` as planes uint8 [3, S, S]: the same draws (crop box, then flip) and
+        the same pixels (``F.resized_crop`` of a PIL image is ``crop`` + ``resize``), the flip
+        done by the array copy that makes the planes."""
+        width, height = img.size
+        i, j, h, w = random_resized_crop_params(width, height, self.scale, self.ratio, generator)
+        a = np.asarray(img.crop((j, i, j + w, i + h)).resize((self.size, self.size),
+                                                            Image.BILINEAR))
+        if torch.rand(1, generator=generator).item() < 0.5:
+            a = a[:, ::-1]
+        return np.ascontiguousarray(a.transpose(2, 0, 1))
 
     def __call__(self, img: Image.Image, seed: int, index: int) -> torch.Tensor:
         if img.mode != "RGB":
@@ -193,18 +209,15 @@ class FastViewGenerator(ViewGenerator):
         if self.n_views == 1:
             return views
         tg, rng = item_rngs(seed, index)
-        mixed = np.empty((self.n_views - 1, self.size, self.size, 3), dtype=np.float32)
+        out = views.numpy()   # shares memory: every view is written in place
+        tmp = np.empty(out.shape[1:], dtype=np.float32)
         for v in range(1, self.n_views):
-            crop = np.asarray(self.preaugment(img, tg))
+            x = self.crop_planes(img, tg)
             if self.augmix:
                 plan = sample_plan(rng, self.severity, self.size, OPS)
-                mixed[v - 1] = augmix_mixed_255(crop, plan)
+                augmix_planes_into(out[v], x, plan, self.mean, self.std, tmp)
             else:
-                mixed[v - 1] = crop
-        x = torch.from_numpy(mixed).permute(0, 3, 1, 2)
-        mean = torch.tensor(self.mean).view(1, 3, 1, 1)
-        std = torch.tensor(self.std).view(1, 3, 1, 1)
-        views[1:] = x.div(255).sub_(mean).div_(std)
+                normalise_into(out[v], x, self.mean, self.std)
         return views
 
 
