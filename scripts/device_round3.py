@@ -81,6 +81,9 @@ def main():
         ("recompute + prefix, compiled text fwd+bwd", dict(
             base, grad_mode="recompute", compile_text=True, compile_text_grad=True)),
     ]
+    only = [x for x in os.environ.get("LABELS", "").split(",") if x]
+    if only:   # LABELS=a,b: the combos whose label contains one of them
+        combos = [c for c in combos if any(o in c[0] for o in only)]
     if "engine101" in parts:
         engine_rows(setup_for(101, 64), combos, 4)
     if "engine1000" in parts:

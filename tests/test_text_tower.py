@@ -8,7 +8,8 @@ import torch
 
 from argtca.engine.fast import FastEngine
 from argtca.engine.reference import ReferenceEngine
-from argtca.engine.text_tower import PrefixSharedText, prefix_sharing_supported, text_jacobian
+from argtca.engine.text_tower import (PrefixSharedText, prefix_sharing_supported,
+                                      tangents_supported, text_jacobian, text_tangents)
 from argtca.models.clip import PromptTextEncoder
 from conftest import tiny_cfg
 from test_fast_engine import _objective, _views
@@ -76,11 +77,14 @@ def test_prefix_is_computed_once_per_context_and_last_layer_on_eos_rows(tiny_cli
     assert rows[last] == [B * P]
 
 
-def test_jacobian_transpose_gives_the_vjp(tiny_clip):
+@pytest.mark.parametrize("by_hand", [True, False])
+def test_jacobian_transpose_gives_the_vjp(tiny_clip, by_hand):
+    """Written-out forward mode (text_tangents) and torch.func's jvp both give J."""
     enc = _encoder(tiny_clip)
     text = PrefixSharedText(enc, "manual")
+    assert tangents_supported(text)                     # QuickGELU, LayerNorm, a projection
     c0 = enc.ctx_init.detach().clone()
-    jt = text_jacobian(text, c0, chunk=20)              # chunks that do not divide n·W
+    jt = text_jacobian(text, c0, chunk=20, by_hand=by_hand)   # chunks that do not divide n·W
     n, W = c0.shape
     T0 = enc(c0)
     assert jt.shape == (n * W, T0.numel())
@@ -98,6 +102,24 @@ def test_jacobian_transpose_gives_the_vjp(tiny_clip):
     fd = (enc64(c0.double() + e).double() - enc64(c0.double() - e).double()) / 2e-3
     assert fd.abs().max() > 1e-2
     assert torch.allclose(jt[1 * W + 3].double(), fd.flatten(), atol=1e-3)
+
+
+def test_gelu_tower_tangents_equal_torch_func(tiny_clip):
+    """A tower with exact GELU instead of QuickGELU: the written-out derivative still holds."""
+    from torch.func import jvp, vmap
+    enc = _encoder(tiny_clip)
+    model = copy.deepcopy(enc.model)
+    for blk in model.transformer.resblocks:
+        blk.mlp[1] = torch.nn.GELU()
+    enc.model = model
+    text = PrefixSharedText(enc, "manual")
+    assert tangents_supported(text)
+    x0 = enc.ctx_init.detach()
+    tan = torch.randn(5, *x0.shape, generator=torch.Generator().manual_seed(4))
+    want = vmap(lambda t: jvp(text, (x0,), (t,))[1])(tan)
+    assert torch.allclose(text_tangents(text, x0, tan), want, atol=1e-4, rtol=1e-4)
+    blk.mlp[1] = torch.nn.SiLU()                        # unknown: torch.func is used instead
+    assert not tangents_supported(text)
 
 
 @pytest.mark.parametrize("steps", [1, 2])

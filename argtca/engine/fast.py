@@ -199,7 +199,7 @@ class FastEngine(ReferenceEngine):
             text = PrefixSharedText(self.text_encoder, attention="manual")
             n, W = self.text_encoder.ctx_init.shape
             per = self.num_prompts * int(self.text_encoder.seq_len)
-            chunk = max(1, min(int(n) * int(W), 4 * self.text_tokens // max(1, per)))
+            chunk = max(1, min(int(n) * int(W), 8 * self.text_tokens // max(1, per)))
             import time
             t = time.perf_counter()
             with self.autocast():

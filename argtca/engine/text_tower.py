@@ -174,15 +174,155 @@ class PrefixSharedText(nn.Module):
         return f[0] if single else f
 
 
+# ---------------------------------------------------------------------- forward mode, by hand
+def _act_derivative(act: nn.Module, u: torch.Tensor) -> Optional[torch.Tensor]:
+    """d act(u) / du for CLIP's activations (QuickGELU, exact GELU); None for any other."""
+    name = type(act).__name__
+    if name == "QuickGELU":
+        s = torch.sigmoid(1.702 * u)
+        return s + 1.702 * u * s * (1 - s)
+    if isinstance(act, nn.GELU) and act.approximate == "none":
+        return 0.5 * (1 + torch.erf(u * 0.7071067811865476)) \
+            + u * torch.exp(-0.5 * u * u) * 0.3989422804014327
+    return None
+
+
+def tangents_supported(text: PrefixSharedText) -> bool:
+    """Whether :func:`text_tangents` knows every piece of the tower (else use ``torch.func``)."""
+    for blk in text.blocks:
+        mlp = blk.mlp
+        if not (isinstance(blk.ls_1, nn.Identity) and isinstance(blk.ls_2, nn.Identity)
+                and isinstance(mlp, nn.Sequential) and len(mlp) == 3
+                and isinstance(mlp[0], nn.Linear) and isinstance(mlp[2], nn.Linear)
+                and _act_derivative(mlp[1], torch.zeros(1)) is not None
+                and isinstance(blk.ln_1, nn.LayerNorm) and isinstance(blk.ln_2, nn.LayerNorm)):
+            return False
+    proj = text.encoder.model.text_projection
+    return isinstance(text.encoder.model.ln_final, nn.LayerNorm) and (
+        proj is None or isinstance(proj, (torch.Tensor, nn.Linear)))
+
+
+def _ln_jvp(ln: nn.LayerNorm, x: torch.Tensor, t: torch.Tensor):
+    """(ln(x), tangent) for a tangent batch ``t`` [m, *x.shape] (fp32 statistics, as autocast)."""
+    y = ln(x)
+    xf = x.float()
+    xc = xf - xf.mean(-1, keepdim=True)
+    rstd = torch.rsqrt((xc * xc).mean(-1, keepdim=True) + ln.eps)
+    xh = xc * rstd
+    tf = t.float()
+    tc = tf - tf.mean(-1, keepdim=True)
+    dt = rstd * (tc - xh * (xh * tc).mean(-1, keepdim=True))
+    if ln.weight is not None:
+        dt = dt * ln.weight.float()
+    return y, dt.to(y.dtype)
+
+
+def _attend_jvp(q, k, v, dq, dk, dv, mask):
+    """softmax(QKᵀ/√d + mask)V and its tangent; primal [..., l, d], tangents [m, ..., l, d]."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    s = (q @ k.transpose(-1, -2)).float() * scale
+    s = s.masked_fill(~mask, float("-inf"))
+    a = torch.softmax(s, dim=-1)
+    ds = ((dq @ k.transpose(-1, -2)).float() + (q @ dk.transpose(-1, -2)).float()) * scale
+    ds = ds.masked_fill(~mask, 0.0)
+    da = a * (ds - (a * ds).sum(-1, keepdim=True))
+    o = a.to(v.dtype) @ v
+    do = da.to(v.dtype) @ v + a.to(dv.dtype) @ dv
+    return o, do
+
+
+def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor) -> torch.Tensor:
+    """Tangents [m, P, E] of the features ``text(ctx0)`` along ``tan`` [m, n, W] (forward-mode
+    differentiation written out: LayerNorm, the attention softmax, QuickGELU/GELU, the
+    normalisation), with the prefix shared as in the forward. The tangent matrix products run as
+    large batched products under the caller's autocast (the same precision as the forward)."""
+    enc = text.encoder
+    model = enc.model
+    P, n0, Ls, W = text.num_prompts, text.n0, text.Ls, ctx0.shape[-1]
+    m = tan.shape[0]
+    cast = model.transformer.get_cast_dtype()
+    pos = model.positional_embedding[:n0 + Ls].to(cast)
+    sos = enc.token_prefix[:1, 0].to(cast)
+    h_pre = torch.cat([sos, ctx0.to(cast)], 0).unsqueeze(0) + pos[:n0]             # [1, n0, W]
+    t_pre = torch.cat([tan.new_zeros(m, 1, W), tan], 1).to(cast).unsqueeze(1)      # [m,1,n0,W]
+    h_suf = enc.token_suffix.to(cast) + pos[n0:]                                    # [P, Ls, W]
+    t_suf = None                                                                   # zero so far
+    rows = text.eos_suf
+    ar = torch.arange(P, device=rows.device)
+
+    def qkv(blk, x, t):
+        a = blk.attn
+        H = a.num_heads
+        y, dy = _ln_jvp(blk.ln_1, x, t)
+        q, k, v = F.linear(y, a.in_proj_weight, a.in_proj_bias).chunk(3, dim=-1)
+        dq, dk, dv = F.linear(dy, a.in_proj_weight).chunk(3, dim=-1)
+
+        def heads(z):
+            return z.reshape(z.shape[:-1] + (H, W // H)).transpose(-3, -2)
+        return [heads(z) for z in (q, k, v, dq, dk, dv)]
+
+    def out_mlp(blk, h, th, o, do):
+        def merge(z):
+            z = z.transpose(-3, -2)
+            return z.reshape(z.shape[:-2] + (W,))
+        a = blk.attn
+        h = h + F.linear(merge(o), a.out_proj.weight, a.out_proj.bias)
+        th = th + F.linear(merge(do), a.out_proj.weight)
+        y, dy = _ln_jvp(blk.ln_2, h, th)
+        fc, act, pr = blk.mlp[0], blk.mlp[1], blk.mlp[2]
+        u = fc(y)
+        du = F.linear(dy, fc.weight)
+        dg = du * _act_derivative(act, u.float()).to(du.dtype)
+        return h + pr(act(u)), th + F.linear(dg, pr.weight)
+
+    n_layers = len(text.blocks)
+    for li, blk in enumerate(text.blocks):
+        last = li == n_layers - 1
+        q, k, v, dq, dk, dv = qkv(blk, h_pre, t_pre)          # primal [1,H,n0,d], tan [m,1,..]
+        if not last:
+            o, do = _attend_jvp(q, k, v, dq, dk, dv, text.mask_pre)
+            h_pre_next, t_pre_next = out_mlp(blk, h_pre, t_pre, o, do)
+        ts = t_suf if t_suf is not None else torch.zeros(
+            (m, P, Ls, W), device=h_suf.device, dtype=torch.result_type(h_suf, h_pre))
+        qs, ks, vs, dqs, dks, dvs = qkv(blk, h_suf, ts)       # primal [P,H,Ls,d], tan [m,P,..]
+        H, d = k.shape[1], k.shape[-1]
+        K = torch.cat([k.expand(P, H, n0, d), ks], 2)
+        V = torch.cat([v.expand(P, H, n0, d), vs], 2)
+        dK = torch.cat([dk.expand(m, P, H, n0, d), dks], 3)
+        dV = torch.cat([dv.expand(m, P, H, n0, d), dvs], 3)
+        if last:
+            # (advanced indices split by a slice move to the front: [P, m, H, d])
+            qe, dqe = qs[ar, :, rows].unsqueeze(2), dqs[:, ar, :, rows].transpose(0, 1).unsqueeze(3)
+            o, do = _attend_jvp(qe, K, V, dqe, dK, dV, text.mask_eos)
+            he, te = h_suf[ar, rows].unsqueeze(1), ts[:, ar, rows].unsqueeze(2)
+            he, te = out_mlp(blk, he, te, o, do)
+            h_eos, t_eos = he[:, 0], te[:, :, 0]
+        else:
+            o, do = _attend_jvp(qs, K, V, dqs, dK, dV, text.mask_suf)
+            h_suf, t_suf = out_mlp(blk, h_suf, ts, o, do)
+            h_pre, t_pre = h_pre_next, t_pre_next
+    x, dx = _ln_jvp(model.ln_final, h_eos, t_eos)
+    u, du = project_text(model, x).float(), project_text(model, dx).float()
+    if isinstance(model.text_projection, nn.Linear) and model.text_projection.bias is not None:
+        du = du - model.text_projection.bias.float()
+    norm = u.norm(dim=-1, keepdim=True)
+    f = u / norm
+    return (du - f * (f * du).sum(-1, keepdim=True)) / norm                         # [m, P, E]
+
+
 def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
-                  dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                  dtype: torch.dtype = torch.float32,
+                  by_hand: Optional[bool] = None) -> torch.Tensor:
     """``Jᵀ`` of ``ctx ↦ text(ctx)`` at ``ctx0`` [n, W], as a [n·W, P·E] matrix (row i = the
     derivative of every feature along input coordinate i), by forward mode over ``chunk`` basis
-    tangents at a time. Run it under the autocast the engine uses for the text tower."""
+    tangents at a time (:func:`text_tangents`, or ``torch.func.jvp`` for towers it does not
+    know). Run it under the autocast the engine uses for the text tower."""
     from torch.func import jvp, vmap
     n, W = ctx0.shape
     D = n * W
     x0 = ctx0.detach()
+    if by_hand is None:
+        by_hand = tangents_supported(text)
 
     def f(x):
         return text(x)
@@ -196,7 +336,10 @@ def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
             m = min(chunk, D - i)
             basis = torch.zeros(m, D, device=x0.device, dtype=x0.dtype)
             basis[torch.arange(m), torch.arange(i, i + m)] = 1
-            jt = vmap(tangent)(basis.view(m, n, W))                                  # [m, P, E]
+            if by_hand:
+                jt = text_tangents(text, x0, basis.view(m, n, W))                     # [m, P, E]
+            else:
+                jt = vmap(tangent)(basis.view(m, n, W))
             if out is None:
                 out = torch.empty(D, jt.shape[1] * jt.shape[2], device=x0.device, dtype=dtype)
             out[i:i + m] = jt.reshape(m, -1).to(dtype)
