@@ -266,52 +266,58 @@ def shift_planes(x: np.ndarray, t: int, axis: int) -> np.ndarray:
     return out
 
 
+def _runs(*keys: np.ndarray):
+    """``(start, stop)`` of the runs of lines along which every array in ``keys`` is constant."""
+    change = np.zeros(len(keys[0]) - 1, dtype=bool)
+    for key in keys:
+        change |= np.diff(key) != 0
+    cut = np.flatnonzero(change) + 1
+    return zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(keys[0])])).tolist())
+
+
 def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     """PIL's bilinear AFFINE ``(1, c, 0, 0, 1, 0)`` (``axis=2``, shear_x: row y samples
     ``x + c (y + .5)``) or ``(1, 0, 0, c, 1, 0)`` (``axis=1``, shear_y: column x samples
-    ``y + c (x + .5)``) on planes [3, H, W]."""
-    other = 3 - axis                       # the axis whose index sets the shift
+    ``y + c (x + .5)``) on planes [3, H, W]: along each line a constant shift ``t``, so the
+    output is ``a + (b - a) * frac(t)`` of two shifted copies (``a = x[clamp(i + floor(t))]``,
+    ``b`` its right neighbour), black where ``(i + .5) + t`` falls outside ``[0, n)``."""
+    other = 3 - axis                       # the axis along which the shift changes
     n, m = x.shape[axis], x.shape[other]
-    t = float(coeff) * (np.arange(m, dtype=np.float64) + 0.5)   # source offset per line
-    u = (t + 0.5) - 0.5                    # PIL: (i + .5) + t, minus .5
+    t = float(coeff) * (np.arange(m, dtype=np.float64) + 0.5)   # PIL: c * (y + .5)
+    u = (t + 0.5) - 0.5                    # PIL: ((i + .5) + t) - .5, less i
     k = np.floor(u)
     frac = u - k
     k = k.astype(np.int64)
     pad = int(np.abs(k).max()) + 2
+
+    def at(line, pos):                     # index tuple of [channels, line, pos] on ``axis``
+        idx = [slice(None)] * 3
+        idx[other], idx[axis] = line, pos
+        return tuple(idx)
+
     shape = list(x.shape)
     shape[axis] = n + 2 * pad
     padded = np.empty(shape, dtype=np.uint8)
-
-    def along(sl):
-        idx = [slice(None)] * 3
-        idx[axis] = sl
-        return tuple(idx)
-
-    padded[along(slice(pad, pad + n))] = x
-    padded[along(slice(0, pad))] = x[along(slice(0, 1))]          # PIL clamps its neighbours
-    padded[along(slice(pad + n, None))] = x[along(slice(n - 1, n))]
+    padded[at(slice(None), slice(pad, pad + n))] = x
+    padded[at(slice(None), slice(0, pad))] = x[at(slice(None), slice(0, 1))]   # PIL clamps
+    padded[at(slice(None), slice(pad + n, None))] = x[at(slice(None), slice(n - 1, n))]
     shape[axis] = n + 1
     g = np.empty(shape, dtype=np.uint8)    # g[.., i] = x[.., clamp(i + k)], i = 0..n
-    starts = np.flatnonzero(np.diff(k)) + 1
-    for a, b in zip(np.concatenate(([0], starts)), np.concatenate((starts, [m]))):
-        src = [slice(None)] * 3
-        src[other] = slice(a, b)
-        src[axis] = slice(pad + k[a], pad + k[a] + n + 1)
-        dst = [slice(None)] * 3
-        dst[other] = slice(a, b)
-        g[tuple(dst)] = padded[tuple(src)]
-    lo, hi = g[along(slice(0, n))], g[along(slice(1, n + 1))]
+    for a, b in _runs(k):
+        g[at(slice(a, b), slice(None))] = padded[at(slice(a, b), slice(pad + k[a],
+                                                                       pad + k[a] + n + 1))]
+    lo, hi = g[at(slice(None), slice(0, n))], g[at(slice(None), slice(1, n + 1))]
     fshape = [1, 1, 1]
     fshape[other] = m
-    v = np.subtract(hi, lo, dtype=np.float64)
-    v *= frac.reshape(fshape)
+    v = np.multiply(np.subtract(hi, lo, dtype=np.int16), frac.reshape(fshape))  # (b - a) dx
     v += lo
     out = v.astype(np.uint8)              # v >= 0: truncation as PIL's (UINT8) cast
-    # inside iff 0 <= (i + .5) + t < n: i >= ceil(-.5 - t) and i < ceil(n - .5 - t)
-    i = np.arange(n).reshape([-1 if d == axis else 1 for d in range(1, 3)])
-    tl = t.reshape([-1 if d == other else 1 for d in range(1, 3)])
-    inside = (i >= np.ceil(-0.5 - tl)) & (i < np.ceil(n - 0.5 - tl))
-    out *= inside
+    # inside iff 0 <= (i + .5) + t < n, i.e. first <= i < stop on each line
+    first = np.clip(np.ceil(-0.5 - t), 0, n).astype(np.int64)
+    stop = np.clip(np.ceil(n - 0.5 - t), 0, n).astype(np.int64)
+    for a, b in _runs(first, stop):
+        out[at(slice(a, b), slice(0, first[a]))] = 0
+        out[at(slice(a, b), slice(stop[a], n))] = 0
     return out
 
 
@@ -355,11 +361,9 @@ def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
     flat = x.reshape(c, -1)
     p00 = flat.take(t00, axis=1)
     p10 = flat.take(t10, axis=1)
-    v1 = np.subtract(flat.take(t01, axis=1), p00, dtype=np.float64)
-    v1 *= dx
+    v1 = np.multiply(np.subtract(flat.take(t01, axis=1), p00, dtype=np.int16), dx)
     v1 += p00
-    v2 = np.subtract(flat.take(t11, axis=1), p10, dtype=np.float64)
-    v2 *= dx
+    v2 = np.multiply(np.subtract(flat.take(t11, axis=1), p10, dtype=np.int16), dx)
     v2 += p10
     v2 -= v1
     v2 *= dy
