@@ -275,6 +275,15 @@ def _runs(*keys: np.ndarray):
     return zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(keys[0])])).tolist())
 
 
+def _count_below(t: np.ndarray, bound: float, n: int) -> np.ndarray:
+    """Per line, how many ``i`` in ``0..n-1`` have ``(i + .5) + t < bound`` in float64 (the sum
+    grows with ``i``): the real-number answer, corrected by one where PIL's rounding differs."""
+    c = np.clip(np.ceil(bound - 0.5 - t), 0, n)
+    c -= (c > 0) & ((c - 1 + 0.5) + t >= bound)
+    c += (c < n) & ((c + 0.5) + t < bound)
+    return c.astype(np.int64)
+
+
 def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     """PIL's bilinear AFFINE ``(1, c, 0, 0, 1, 0)`` (``axis=2``, shear_x: row y samples
     ``x + c (y + .5)``) or ``(1, 0, 0, c, 1, 0)`` (``axis=1``, shear_y: column x samples
@@ -312,9 +321,8 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     v = np.multiply(np.subtract(hi, lo, dtype=np.int16), frac.reshape(fshape))  # (b - a) dx
     v += lo
     out = v.astype(np.uint8)              # v >= 0: truncation as PIL's (UINT8) cast
-    # inside iff 0 <= (i + .5) + t < n, i.e. first <= i < stop on each line
-    first = np.clip(np.ceil(-0.5 - t), 0, n).astype(np.int64)
-    stop = np.clip(np.ceil(n - 0.5 - t), 0, n).astype(np.int64)
+    # inside iff 0 <= (i + .5) + t < n (PIL's float64 sum), i.e. first <= i < stop on each line
+    first, stop = _count_below(t, 0.0, n), _count_below(t, float(n), n)
     for a, b in _runs(first, stop):
         out[at(slice(a, b), slice(0, first[a]))] = 0
         out[at(slice(a, b), slice(stop[a], n))] = 0
