@@ -90,15 +90,17 @@ def main(argv=None):
           f"kernels {kt:7.2f} ms/batch {kt / B:6.3f} ms/image, {nk} kernels")
     print(table)
 
-    variants = [("fused eager", GpuViewMaker(vg), 12)]
-    split = GpuViewMaker(vg)
-    split.hist_split = 16
-    variants.append(("fused, hist split16", split, 6))
-    exact = GpuViewMaker(vg)
-    exact.fold_mix = False
-    variants.append(("fused, exact mixing", exact, 0))
+    variants = [("fused (default)", GpuViewMaker(vg), 14)]
+    for fold, name in (("tmp", "fused, mix via tmp"), ("", "fused, exact mixing")):
+        mk = GpuViewMaker(vg)
+        mk.fold_mix = fold
+        variants.append((name, mk, 0))
+    variants.append(("fused, float32 warps", GpuViewMaker(vg, work_dtype=torch.float32), 6))
     if not args.no_compile and dev.type == "cuda":
-        variants.append(("fused + compiled mix", GpuViewMaker(vg, compile=True), 6))
+        mix_only = GpuViewMaker(vg, compile=True)
+        mix_only._compiled_lut = False
+        variants.append(("compiled mix", mix_only, 0))
+        variants.append(("compiled mix + LUT", GpuViewMaker(vg, compile=True), 10))
     for name, maker, top in variants:
         try:
             t0 = time.perf_counter()
@@ -118,14 +120,15 @@ def main(argv=None):
         except Exception as e:   # report and go on with the other variants
             print(f"{name:20s}: FAILED {type(e).__name__}: {e}")
 
-    # float32 work dtype on this device: the same arithmetic as the reference's
+    # float32 work dtype, the reference's grid and mixing arithmetic: bit for bit on this device
     try:
         r32 = ReferenceGpuViewMaker(vg, work_dtype=torch.float32)(batch)
         n32m = GpuViewMaker(vg, work_dtype=torch.float32)
-        n32m.fold_mix = False
+        n32m.fold_mix = ""
+        n32m.exact_grid = True
         n32 = n32m(batch)
         d = (n32 - r32).abs()
-        print(f"float32 work dtype, exact mixing, vs reference float32: bit-identical "
+        print(f"float32 work dtype, exact grid + mixing, vs reference float32: bit-identical "
               f"{torch.equal(n32, r32)}, max |d| {d.max().item():.2e}, share differing "
               f"{(d > 0).float().mean().item():.2e}")
     except Exception as e:

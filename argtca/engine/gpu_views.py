@@ -232,21 +232,34 @@ def _lut_index(flat: torch.Tensor) -> torch.Tensor:
     return torch.add(off.view(-1, 1), flat)
 
 
-def _histograms(idx: torch.Tensor, rows: int, split: int) -> torch.Tensor:
-    """Per-row 256-bin histograms [rows, 256] (int32) from ``_lut_index`` addresses [rows, P].
-    ``split`` > 1 spreads the counts of neighbouring pixels over ``split`` sub-histograms (fewer
-    colliding atomics on CUDA), summed at the end; the counts are the same."""
-    n = rows * 256
-    if split > 1:
-        P = idx.shape[1]
-        sub = (torch.arange(P, device=idx.device, dtype=torch.int32) % split) * n
-        idx = idx + sub
+def _histograms(idx: torch.Tensor, rows: int) -> torch.Tensor:
+    """Per-row 256-bin histograms [rows, 256] (int32 counts, int32 atomics on CUDA) from
+    ``_lut_index`` addresses [rows, P]. (Spreading each row over 16 sub-histograms to cut
+    colliding atomics gained nothing on an H200.)"""
     ones = torch.ones(1, device=idx.device, dtype=torch.int32).expand(idx.numel())
-    hist = torch.zeros(n * max(split, 1), device=idx.device, dtype=torch.int32)
+    hist = torch.zeros(rows * 256, device=idx.device, dtype=torch.int32)
     hist.index_add_(0, idx.reshape(-1), ones)
-    if split > 1:
-        hist = hist.view(split, n).sum(0, dtype=torch.int32)
     return hist.view(rows, 256)
+
+
+def _flat_rows(x: torch.Tensor) -> torch.Tensor:
+    """Contiguous uint8 [R, ...] as [R, bytes / w] of the widest integer type w that divides a
+    row: row gathers and scatters then move 8 bytes per element instead of 1."""
+    nb = x[0].numel() if x.shape[0] else 0
+    for dt, w in ((torch.int64, 8), (torch.int32, 4), (torch.int16, 2)):
+        if nb % w == 0:
+            return x.view(x.shape[0], -1).view(dt)
+    return x.view(x.shape[0], -1)
+
+
+def _take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+    """``x.index_select(0, rows)`` for contiguous uint8 ``x``, moved as wide words."""
+    return _flat_rows(x).index_select(0, rows).view(torch.uint8).view(-1, *x.shape[1:])
+
+
+def _put_rows(x: torch.Tensor, rows: torch.Tensor, y: torch.Tensor) -> None:
+    """``x.index_copy_(0, rows, y)`` for contiguous uint8 ``x`` and ``y``, moved as wide words."""
+    _flat_rows(x).index_copy_(0, rows, _flat_rows(y.contiguous()))
 
 
 def _mix(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -260,26 +273,30 @@ def _mix(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Te
 
 
 def _views_eager(out: torch.Tensor, view0: torch.Tensor, crops: torch.Tensor,
-                 chains: Optional[torch.Tensor], m, k, mean, std, fold: bool = False) -> torch.Tensor:
+                 chains: Optional[torch.Tensor], m, k, mean, std,
+                 fold: str = "") -> torch.Tensor:
     """All views normalised into ``out`` [B, V, 3, S, S] (ToTensor + Normalize arithmetic: /255,
     −mean, /std): view 0, then the crops (AugMix off) or their mixes.
 
-    ``fold`` (the CUDA default; eager): the mix and the normalisation folded into per-(view,
-    channel) coefficients, ``out = a_0·crop + Σ_i a_i·chain_i + b`` with ``a = weight / (255·std)``
-    and ``b = −mean/std``, accumulated by ``addcmul`` straight into ``out`` (4 passes instead of
-    12): the same numbers up to float32 rounding (~1e-7), not bit for bit."""
+    ``fold`` ("out": the CUDA default; "tmp"): the mix and the normalisation folded into
+    per-(view, channel) coefficients, ``out = a_0·crop + Σ_i a_i·chain_i + b`` with
+    ``a = weight / (255·std)`` and ``b = −mean/std``, accumulated by ``addcmul`` straight into
+    ``out`` ("out") or into a contiguous buffer copied into ``out`` ("tmp"): 4 passes instead of
+    12, the same numbers up to float32 rounding (~1e-7), not bit for bit. "": exact order."""
     B, V = out.shape[:2]
     out[:, 0] = view0.float().div(255).sub(mean).div(std)
     if fold and chains is not None:
         N, S = crops.shape[0], crops.shape[-1]
         scale = 1.0 / (255.0 * std.view(1, 3, 1, 1))                       # [1, 3, 1, 1]
-        dst = out[:, 1:]
+        shape = (B, V - 1, 3, S, S)
+        dst = out[:, 1:] if fold == "out" else torch.empty(shape, device=out.device)
         a0 = (m * scale).view(B, V - 1, 3, 1, 1)
-        torch.addcmul((-mean / std).view(1, 1, 3, 1, 1), crops.view(B, V - 1, 3, S, S), a0,
-                      out=dst)
+        torch.addcmul((-mean / std).view(1, 1, 3, 1, 1), crops.view(shape), a0, out=dst)
         for i in range(CHAINS):
             ai = (k[:, i] * scale).view(B, V - 1, 3, 1, 1)
-            dst.addcmul_(chains[:, i].view(B, V - 1, 3, S, S), ai)
+            dst.addcmul_(chains[:, i].view(shape), ai)
+        if fold != "out":
+            out[:, 1:] = dst
         return out
     x = crops.float() if chains is None else _mix(crops, chains, m, k)
     torch.div(x.div_(255).sub_(mean).view(B, V - 1, *x.shape[1:]), std, out=out[:, 1:])
@@ -294,6 +311,16 @@ def _views_fused(view0: torch.Tensor, crops: torch.Tensor, chains: torch.Tensor,
     first = view0.float().div(255).sub(mean).div(std)
     mix = _mix(crops, chains, m, k).div(255).sub(mean).div(std)
     return torch.cat([first.unsqueeze(1), mix.view(B, -1, *mix.shape[1:])], 1)
+
+
+def _lut_full(src: torch.Tensor, table: torch.Tensor, rep: int) -> torch.Tensor:
+    """Row ``r`` of the result = row ``r // rep`` of ``src`` (uint8 [R, 3, S, S]) through LUT
+    rows ``3r + c`` of ``table`` ([R·rep·3, 256] uint8). Meant for ``torch.compile`` (the address
+    is computed inside the one kernel); eager it costs an int64 address per pixel."""
+    R, C = src.shape[0] * rep, src.shape[1]
+    x = src.unsqueeze(1).expand(src.shape[0], rep, *src.shape[1:]).reshape(R, C, -1)
+    off = torch.arange(R * C, device=src.device).view(R, C, 1) * 256
+    return table.view(-1)[x.long() + off].view(R, *src.shape[1:])
 
 
 class _Plan:
@@ -383,8 +410,9 @@ class GpuViewMaker:
     :mod:`argtca.engine._gpu_views_reference`): bit for bit in float32 on the CPU.
     """
 
-    hist_split = 1     # sub-histograms per row on CUDA (spreads colliding atomics); counts unchanged
-    fold_mix = None    # eager mixing folded with the normalisation (None: on CUDA only)
+    fold_mix = None    # eager mixing folded with the normalisation: "out" / "tmp" / "" (exact);
+                       # None: "out" on CUDA, exact elsewhere (see _views_eager)
+    exact_grid = None  # the reference's grid arithmetic (see grid()); None: on the CPU only
 
     def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None,
                  compile: bool = False):
@@ -396,6 +424,7 @@ class GpuViewMaker:
         self.std = torch.tensor(view_gen.std).view(1, 3, 1, 1)
         self.compile = bool(compile)
         self._compiled = None          # the compiled mixing, once built (False: it failed)
+        self._compiled_lut = None      # the compiled full LUT gather (likewise)
         self._grid = {}
 
     def normalize(self, x255: torch.Tensor) -> torch.Tensor:
@@ -431,14 +460,12 @@ class GpuViewMaker:
                 try:
                     if self._compiled is None:
                         self._compiled = torch.compile(_views_fused, dynamic=False)
-                    return self._compiled(view0, crops, chains, m, k, mean, std)
+                    return self._compiled(view0, crops, chains, m.clone(), k.clone(), mean, std)
                 except Exception as e:   # no compiler / Triton here: eager, same arithmetic
-                    print(f"argtca: GPU views: torch.compile of the mixing failed "
-                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-                          f"mixing eagerly")
+                    self._compile_failed("mixing", e)
                     self._compiled = False
         out = torch.empty(B, V, 3, S, S, device=dev)
-        fold = self.fold_mix if self.fold_mix is not None else dev.type == "cuda"
+        fold = self.fold_mix if self.fold_mix is not None else ("out" if dev.type == "cuda" else "")
         return _views_eager(out, view0, crops, chains, m, k, mean, std, fold=fold)
 
     # -- resized crop + flip ------------------------------------------------------------------
@@ -459,7 +486,7 @@ class GpuViewMaker:
         flip = torch.nonzero(params_cpu[..., 4].reshape(-1) > 0.5).flatten()
         if flip.numel():
             fi = _pinned(flip, x.device)
-            x.index_copy_(0, fi, x.index_select(0, fi).flip(-1))
+            _put_rows(x, fi, _take_rows(x, fi).flip(-1))
         return x
 
     # -- AugMix ------------------------------------------------------------------------------
@@ -478,40 +505,82 @@ class GpuViewMaker:
         their values. Depth 0 (every chain has one) reads the crops directly."""
         N = crops.shape[0]
         wd = self._wd(crops.device)
+        exact = self.exact_grid if self.exact_grid is not None else crops.device.type == "cpu"
         chains = torch.empty(N * CHAINS, *crops.shape[1:], dtype=torch.uint8, device=crops.device)
         for d in range(DEPTH):
             src = crops if d == 0 else chains
             geo, lut = plan.rows(d, "geo"), plan.rows(d, "lut")
             sgeo, slut = plan.rows(d, "sgeo"), plan.rows(d, "slut")   # their rows in ``src``
             if d == 0 and plan.depths[0]["keep"][1]:
-                chains.index_copy_(0, plan.rows(0, "keep"),
-                                   crops.index_select(0, plan.rows(0, "skeep")))
-            y_lut = self._lut_pass(src.index_select(0, slut), plan.depths[d]["counts"],
-                                   plan.ps_luts(d)) if lut.numel() else None
-            y_geo = (self.warp(src.index_select(0, sgeo).to(wd), plan.affine(d), exact=False)
+                _put_rows(chains, plan.rows(0, "keep"), _take_rows(crops, plan.rows(0, "skeep")))
+            counts = plan.depths[d]["counts"]
+            y_geo = (self.warp(_take_rows(src, sgeo).to(wd), plan.affine(d), exact=exact)
                      .to(torch.uint8)) if geo.numel() else None
-            if y_lut is not None:
-                chains.index_copy_(0, lut, y_lut)
+            lut_full = self._lut_full_fn(crops.device) if lut.numel() else None
+            nxt = None
+            if lut_full is not None:
+                # every row through one (row, channel) LUT, identity where the op is no colour
+                # op: one fixed-shape compiled gather writes the whole next chains tensor
+                ne_na = counts[0] + counts[1]
+                x = _take_rows(src, slut[:ne_na]) if ne_na else None
+                table, _ = self._lut_tables(x, counts, plan.ps_luts(d), all_idx=False)
+                full = torch.arange(256, device=crops.device, dtype=torch.uint8).repeat(
+                    N * CHAINS * 3, 1)
+                rows3 = (lut.view(-1, 1) * 3 + torch.arange(3, device=lut.device)).view(-1)
+                full.index_copy_(0, rows3, table)
+                try:
+                    nxt = lut_full(src, full, CHAINS if d == 0 else 1)
+                except Exception as e:   # Inductor/Triton failed here: eager, same numbers
+                    self._compile_failed("LUT pass", e)
+                    self._compiled_lut = False
+            if nxt is not None:
+                chains = nxt
+            elif lut.numel():
+                x = _take_rows(src, slut)
+                table, idx = self._lut_tables(x, counts, plan.ps_luts(d))
+                _put_rows(chains, lut, table.view(-1).index_select(0, idx.view(-1)).view_as(x))
             if y_geo is not None:
-                chains.index_copy_(0, geo, y_geo)
+                _put_rows(chains, geo, y_geo)
         return chains.view(N, CHAINS, *crops.shape[1:])
 
-    def _lut_pass(self, x: torch.Tensor, counts: Sequence[int], ps_luts: torch.Tensor) -> torch.Tensor:
-        """The colour ops of one depth on their rows ``x`` [n, 3, S, S] (uint8, rows in blocks of
-        ``_LUT_ORDER`` with ``counts``): one LUT per (row, channel), one gather."""
-        flat = x.view(x.shape[0] * 3, -1)
-        idx = _lut_index(flat)
+    def _lut_tables(self, x: Optional[torch.Tensor], counts: Sequence[int],
+                    ps_luts: torch.Tensor, all_idx: bool = True):
+        """The LUTs [n·3, 256] (uint8) of one depth's colour-op rows ``x`` [n', 3, S, S] (rows in
+        blocks of ``_LUT_ORDER`` with ``counts``; the posterize/solarize LUTs come from the host,
+        so ``x`` may stop after the autocontrast block, or be None without such rows) and the
+        int32 LUT addresses of ``x`` (``all_idx``) or of its equalize rows only."""
         ne, na = counts[0] * 3, counts[1] * 3
+        flat = x.view(x.shape[0] * 3, -1) if x is not None else None
+        idx = None
+        if flat is not None and (all_idx or ne):
+            idx = _lut_index(flat if all_idx else flat[:ne])
         parts = []
         if ne:
-            split = self.hist_split if x.device.type == "cuda" else 1
-            parts.append(lut_equalize(_histograms(idx[:ne], ne, split)))
+            parts.append(lut_equalize(_histograms(idx[:ne], ne)))
         if na:
             parts.append(lut_autocontrast(flat[ne:ne + na]))
         if ps_luts.numel():
             parts.append(ps_luts)
-        table = torch.cat(parts) if len(parts) > 1 else parts[0]
-        return table.view(-1).index_select(0, idx.view(-1)).view_as(x)
+        return (torch.cat(parts) if len(parts) > 1 else parts[0]), idx
+
+    def _lut_full_fn(self, dev: torch.device):
+        """The compiled :func:`_lut_full` on CUDA with ``compile=True`` (None otherwise, or once
+        compilation failed: the per-subset eager gather is used)."""
+        if self._compiled_lut is False or not self._compile_here(dev):
+            return None
+        if self._compiled_lut is None:
+            try:
+                self._compiled_lut = torch.compile(_lut_full, dynamic=False)
+            except Exception as e:
+                self._compile_failed("LUT pass", e)
+                self._compiled_lut = False
+                return None
+        return self._compiled_lut
+
+    @staticmethod
+    def _compile_failed(what: str, e: Exception) -> None:
+        print(f"argtca: GPU views: torch.compile of the {what} failed ({type(e).__name__}: "
+              f"{str(e).splitlines()[0] if str(e) else ''}); running it eagerly (same views)")
 
     def augment(self, crops: torch.Tensor, params: torch.Tensor,
                 params_cpu: torch.Tensor) -> torch.Tensor:
@@ -525,28 +594,30 @@ class GpuViewMaker:
 
     def warp(self, x: torch.Tensor, A: torch.Tensor, exact: bool = True) -> torch.Tensor:
         """Bilinear warp of ``x`` [n, 3, S, S] (float, 0-255) by pixel-centre affine maps ``A``
-        [n, 2, 3], rounded. float32: the reference's grid arithmetic exactly. float16 (and not
-        ``exact``): the normalised grid from one float16 matrix product of exact pixel centres
-        with the maps split into high + low float16 parts (float32 accumulation), i.e. the
-        float32 grid rounded once to float16."""
+        [n, 2, 3], rounded (grid: see :meth:`grid`)."""
         grid = self.grid(A.to(x.device), x.dtype, exact)
         # bilinear weights are non-negative and sum to one: rounded values stay in 0..255
         return TF.grid_sample(x, grid, mode="bilinear", padding_mode="zeros",
                               align_corners=False).round_()
 
     def grid(self, A: torch.Tensor, dtype: torch.dtype, exact: bool = True) -> torch.Tensor:
-        """``grid_sample``'s normalised grid [n, S, S, 2] in ``dtype`` for pixel-centre maps ``A``."""
+        """``grid_sample``'s normalised grid [n, S, S, 2] in ``dtype`` for pixel-centre maps ``A``.
+
+        ``exact``: the reference's arithmetic (a float32 matrix product with the pixel centres,
+        then ``· 2/S − 1``), bit for bit. Otherwise (the CUDA path; a batched product with
+        3-long rows is a slow GEMM there): the maps are normalised first and the grid is one
+        broadcast sum ``(a·x + c) + b·y`` of two small tensors, written in ``dtype``: the same
+        float32 values up to rounding, so after the cast to float16 a grid entry differs from
+        the reference's in ~0.05% of places, by one float16 step."""
         S = self.size
-        if dtype == torch.float16 and not exact:
-            # exact powers of two keep the low parts out of float16's subnormal range
+        if not exact:
             An = A.float() * (2.0 / S)
             An[:, :, 2] -= 1.0
-            An *= 256.0
-            hi = An.half()
-            lo = (An - hi.float()).half()
-            W = torch.cat([hi, lo], 2).transpose(1, 2)                     # [n, 6, 2]
-            base = (self._base_grid(A.device).view(S * S, 3) / 256.0).half()   # exact
-            return torch.matmul(torch.cat([base, base], 1), W).view(-1, S, S, 2)
+            c = torch.arange(S, device=A.device, dtype=torch.float32) + 0.5
+            ax = An[:, :, 0].unsqueeze(1) * c.view(1, S, 1) + An[:, :, 2].unsqueeze(1)  # [n, S(x), 2]
+            by = An[:, :, 1].unsqueeze(1) * c.view(1, S, 1)                             # [n, S(y), 2]
+            grid = torch.empty(A.shape[0], S, S, 2, device=A.device, dtype=dtype)
+            return torch.add(ax.unsqueeze(1), by.unsqueeze(2), out=grid)
         src = self._base_grid(A.device) @ A.transpose(1, 2).unsqueeze(1)     # [n, S, S, 2]
         return (src * (2.0 / S) - 1.0).to(dtype)
 
@@ -564,7 +635,7 @@ class GpuViewMaker:
     @staticmethod
     def equalize(x: torch.Tensor) -> torch.Tensor:
         return GpuViewMaker._lut_op(x, lambda flat, idx: lut_equalize(
-            _histograms(idx, flat.shape[0], 1)))
+            _histograms(idx, flat.shape[0])))
 
     @staticmethod
     def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
