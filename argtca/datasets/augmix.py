@@ -177,8 +177,10 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 # (Geometry.c: the source point of pixel (x, y) is ``M (x + .5, y + .5)``, sampled at minus half a
 # pixel, neighbours clamped at the border, outside the image black, the float64 result truncated)
 # in float64 numpy. A shear moves every row (column) by one constant, so it is two shifted copies
-# and one blend; only where a blend lands within ~1e-12 of an integer can its truncation differ
-# from PIL's (per-pixel float64 rounding of the source coordinate; never seen in the tests).
+# and one blend with one offset per line, where PIL rounds (x + .5) + offset per pixel: the two
+# can truncate differently only where a blend lands within ~1e-13 of an integer, which TPT's
+# random magnitudes do not produce (identical in the tests) but round coefficients such as 0.1
+# can (then at most 1 level, on < 1% of the values: tests/test_cpu_fast_views.py).
 
 _RAMP = np.arange(256, dtype=np.float64)
 

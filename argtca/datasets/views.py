@@ -177,11 +177,11 @@ class FastViewGenerator(ViewGenerator):
     same order), computed with less work per view. The crop is PIL's (the same pixels); AugMix
     runs on planar uint8 numpy arrays [3, S, S] (``augmix.apply_op_planes``): colour ops as PIL's
     look-up tables, translations as shifts, shears and rotations as PIL's bilinear affine redone
-    in float64 numpy (the same pixels but for float64 ties, never seen in the tests); the mix and
-    ``ToTensor + Normalize`` are taken once per view straight into the output. So only the float32
-    rounding of the mix differs from the PIL path (~1e-6 after normalisation): the views agree
-    statistically, documented as not bit-identical; view 0 and views without AugMix are
-    bit-identical."""
+    in float64 numpy (the same pixels for TPT's drawn magnitudes; a round shear coefficient such
+    as 0.1 can tip a few truncations by one level); the mix and ``ToTensor + Normalize`` are taken
+    once per view straight into the output. So the float32 rounding of the mix is what differs
+    from the PIL path (~1e-6 after normalisation): the views agree statistically, documented as
+    not bit-identical; view 0 and views without AugMix are bit-identical."""
 
     @classmethod
     def like(cls, vg: ViewGenerator) -> "FastViewGenerator":
