@@ -98,9 +98,12 @@ def main(argv=None):
     variants.append(("fused, float32 warps", GpuViewMaker(vg, work_dtype=torch.float32), 6))
     if not args.no_compile and dev.type == "cuda":
         mix_only = GpuViewMaker(vg, compile=True)
-        mix_only._compiled_lut = False
+        mix_only._compiled_lut = mix_only._compiled_warp = False
         variants.append(("compiled mix", mix_only, 0))
-        variants.append(("compiled mix + LUT", GpuViewMaker(vg, compile=True), 10))
+        mix_lut = GpuViewMaker(vg, compile=True)
+        mix_lut._compiled_warp = False
+        variants.append(("compiled mix + LUT", mix_lut, 0))
+        variants.append(("compiled all", GpuViewMaker(vg, compile=True), 12))
     for name, maker, top in variants:
         try:
             t0 = time.perf_counter()
@@ -120,6 +123,11 @@ def main(argv=None):
         except Exception as e:   # report and go on with the other variants
             print(f"{name:20s}: FAILED {type(e).__name__}: {e}")
 
+    try:
+        from torch._dynamo.utils import counters
+        print("dynamo:", {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles")})
+    except Exception:
+        pass
     # float32 work dtype, the reference's grid and mixing arithmetic: bit for bit on this device
     try:
         r32 = ReferenceGpuViewMaker(vg, work_dtype=torch.float32)(batch)

@@ -147,7 +147,9 @@ def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
     said = capsys.readouterr().out
     assert "torch.compile of the mixing failed (RuntimeError: no triton here)" in said
     assert "torch.compile of the LUT pass failed (RuntimeError: no triton here)" in said
+    assert "torch.compile of the warp failed (RuntimeError: no triton here)" in said
     assert maker._compiled is False and maker._compiled_lut is False
+    assert maker._compiled_warp is False
     assert torch.equal(maker(batch), want)     # and stays eager, silently
     assert capsys.readouterr().out == ""
 
@@ -162,6 +164,7 @@ def test_full_table_lut_path_is_bit_identical(monkeypatch):
     vg = ViewGenerator(size=32, n_views=9, augmix=True)
     ref = ReferenceGpuViewMaker(vg)(batch)
     maker = G.GpuViewMaker(vg, compile=True)
+    maker._compiled_warp = False               # warps: the eager path (tested below)
     monkeypatch.setattr(maker, "_compile_here", lambda dev: True)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     calls = []
@@ -169,3 +172,28 @@ def test_full_table_lut_path_is_bit_identical(monkeypatch):
     monkeypatch.setattr(G, "_lut_full", lambda *a: calls.append(a[2]) or real(*a))
     assert torch.equal(maker(batch), ref)
     assert calls == [3, 1, 1]                  # depth 0 reads the crops (3 chains each), then chains
+
+
+@pytest.mark.parametrize("wd", [torch.float32, torch.float16])
+def test_compiled_warp_path_matches_the_reference_to_rounding(monkeypatch, wd):
+    """``compile=True``'s warp (gather + grid + sampling + rounding in one function, compiled
+    with a dynamic row count on CUDA) run eagerly: the reference's views in the same work dtype
+    up to rounding ties (its grid is the device grid, its samples rounded to ``wd`` first)."""
+    batch = random_view_batch(3, 13, 32, seed=0)
+    vg = ViewGenerator(size=32, n_views=13, augmix=True)
+    try:
+        ref = ReferenceGpuViewMaker(vg, work_dtype=wd)(batch)
+    except (RuntimeError, NotImplementedError) as e:   # no float16 grid_sample on this CPU
+        pytest.skip(f"float16 kernels unavailable on this CPU build: {e}")
+    maker = G.GpuViewMaker(vg, work_dtype=wd, compile=True)
+    maker._compiled_lut = maker._compiled = False
+    monkeypatch.setattr(maker, "_compile_here", lambda dev: True)
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
+    calls = []
+    real = G._warp_rows
+    monkeypatch.setattr(G, "_warp_rows", lambda *a: calls.append(len(a[1])) or real(*a))
+    got = maker(batch)
+    assert len(calls) == 3 and sum(calls) > 0
+    d = (got - ref).abs()
+    assert torch.equal(got[:, 0], ref[:, 0])
+    assert d.max() < 0.6 and (d > 0.01).float().mean() < 2e-3 and d.mean() < 5e-4

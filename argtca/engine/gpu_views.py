@@ -323,6 +323,25 @@ def _lut_full(src: torch.Tensor, table: torch.Tensor, rep: int) -> torch.Tensor:
     return table.view(-1)[x.long() + off].view(R, *src.shape[1:])
 
 
+def _warp_rows(src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor,
+               wd: torch.dtype) -> torch.Tensor:
+    """Rows ``rows`` of ``src`` (uint8 [R, 3, S, S]) warped by pixel-centre maps ``A`` [n, 2, 3]:
+    bilinear, zero fill, rounded, uint8 [n, 3, S, S]. The grid is :meth:`GpuViewMaker.grid`'s
+    (normalised maps, ``(a·x + c) + b·y``) and grid and samples are rounded to the work dtype
+    ``wd`` before the rounding to integers, as the eager path's ``grid_sample`` in ``wd`` does.
+    Meant for ``torch.compile`` (dynamic row count): gather, grid, sampling, rounding and the
+    cast to uint8 become one kernel."""
+    S = src.shape[-1]
+    An = A * (2.0 / S) - torch.tensor([0.0, 0.0, 1.0], device=A.device)
+    c = torch.arange(S, device=A.device, dtype=torch.float32) + 0.5
+    ax = An[:, :, 0].unsqueeze(1) * c.view(1, S, 1) + An[:, :, 2].unsqueeze(1)
+    by = An[:, :, 1].unsqueeze(1) * c.view(1, S, 1)
+    grid = (ax.unsqueeze(1) + by.unsqueeze(2)).to(wd).float()
+    x = src[rows].float()
+    y = TF.grid_sample(x, grid, mode="bilinear", padding_mode="zeros", align_corners=False)
+    return y.to(wd).round().to(torch.uint8)
+
+
 class _Plan:
     """Everything the device work of one batch needs from ``params_cpu``, built on the host and
     sent in three copies: per depth the rows of the geometric ops with their affine maps, the
@@ -425,6 +444,7 @@ class GpuViewMaker:
         self.compile = bool(compile)
         self._compiled = None          # the compiled mixing, once built (False: it failed)
         self._compiled_lut = None      # the compiled full LUT gather (likewise)
+        self._compiled_warp = None     # the compiled warp (likewise)
         self._grid = {}
 
     def normalize(self, x255: torch.Tensor) -> torch.Tensor:
@@ -514,8 +534,10 @@ class GpuViewMaker:
             if d == 0 and plan.depths[0]["keep"][1]:
                 _put_rows(chains, plan.rows(0, "keep"), _take_rows(crops, plan.rows(0, "skeep")))
             counts = plan.depths[d]["counts"]
-            y_geo = (self.warp(_take_rows(src, sgeo).to(wd), plan.affine(d), exact=exact)
-                     .to(torch.uint8)) if geo.numel() else None
+            y_geo = self._warp_compiled(src, sgeo, plan.affine(d), wd) if geo.numel() else None
+            if geo.numel() and y_geo is None:
+                y_geo = (self.warp(_take_rows(src, sgeo).to(wd), plan.affine(d), exact=exact)
+                         .to(torch.uint8))
             lut_full = self._lut_full_fn(crops.device) if lut.numel() else None
             nxt = None
             if lut_full is not None:
@@ -562,6 +584,24 @@ class GpuViewMaker:
         if ps_luts.numel():
             parts.append(ps_luts)
         return (torch.cat(parts) if len(parts) > 1 else parts[0]), idx
+
+    def _warp_compiled(self, src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor, wd):
+        """:func:`_warp_rows` compiled (CUDA, ``compile=True``; one compilation for every row
+        count), or None: the eager warp is used."""
+        if self._compiled_warp is False or not self._compile_here(src.device):
+            return None
+        try:
+            if self._compiled_warp is None:
+                self._compiled_warp = torch.compile(_warp_rows)
+            mark = getattr(getattr(torch, "_dynamo", None), "maybe_mark_dynamic", None)
+            if mark is not None:   # the row count changes with every batch and depth
+                mark(rows, 0)
+                mark(A, 0)
+            return self._compiled_warp(src, rows, A, wd)
+        except Exception as e:
+            self._compile_failed("warp", e)
+            self._compiled_warp = False
+            return None
 
     def _lut_full_fn(self, dev: torch.device):
         """The compiled :func:`_lut_full` on CUDA with ``compile=True`` (None otherwise, or once
