@@ -90,6 +90,20 @@ def main(argv=None):
           f"kernels {kt:7.2f} ms/batch {kt / B:6.3f} ms/image, {nk} kernels")
     print(table)
 
+    # float32 work dtype, the reference's grid and mixing arithmetic: bit for bit on this device
+    try:
+        r32 = ReferenceGpuViewMaker(vg, work_dtype=torch.float32)(batch)
+        n32m = GpuViewMaker(vg, work_dtype=torch.float32)
+        n32m.fold_mix = ""
+        n32m.exact_grid = True
+        n32 = n32m(batch)
+        d = (n32 - r32).abs()
+        print(f"float32 work dtype, exact grid + mixing, vs reference float32: bit-identical "
+              f"{torch.equal(n32, r32)}, max |d| {d.max().item():.2e}, share differing "
+              f"{(d > 0).float().mean().item():.2e}")
+    except Exception as e:
+        print(f"float32 check FAILED {type(e).__name__}: {e}")
+
     variants = [("fused (default)", GpuViewMaker(vg), 14)]
     for fold, name in (("tmp", "fused, mix via tmp"), ("", "fused, exact mixing")):
         mk = GpuViewMaker(vg)
@@ -128,19 +142,6 @@ def main(argv=None):
         print("dynamo:", {k: dict(v) for k, v in counters.items() if k in ("stats", "recompiles")})
     except Exception:
         pass
-    # float32 work dtype, the reference's grid and mixing arithmetic: bit for bit on this device
-    try:
-        r32 = ReferenceGpuViewMaker(vg, work_dtype=torch.float32)(batch)
-        n32m = GpuViewMaker(vg, work_dtype=torch.float32)
-        n32m.fold_mix = ""
-        n32m.exact_grid = True
-        n32 = n32m(batch)
-        d = (n32 - r32).abs()
-        print(f"float32 work dtype, exact grid + mixing, vs reference float32: bit-identical "
-              f"{torch.equal(n32, r32)}, max |d| {d.max().item():.2e}, share differing "
-              f"{(d > 0).float().mean().item():.2e}")
-    except Exception as e:
-        print(f"float32 check FAILED {type(e).__name__}: {e}")
 
 
 if __name__ == "__main__":
