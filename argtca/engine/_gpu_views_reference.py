@@ -13,8 +13,8 @@ import torch.nn.functional as TF
 from torchvision.ops import roi_align
 
 from argtca.datasets.views import ViewGenerator
-from argtca.engine.gpu_views import (CHAINS, DEPTH, _GEOMETRIC, _MAG0, _NCOL, _OP0, _OPS,
-                                     affine_matrices)
+from argtca.engine.gpu_view_ops import (CHAINS, DEPTH, _GEOMETRIC, _MAG0, _NCOL, _OP0, _OPS,
+                                        affine_matrices)
 
 __all__ = ["ReferenceGpuViewMaker"]
 
