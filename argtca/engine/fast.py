@@ -114,6 +114,9 @@ class FastEngine(ReferenceEngine):
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
         self.text = PrefixSharedText(text_encoder) if self.prefix_share else text_encoder
         self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
+        # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN; default: with
+        # the text tower's compilation)
+        self.compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", self.compile_text) and on_cuda
         grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "auto").lower()
         if grad_mode not in GRAD_MODES + ("auto",):
             raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of "
@@ -173,14 +176,15 @@ class FastEngine(ReferenceEngine):
     def _auto_grad_mode(self, n_images: Optional[int]):
         """``grad_mode="auto"``: "jacobian" on CUDA with one step (the gradient is always taken at
         θ0) when the test set is long enough to pay the Jacobian's n·W forward-mode tangents back
-        (each costs about half of one image's backward pass: ≥ n·W/2 images) and Jᵀ fits in
+        (each costs about one image's backward pass, measured on an H200 at K=101 and K=1000:
+        BENCHMARKS.md; so ≥ n·W images, 2048 for ViT-B/16's 4 x 512 context) and Jᵀ fits in
         JACOBIAN_MEMORY_FRACTION of the free GPU memory; else "recompute" with a compiled text
         tower, "vjp" eager (the fastest measured, BENCHMARKS.md). Returns (mode, reason)."""
         other = "recompute" if self.compile_text_grad else "vjp"
         if self.steps != 1 or self.device.type != "cuda" or not self.prefix_share:
             return other, ""
         n, W = self.text_encoder.ctx_init.shape
-        need = int(n) * int(W) // 2
+        need = int(n) * int(W)
         if n_images is not None and n_images < need:
             return other, (f"{n_images} images < {need}: the Jacobian would not pay back; "
                            f"grad mode {other}")
@@ -204,7 +208,7 @@ class FastEngine(ReferenceEngine):
             t = time.perf_counter()
             with self.autocast():
                 self._jt = text_jacobian(text, self.text_encoder.ctx_init.detach().float(),
-                                         chunk=chunk)
+                                         chunk=chunk, compile=self.compile_jacobian)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.jacobian_seconds = time.perf_counter() - t

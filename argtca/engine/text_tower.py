@@ -312,7 +312,7 @@ def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor)
 
 def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
                   dtype: torch.dtype = torch.float32,
-                  by_hand: Optional[bool] = None) -> torch.Tensor:
+                  by_hand: Optional[bool] = None, compile: bool = False) -> torch.Tensor:
     """``Jᵀ`` of ``ctx ↦ text(ctx)`` at ``ctx0`` [n, W], as a [n·W, P·E] matrix (row i = the
     derivative of every feature along input coordinate i), by forward mode over ``chunk`` basis
     tangents at a time (:func:`text_tangents`, or ``torch.func.jvp`` for towers it does not
@@ -330,14 +330,18 @@ def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
     def tangent(t):
         return jvp(f, (x0,), (t,))[1]
 
+    # compile: one shape (the last chunk is padded with zero tangents, whose rows are dropped)
+    tangents_fn = (torch.compile(text_tangents, dynamic=False) if (compile and by_hand)
+                   else text_tangents)
+    chunk = min(chunk, D)
     out = None
     with torch.no_grad():
         for i in range(0, D, chunk):
             m = min(chunk, D - i)
-            basis = torch.zeros(m, D, device=x0.device, dtype=x0.dtype)
+            basis = torch.zeros(chunk if compile else m, D, device=x0.device, dtype=x0.dtype)
             basis[torch.arange(m), torch.arange(i, i + m)] = 1
             if by_hand:
-                jt = text_tangents(text, x0, basis.view(m, n, W))                     # [m, P, E]
+                jt = tangents_fn(text, x0, basis.view(-1, n, W))[:m]                # [m, P, E]
             else:
                 jt = vmap(tangent)(basis.view(m, n, W))
             if out is None:
