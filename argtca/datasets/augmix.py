@@ -28,7 +28,10 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image
 from torchvision.transforms import InterpolationMode
-from torchvision.transforms.functional import _get_inverse_affine_matrix as _inverse_affine_matrix
+try:   # the matrix F.affine hands to PIL (private; without it the fast path asks PIL itself)
+    from torchvision.transforms.functional import _get_inverse_affine_matrix as _inverse_affine_matrix
+except ImportError:  # pragma: no cover - depends on the torchvision version
+    _inverse_affine_matrix = None
 
 __all__ = ["OPS", "OpCall", "AugMixPlan", "int_parameter", "float_parameter", "sample_level",
            "sample_op", "apply_op", "apply_chain", "sample_plan", "mix_processed", "augmix_view",
@@ -408,6 +411,9 @@ def apply_op_planes(x: np.ndarray, op: OpCall) -> np.ndarray:
             return np.ascontiguousarray(np.rot90(x, 1 if angle == 90 else -1, axes=(1, 2)))
         return affine_planes(x, _rotate_matrix(angle, x.shape[2], x.shape[1]))
     if n in ("shear_x", "shear_y"):
+        if _inverse_affine_matrix is None:
+            return np.ascontiguousarray(np.asarray(apply_op(Image.fromarray(
+                np.ascontiguousarray(x.transpose(1, 2, 0))), op)).transpose(2, 0, 1))
         # the matrix F.affine builds (tan(radians(degrees(atan(v)))), not v itself)
         shear = [math.degrees(math.atan(v)), 0.0] if n == "shear_x" else \
             [0.0, math.degrees(math.atan(v))]
