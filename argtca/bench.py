@@ -111,9 +111,9 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     os.close(fd)
     writer = RecordWriter(rec_path)
     records, t_first, n_first = [], None, 0
+    from argtca.engine.pipeline import predictions
     try:
-        for batch in loader:
-            probs = eng(batch["views"], batch["path"]).float().cpu()
+        for batch, probs in predictions(eng, loader):   # the trainer's loop
             recs = tr.make_records(batch, probs)
             writer.write(recs)
             records.extend(recs)

@@ -81,9 +81,7 @@ def tower_throughput(setup, compile_image: bool = False, reps: int = 5) -> Dict[
                        {"half_image": True, "compile_image": True, "lean_image": False}))
         combos.append(("fp16 tower + lean blocks, compiled", {"half_image": True,
                                                               "compile_image": True}))
-        combos.append(("fp16 tower + lean blocks, compiled max-autotune-no-cudagraphs",
-                       {"half_image": True, "compile_image": True,
-                        "compile_mode": "max-autotune-no-cudagraphs"}))
+
     if dev.type != "cuda":   # fp32 on the CPU: one tower
         combos = [("fp32 (CPU)", {"half_image": False})]
     for label, kw in combos:

@@ -156,6 +156,8 @@ class FastEngine(ReferenceEngine):
         self._encode_text = compiled if self.compile_text else self.text
         self._encode_text_grad = compiled if self.compile_text_grad else self.text
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
+        # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
+        self.asynchronous = on_cuda
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
 
@@ -404,11 +406,19 @@ class FastEngine(ReferenceEngine):
     # ------------------------------------------------------------------ the episode
     def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         """TTA.STEPS AdamW steps from θ0 for every image; returns the tuned contexts [B, n, W]."""
+        ctx, first_bad, bad_seen = self._tune_async(img)
+        if first_bad is not None:
+            self._check_finite(first_bad, bad_seen, paths, img)
+        return ctx
+
+    def _tune_async(self, img: torch.Tensor):
+        """The steps without any host synchronisation: (ctx [B, n, W], first non-finite loss [B],
+        seen [B] bool) — the last two None without steps; checked by the caller."""
         B = img.shape[0]
         ctx0 = self.text_encoder.ctx_init.detach().float()
         ctx = ctx0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
         if self.steps <= 0:
-            return ctx.detach()
+            return ctx.detach(), None, None
         opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
         first_bad = torch.zeros(B, device=img.device)
         bad_seen = torch.zeros(B, dtype=torch.bool, device=img.device)
@@ -428,8 +438,7 @@ class FastEngine(ReferenceEngine):
             opt.step()
             with torch.no_grad():
                 ctx.copy_(torch.where(ok, ctx, before))
-        self._check_finite(first_bad, bad_seen, paths, img)
-        return ctx.detach()
+        return ctx.detach(), first_bad, bad_seen
 
     @torch.no_grad()
     def predict(self, img0: torch.Tensor, ctx: Optional[torch.Tensor]) -> torch.Tensor:
@@ -449,3 +458,51 @@ class FastEngine(ReferenceEngine):
         probs = self.predict(img[:, 0], ctx)
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs
+
+    def prepare(self) -> None:
+        """Everything computed once per dataset (T0, the text-only regulariser, Jᵀ at θ0), so a
+        caller can overlap it with the loader's start (:func:`argtca.engine.pipeline.predictions`)."""
+        self.theta0()
+        if self.steps > 0 and self._uses_cached_regularizer():
+            self.regularizer0()
+        if self.steps > 0 and self.grad_mode == "jacobian":
+            self.jacobian_t()
+
+    def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> "Pending":
+        """Queue one batch on the device without waiting for it: the checks that need the host
+        (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
+        batch is written. Same numbers as ``__call__``."""
+        img = self.image_features(views)
+        ctx, first_bad, bad_seen = self._tune_async(img) if self.steps > 0 else (None, None, None)
+        probs = self.predict(img[:, 0], ctx).float()
+        return Pending(self, probs, paths, img, first_bad, bad_seen)
+
+
+class Pending:
+    """One submitted batch: its probabilities are copied to pinned host memory behind the batch's
+    work; ``result()`` waits for that copy only (never for work queued after it), then checks."""
+
+    def __init__(self, engine: FastEngine, probs, paths, img, first_bad, bad_seen):
+        self.engine, self.paths, self.img = engine, paths, img
+        self.first_bad, self.bad_seen = first_bad, bad_seen
+        self.event = None
+        if probs.device.type == "cuda":
+            self.probs = torch.empty(probs.shape, dtype=probs.dtype, pin_memory=True)
+            self.probs.copy_(probs, non_blocking=True)
+            self.bad = None
+            if bad_seen is not None:
+                self.bad = torch.empty(bad_seen.shape, dtype=torch.bool, pin_memory=True)
+                self.bad.copy_(bad_seen, non_blocking=True)
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.probs, self.bad = probs, bad_seen
+
+    def result(self) -> torch.Tensor:
+        """Probabilities [B, K] on the CPU, after the reference's non-finite checks."""
+        if self.event is not None:
+            self.event.synchronize()
+        if self.bad is not None and bool(self.bad.any()):
+            self.engine._check_finite(self.first_bad, self.bad_seen, self.paths, self.img)
+        raise_if_non_finite_probs(self.probs, self.paths, self.engine.hint)
+        return self.probs

@@ -210,9 +210,10 @@ class TestTimeTrainer:
                        f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
                        file=sys.stdout)
             t0 = time.time()
+            from argtca.engine.pipeline import predictions
             try:
-                for batch in loader:
-                    probs = self.engine(batch["views"], batch["path"]).float().cpu()
+                # one batch in flight on the device while the last one's records are written
+                for batch, probs in predictions(self.engine, loader):
                     # never write a non-finite prediction (the engines check it too)
                     raise_if_non_finite_probs(probs, batch["path"], getattr(self.engine, "hint", ""))
                     recs = self.make_records(batch, probs)

@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Round 3 of issue 11 (one GPU, 16 cores): the 1-GPU bench with the round-3 engine (prefix-shared
+# text tower, grad mode auto -> jacobian, lean compiled image tower), the agreement check with the
+# reference's own noise, the image tower's % of peak, cpu-fast views. Usage: bash scripts/device_round3b.sh OUTDIR [k101|k1000|cli]
+set -uo pipefail
+OUT=${1:-bench_out}; mkdir -p "$OUT"; PY=${PYTHON:-python3}; shift || true
+PARTS=${*:-k101}
+export PYTHONUNBUFFERED=1
+nvidia-smi -L
+F="warn|online.softmax|split.the.reduction|important.use.case|^softmax|^$"
+for p in $PARTS; do case $p in
+k101) taskset -c 0-15 $PY -m argtca.bench --classes 101 --workers 15 --compile on --compile-text \
+        --grad-mode auto --text-attention math --n-fast 2048 --n-fast-cpu 384 --n-ref 2 \
+        --n-agree 320 --tower --skip ref-cpu ref-gpu fast-cpu --out "$OUT/k101.json" 2>&1 \
+        | grep -v -i -E "$F" | tee "$OUT/k101.log" ;;
+k1000) taskset -c 0-15 $PY -m argtca.bench --classes 1000 --large-scale 1 --workers 15 --compile on \
+        --compile-text --grad-mode auto --text-attention math --n-fast 4096 --n-ref 2 --n-agree 0 \
+        --skip ref-cpu ref-gpu fast-cpu fast-cpufast --out "$OUT/k1000.json" 2>&1 \
+        | grep -v -i -E "$F" | tee "$OUT/k1000.log" ;;
+cli) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --n-agree 0 \
+        --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 --cli-images 2048 \
+        --out "$OUT/cli.json" 2>&1 | grep -v -i -E "$F" | tee "$OUT/cli.log" ;;
+esac; done

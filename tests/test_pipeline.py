@@ -1,0 +1,84 @@
+"""argtca/engine/pipeline.py: one batch in flight, finished work handed out before a failure,
+and FastEngine.submit == FastEngine.__call__."""
+import pytest
+import torch
+
+from argtca.engine.fast import FastEngine
+from argtca.engine.pipeline import predictions
+from argtca.models.clip import PromptTextEncoder
+from conftest import tiny_cfg
+from test_fast_engine import CLASSES, _objective, _views
+
+
+class _Job:
+    def __init__(self, log, i, fail=False):
+        self.log, self.i, self.fail = log, i, fail
+
+    def result(self):
+        self.log.append(("result", self.i))
+        if self.fail:
+            raise ValueError(f"batch {self.i} is broken")
+        return torch.full((1, 2), float(self.i))
+
+
+class _Engine:
+    def __init__(self, asynchronous, fail_submit_at=None, fail_result_at=None):
+        self.asynchronous = asynchronous
+        self.log = []
+        self.fail_submit_at, self.fail_result_at = fail_submit_at, fail_result_at
+
+    def prepare(self):
+        self.log.append(("prepare",))
+
+    def submit(self, views, paths):
+        i = int(views)
+        if i == self.fail_submit_at:
+            raise KeyboardInterrupt
+        self.log.append(("submit", i))
+        return _Job(self.log, i, fail=i == self.fail_result_at)
+
+
+def _batches(n):
+    return [{"views": i, "path": [f"{i}.jpg"]} for i in range(n)]
+
+
+def test_one_batch_in_flight_in_order():
+    eng = _Engine(asynchronous=True)
+    out = [(b["views"], float(p[0, 0])) for b, p in predictions(eng, _batches(3))]
+    assert out == [(0, 0.0), (1, 1.0), (2, 2.0)]
+    assert eng.log == [("prepare",), ("submit", 0), ("submit", 1), ("result", 0),
+                       ("submit", 2), ("result", 1), ("result", 2)]
+
+
+def test_synchronous_engines_run_one_batch_at_a_time():
+    eng = _Engine(asynchronous=False)
+    list(predictions(eng, _batches(2)))
+    assert eng.log == [("prepare",), ("submit", 0), ("result", 0), ("submit", 1), ("result", 1)]
+
+
+def test_finished_batch_is_handed_out_before_an_interrupt():
+    eng = _Engine(asynchronous=True, fail_submit_at=2)
+    got = []
+    with pytest.raises(KeyboardInterrupt):
+        for b, p in predictions(eng, _batches(4)):
+            got.append(b["views"])
+    assert got == [0, 1]                    # batch 1 was finished when batch 2 was interrupted
+
+
+def test_a_failing_check_stops_at_that_batch():
+    eng = _Engine(asynchronous=True, fail_result_at=1)
+    got = []
+    with pytest.raises(ValueError, match="batch 1"):
+        for b, p in predictions(eng, _batches(4)):
+            got.append(b["views"])
+    assert got == [0]
+
+
+def test_fast_submit_equals_call(tiny_clip, one_thread):
+    model, tok = tiny_clip
+    enc = PromptTextEncoder(model, tok, [f"{c}." for c in CLASSES])
+    fast = FastEngine(model, enc, _objective("ctpt"), tiny_cfg(), "cpu")
+    assert fast.asynchronous is False       # CPU: nothing to overlap
+    views = _views(12, B=3)
+    fast.prepare()
+    assert torch.allclose(fast.submit(views).result(), fast(views).float(), atol=1e-6)
