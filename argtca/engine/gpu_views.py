@@ -187,9 +187,18 @@ class GpuViewMaker:
         self._compiled_warp = None     # the compiled warp (likewise)
         self._grid = {}
 
+    def _mean_std(self, dev: torch.device):
+        """mean/std on ``dev``, copied once: a per-batch host→device copy of pageable memory
+        would wait for all the work queued on the stream (no batch could run ahead)."""
+        key = str(dev)
+        cache = self.__dict__.setdefault("_ms_cache", {})
+        if key not in cache:
+            cache[key] = (self.mean.to(dev), self.std.to(dev))
+        return cache[key]
+
     def normalize(self, x255: torch.Tensor) -> torch.Tensor:
         """uint8-valued [N, 3, S, S] → ToTensor + Normalize (the CPU path's arithmetic)."""
-        mean, std = self.mean.to(x255.device), self.std.to(x255.device)
+        mean, std = self._mean_std(x255.device)
         return x255.float().div(255).sub(mean).div(std)
 
     def _compile_here(self, dev: torch.device) -> bool:
@@ -210,7 +219,7 @@ class GpuViewMaker:
         params = batch["params"].to(dev, non_blocking=True)
         hw = batch["hw"].to(dev, non_blocking=True).float()
         crops = self.crops(batch["canvas"].to(dev, non_blocking=True), hw, params, params_cpu)
-        mean, std = self.mean.to(dev), self.std.to(dev)
+        mean, std = self._mean_std(dev)
         chains = m = k = None
         if self.augmix:
             plan = _Plan(params_cpu, S, dev)
