@@ -199,8 +199,13 @@ def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
     for kind in kinds:
         b = args.batch if kind == "fast" else 1
         v = torch.randn(b, args.views, 3, args.size, args.size, generator=g)
-        eng = setup.engine(kind, **engine_kw)
-        eng(v.to(setup.device), None)
+        # grad mode "auto" resolves per pass (by its number of images): compile both candidates
+        modes = ([{"grad_mode": m} for m in ("jacobian", "recompute" if engine_kw.get(
+            "compile_text_grad") else "vjp")] if kind == "fast" and engine_kw.get(
+            "grad_mode", "auto") == "auto" else [{}])
+        for extra in modes:
+            eng = setup.engine(kind, **dict(engine_kw, **extra))
+            eng(v.to(setup.device), None)
     _sync(setup.device)
 
 

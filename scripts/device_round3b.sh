@@ -13,6 +13,10 @@ k101) taskset -c 0-15 $PY -m argtca.bench --classes 101 --workers 15 --compile o
         --grad-mode auto --text-attention math --n-fast 2048 --n-fast-cpu 384 --n-ref 2 \
         --n-agree 320 --tower --skip ref-cpu ref-gpu fast-cpu --out "$OUT/k101.json" 2>&1 \
         | grep -v -i -E "$F" | tee "$OUT/k101.log" ;;
+k101e2e) taskset -c 0-15 $PY -m argtca.bench --classes 101 --workers 15 --compile on --compile-text \
+        --grad-mode auto --text-attention math --n-fast 2048 --n-fast-cpu 384 --n-ref 2 \
+        --n-agree 0 --skip ref-cpu ref-gpu fast-cpu --out "$OUT/k101e2e.json" 2>&1 \
+        | grep -v -i -E "$F" | tee "$OUT/k101e2e.log" ;;
 k1000) taskset -c 0-15 $PY -m argtca.bench --classes 1000 --large-scale 1 --workers 15 --compile on \
         --compile-text --grad-mode auto --text-attention math --n-fast 4096 --n-ref 2 --n-agree 0 \
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast --out "$OUT/k1000.json" 2>&1 \
