@@ -10,7 +10,7 @@ order and computes exactly the metrics of a one-process run.
 process: the views of item ``i`` depend on ``(SEED, i)`` only, and an image's episode never sees
 another image (the fast engine is exact per image), so which rank tunes an image does not matter.
 
-Records: rank ``r`` appends its images to ``records.rank<r>.jsonl`` in the output directory (fsync
+Records: rank ``r`` appends its images to ``records.rank<r>.jsonl`` in the output directory (flushed
 per batch, as the one-process loop does), so an interrupted job resumes: at start, rank 0 folds
 any rank files into ``records.jsonl``, and every rank skips the images already recorded. At the
 end rank 0 writes the merged ``records.jsonl`` (sorted by index) and ``summary.json``. The ranks

@@ -299,8 +299,15 @@ def write_records(path: str, records: Iterable[dict]) -> None:
 
 
 class RecordWriter:
-    def __init__(self, path: str):
+    """Appends records. Every batch is flushed to the OS at once (a killed process, even by
+    SIGKILL, loses nothing written); ``fsync`` (what survives a crash of the machine itself) runs
+    at most every ``fsync_seconds`` and at close: an fsync per batch cost tens of milliseconds
+    on network and virtual disks, as much as a batch of GPU work."""
+
+    def __init__(self, path: str, fsync_seconds: float = 2.0):
         self.path = path
+        self.fsync_seconds = float(fsync_seconds)
+        self._synced = time.monotonic()
         try:
             self.f = open(path, "a")
         except OSError as e:
@@ -308,14 +315,20 @@ class RecordWriter:
 
     def write(self, recs: Iterable[dict]) -> None:
         try:
-            for r in recs:
-                self.f.write(json.dumps(r) + "\n")
+            self.f.write("".join(json.dumps(r) + "\n" for r in recs))
             self.f.flush()
-            os.fsync(self.f.fileno())
+            if time.monotonic() - self._synced >= self.fsync_seconds:
+                os.fsync(self.f.fileno())
+                self._synced = time.monotonic()
         except OSError as e:
             raise _os_error(e, self.path) from None
 
     def close(self):
+        try:
+            self.f.flush()
+            os.fsync(self.f.fileno())
+        except (OSError, ValueError):   # a failed write was reported by write()
+            pass
         try:
             self.f.close()
         except OSError:   # the failed flush was reported by write(); nothing more to save
