@@ -122,7 +122,10 @@ def test_padded_text_calls_are_exact(tiny_clip, mode):
     finally:
         del fast.text_encoder.forward
     assert torch.allclose(got, want, atol=1e-5, rtol=1e-4)
-    assert set(calls) <= {1, 3} and 3 in calls       # 1 = the θ0 pass
+    # 1 = the θ0 pass; without gradient the budget is 8x: one call padded to BATCH_IMAGES
+    nograd = fast._images_per_text_call(grad=False)
+    assert nograd == min(fast.batch_images, 24)
+    assert set(calls) <= {1, 3, nograd} and 3 in calls
 
 
 def test_zero_steps_is_zero_shot_from_cached_text(tiny_clip):
@@ -271,3 +274,15 @@ def test_two_gloo_processes_equal_one_process(tmp_path, engine):
     assert two["n"] == one["n"] == 7
     assert abs(two["accuracy"] - one["accuracy"]) < 1e-9 and abs(two["ece"] - one["ece"]) < 1e-4
     assert not list((tmp_path / "two").glob("records.rank*"))
+
+
+def test_text_calls_are_balanced(tiny_clip):
+    """15 images fit a no-grad call, 16 are a batch: 2 calls of 8 (not 15 + 1 padded to 15)."""
+    _, fast = _engines(tiny_clip, "tpt", 1)
+    fast.batch_images = 16
+    per = fast.num_prompts * fast.text_encoder.seq_len
+    fast.text_tokens = -(-15 * per // 8)          # 8x this budget holds 15 images, not 16
+    assert fast._images_per_text_call(grad=False) == 8
+    assert fast._images_per_text_call(grad=True) == 1
+    fast.text_tokens = 5 * per                    # grad: 5 a call -> 4 calls of 4
+    assert fast._images_per_text_call(grad=True) == 4
