@@ -139,6 +139,8 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     if engine_kind == "fast":
         row["grad_mode_resolved"] = eng.grad_mode
         row["jacobian_s"] = round(getattr(eng, "jacobian_seconds", 0.0), 2)
+        # host time spent waiting for the device (≈ 0: the host, not the GPU, bounds the loop)
+        row["host_wait_s"] = round(getattr(eng, "host_wait_seconds", 0.0), 2)
     print(f"  {engine_kind:9s} {views:3s} views K={setup.K:4d} n={n:4d}: {row['img_per_s']:8.2f} "
           f"img/s (after 1st batch {row['img_per_s_after_first_batch']:.2f}), peak "
           f"{row['peak_gib']} GiB", flush=True)
