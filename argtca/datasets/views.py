@@ -358,11 +358,14 @@ def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int =
     if num_workers < 0 or int(batch_images) < 1:
         raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
                          f">= 1")
+    # persistent workers: the end of the pass does not wait for the workers' shutdown (a join
+    # of up to 5 s a worker, measured inside the loop on a 16-core GPU host); they go with the
+    # loader (or the process)
     return CheckedLoader(_Guarded(dataset), batch_size=int(batch_images), shuffle=False,
                          num_workers=num_workers, collate_fn=_GuardedCollate(collate),
                          pin_memory=pin_memory,
                          prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
-                         drop_last=False)
+                         persistent_workers=num_workers > 0, drop_last=False)
 
 
 def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
