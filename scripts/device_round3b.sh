@@ -17,6 +17,10 @@ k101e2e) taskset -c 0-15 $PY -m argtca.bench --classes 101 --workers 15 --compil
         --grad-mode auto --text-attention math --n-fast 2048 --n-fast-cpu 384 --n-ref 2 \
         --n-agree 0 --skip ref-cpu ref-gpu fast-cpu --out "$OUT/k101e2e.json" 2>&1 \
         | grep -v -i -E "$F" | tee "$OUT/k101e2e.log" ;;
+final) taskset -c 0-15 $PY -m argtca.bench --classes 101 1000 --large-scale 1 --workers 15 --compile on \
+        --compile-text --grad-mode auto --text-attention math --n-fast 4096 --n-fast-cpu 768 \
+        --n-ref 2 --n-agree 0 --skip ref-cpu ref-gpu fast-cpu --out "$OUT/final.json" 2>&1 \
+        | grep -v -i -E "$F" | tee "$OUT/final.log" ;;
 k1000) taskset -c 0-15 $PY -m argtca.bench --classes 1000 --large-scale 1 --workers 15 --compile on \
         --compile-text --grad-mode auto --text-attention math --n-fast 4096 --n-ref 2 --n-agree 0 \
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast --out "$OUT/k1000.json" 2>&1 \
