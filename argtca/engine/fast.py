@@ -20,6 +20,13 @@ Exact savings over the reference:
   text features only, so their value and their gradient at θ0 are computed once.
 * **View 0** features are computed once and reused for the final prediction; prompts are already
   cut after the longest EOS by :class:`~argtca.models.clip.PromptTextEncoder`.
+* **Prefix sharing** (``prefix_share``, ``ARGTCA_TEXT_PREFIX``, on): SOS + context computed once per
+  image for all P prompts, the last layer on EOS rows only (:mod:`argtca.engine.text_tower`).
+* **The Jacobian at θ0** (``grad_mode="jacobian"``): Jᵀ computed once by forward mode; step 1 of
+  every batch is then one matrix product (``"auto"`` picks it on CUDA for long enough test sets).
+* **No waiting per batch**: :meth:`FastEngine.submit` queues a batch and returns a
+  :class:`Pending` whose ``result()`` copies the probabilities back and runs the checks, so the
+  loop (:mod:`argtca.engine.pipeline`) keeps one batch in flight.
 * **Zero-shot** (``TTA.STEPS 0``) predicts straight from the cached ``T0``.
 * No host-device synchronisation inside a batch: the non-finite-loss check of the reference is
   accumulated on the device and raised (with the same message) once the batch is done.
@@ -37,8 +44,9 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
 * ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
   ``recompute`` mode (forward and backward compiled). The kept θ0 graph of ``vjp``/``loop`` is
   never compiled (it is differentiated many times).
-* ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``vjp`` by default, ``recompute`` when
-  ``compile_text_grad`` is on (the fastest combinations measured).
+* ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``auto`` by default — ``jacobian`` on CUDA with one step
+  and ≥ n·W test images (``n_images``) when Jᵀ fits, else ``recompute`` when ``compile_text_grad``
+  is on, ``vjp`` otherwise (the fastest combinations measured, BENCHMARKS.md round 3).
 * ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): SDPA kernel of the text tower on CUDA,
   ``efficient`` by default (``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``).
 * ``half_image`` (``ARGTCA_HALF_IMAGE``, on): under fp16 autocast on CUDA, the image tower runs
