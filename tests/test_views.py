@@ -279,3 +279,22 @@ def test_build_view_generator_policy():
     cfg.TTA.N_VIEWS = 1
     v = build_view_generator(cfg, Fine())(rand_img(0), 0, 0)
     assert v.shape == (1, 3, S, S)
+
+
+def test_prefetch_is_capped_by_the_bytes_of_waiting_views():
+    """16 images x 64 fp16 views of 224 px = 16*64*3*224*224*2 = 308,281,344 bytes a batch: 15
+    workers x 4 batches would hold 18.5 GB; a 4 GiB budget allows 4294967296 // (15 * 308281344)
+    = 0 -> 1 batch a worker; 2 workers: 4294967296 // 616562688 = 6 -> capped at the asked 4."""
+    from argtca.datasets.views import capped_prefetch
+    batch = 16 * 64 * 3 * 224 * 224 * 2
+    assert batch == 308_281_344
+    assert capped_prefetch(4, 15, batch) == 1
+    assert capped_prefetch(4, 2, batch) == 4
+    assert capped_prefetch(8, 2, batch) == 6
+    assert capped_prefetch(4, 0, batch) == 4            # no workers: nothing waits in queues
+    import torch
+    from argtca.datasets.views import TestTimeDataset, ViewGenerator, build_test_loader
+    ds = TestTimeDataset([], ViewGenerator(224, 64, augmix=True), 1)
+    ds.out_dtype = torch.float16
+    assert build_test_loader(ds, 15, batch_images=16, prefetch=4).prefetch_factor == 1
+    assert build_test_loader(ds, 2, batch_images=16, prefetch=4).prefetch_factor == 4

@@ -368,8 +368,31 @@ def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int =
                          persistent_workers=num_workers > 0, drop_last=False)
 
 
+# batches of CPU views waiting in the loader's queues take at most this many bytes: a batch of 16
+# images x 64 fp16 views of 224 px is 308 MB, so 15 workers x 4 batches would hold 18 GB
+PREFETCH_BYTES = 4 << 30
+
+
+def capped_prefetch(prefetch: int, num_workers: int, batch_bytes: int,
+                    budget: int = PREFETCH_BYTES) -> int:
+    """``prefetch`` batches per worker, lowered (to 1 at least) so that workers x prefetch batches
+    of ``batch_bytes`` stay within ``budget``."""
+    if num_workers <= 0:
+        return max(1, int(prefetch))
+    return max(1, min(int(prefetch), int(budget) // max(1, num_workers * int(batch_bytes))))
+
+
 def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
                       pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
     """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``; an
-    unreadable file raises its one-line :class:`DataError` (also from worker processes)."""
+    unreadable file raises its one-line :class:`DataError` (also from worker processes). The
+    prefetch depth is capped by :data:`PREFETCH_BYTES` of waiting views."""
+    num_workers = int(num_workers)
+    if num_workers == -1:
+        from argtca.engine.auto import auto_workers
+        num_workers = auto_workers()
+    vg = dataset.view_gen
+    per_image = vg.n_views * 3 * vg.size * vg.size * torch.empty(
+        0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
+    prefetch = capped_prefetch(prefetch, num_workers, int(batch_images) * per_image)
     return make_loader(dataset, collate_views, num_workers, batch_images, pin_memory, prefetch)
