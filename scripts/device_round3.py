@@ -16,6 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from argtca import bench  # noqa: E402
 from argtca.bench_data import make_synthetic_coop  # noqa: E402
+from argtca.bench_trials import _phase_times as phase_times  # noqa: E402
 
 
 def main():
@@ -60,7 +61,7 @@ def main():
                 bench._sync(dev)
                 first = time.perf_counter() - t
                 row = {"part": f"engine K={s.K}", "label": label, "grad_mode": eng.grad_mode,
-                       "prefix": eng.prefix_share, **bench._phase_times(eng, v, reps, dev),
+                       "prefix": eng.prefix_share, **phase_times(eng, v, reps, dev),
                        "first_call_s": round(first, 2),
                        "jacobian_s": round(getattr(eng, "jacobian_seconds", 0.0), 2),
                        "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
