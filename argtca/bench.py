@@ -69,6 +69,7 @@ class Setup:
                                             n_ctx=int(tr.cfg.TTA.N_CTX)).to(device)
         self.prompt_seconds = time.perf_counter() - t
         self.K = len(tr.classnames)
+        self._fast_engines = {}   # one warmed fast engine per setting (see engine())
         self.P = tr.text_encoder.num_prompts
         self.L = int(tr.text_encoder.seq_len)
 
@@ -84,8 +85,7 @@ class Setup:
         # pass runs, as in one CLI run (its compiled code is reused, its per-dataset caches not)
         key = (tuple(sorted((k, repr(v)) for k, v in kw.items() if k != "n_images")),
                eng.grad_mode)
-        cache = self.__dict__.setdefault("_fast_engines", {})
-        return cache.setdefault(key, eng)
+        return self._fast_engines.setdefault(key, eng)
 
 
 def _sync(device):
@@ -110,7 +110,7 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
         engine_kw = dict(engine_kw, n_images=n_images)
     eng = engine if engine is not None else setup.engine(engine_kind, **engine_kw)
     if engine_kind == "fast":   # per-dataset work (θ0 text, Jacobian) inside the timed pass
-        eng._theta0 = eng._reg0 = eng._jt = None
+        eng.forget_dataset()
         eng.host_wait_seconds = 0.0
     _sync(dev)
     t0 = time.perf_counter()

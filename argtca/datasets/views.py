@@ -348,26 +348,6 @@ class CheckedLoader(DataLoader):
             yield batch
 
 
-def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int = 1,
-                pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
-    """Sequential :class:`CheckedLoader` of ``dataset`` in batches of ``batch_images``."""
-    num_workers = int(num_workers)
-    if num_workers == -1:   # DATALOADER.NUM_WORKERS -1: what the machine has
-        from argtca.engine.auto import auto_workers
-        num_workers = auto_workers()
-    if num_workers < 0 or int(batch_images) < 1:
-        raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
-                         f">= 1")
-    # persistent workers: the end of the pass does not wait for the workers' shutdown (a join
-    # of up to 5 s a worker, measured inside the loop on a 16-core GPU host); they go with the
-    # loader (or the process)
-    return CheckedLoader(_Guarded(dataset), batch_size=int(batch_images), shuffle=False,
-                         num_workers=num_workers, collate_fn=_GuardedCollate(collate),
-                         pin_memory=pin_memory,
-                         prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
-                         persistent_workers=num_workers > 0, drop_last=False)
-
-
 # batches of CPU views waiting in the loader's queues take at most this many bytes: a batch of 16
 # images x 64 fp16 views of 224 px is 308 MB, so 15 workers x 4 batches would hold 18 GB
 PREFETCH_BYTES = 4 << 30
@@ -382,17 +362,38 @@ def capped_prefetch(prefetch: int, num_workers: int, batch_bytes: int,
     return max(1, min(int(prefetch), int(budget) // max(1, num_workers * int(batch_bytes))))
 
 
+def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int = 1,
+                pin_memory: bool = False, prefetch: int = 4,
+                item_bytes: int = 0) -> CheckedLoader:
+    """Sequential :class:`CheckedLoader` of ``dataset`` in batches of ``batch_images``; with
+    ``item_bytes`` (the size of one collated item) the prefetch depth is capped by
+    :data:`PREFETCH_BYTES` of waiting batches."""
+    num_workers = int(num_workers)
+    if num_workers == -1:   # DATALOADER.NUM_WORKERS -1: what the machine has
+        from argtca.engine.auto import auto_workers
+        num_workers = auto_workers()
+    if num_workers < 0 or int(batch_images) < 1:
+        raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
+                         f">= 1")
+    if item_bytes:
+        prefetch = capped_prefetch(prefetch, num_workers, int(batch_images) * int(item_bytes))
+    # persistent workers: the end of the pass does not wait for the workers' shutdown (a join
+    # of up to 5 s a worker, measured inside the loop on a 16-core GPU host); they go with the
+    # loader (or the process)
+    return CheckedLoader(_Guarded(dataset), batch_size=int(batch_images), shuffle=False,
+                         num_workers=num_workers, collate_fn=_GuardedCollate(collate),
+                         pin_memory=pin_memory,
+                         prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
+                         persistent_workers=num_workers > 0, drop_last=False)
+
+
 def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
                       pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
     """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``; an
     unreadable file raises its one-line :class:`DataError` (also from worker processes). The
     prefetch depth is capped by :data:`PREFETCH_BYTES` of waiting views."""
-    num_workers = int(num_workers)
-    if num_workers == -1:
-        from argtca.engine.auto import auto_workers
-        num_workers = auto_workers()
     vg = dataset.view_gen
     per_image = vg.n_views * 3 * vg.size * vg.size * torch.empty(
         0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
-    prefetch = capped_prefetch(prefetch, num_workers, int(batch_images) * per_image)
-    return make_loader(dataset, collate_views, num_workers, batch_images, pin_memory, prefetch)
+    return make_loader(dataset, collate_views, num_workers, batch_images, pin_memory, prefetch,
+                       item_bytes=per_image)

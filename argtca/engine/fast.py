@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from typing import Optional, Sequence
 
 import torch
@@ -121,7 +122,6 @@ class FastEngine(ReferenceEngine):
             prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
         self.text = PrefixSharedText(text_encoder) if self.prefix_share else text_encoder
-        self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
         # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN; default: with
         # the text tower's compilation)
         self.compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", self.compile_text) and on_cuda
@@ -168,8 +168,14 @@ class FastEngine(ReferenceEngine):
         # host_wait_seconds: time the host spent waiting for the device in Pending.result()
         self.asynchronous = on_cuda
         self.host_wait_seconds = 0.0
+        self.forget_dataset()
+
+    def forget_dataset(self) -> None:
+        """Drop what is computed once per dataset (θ0 text, cached regulariser, Jᵀ): the next
+        batch or :meth:`prepare` computes it again. Compiled code is kept."""
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
+        self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
 
     # ------------------------------------------------------------------ helpers
     def _text_out_dim(self) -> int:
@@ -216,7 +222,6 @@ class FastEngine(ReferenceEngine):
             n, W = self.text_encoder.ctx_init.shape
             per = self.num_prompts * int(self.text_encoder.seq_len)
             chunk = max(1, min(int(n) * int(W), 8 * self.text_tokens // max(1, per)))
-            import time
             t = time.perf_counter()
             with self.autocast():
                 self._jt = text_jacobian(text, self.text_encoder.ctx_init.detach().float(),
@@ -518,7 +523,6 @@ class Pending:
         """Probabilities [B, K] on the CPU, after the reference's non-finite checks."""
         if self.event is not None:
             if not self.event.query():   # the host waits for the device: device-bound
-                import time
                 t = time.perf_counter()
                 self.event.synchronize()
                 self.engine.host_wait_seconds += time.perf_counter() - t

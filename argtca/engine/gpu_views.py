@@ -186,15 +186,15 @@ class GpuViewMaker:
         self._compiled_lut = None      # the compiled full LUT gather (likewise)
         self._compiled_warp = None     # the compiled warp (likewise)
         self._grid = {}
+        self._mean_std_on = {}   # device -> (mean, std): copied once, see _mean_std
 
     def _mean_std(self, dev: torch.device):
         """mean/std on ``dev``, copied once: a per-batch host→device copy of pageable memory
         would wait for all the work queued on the stream (no batch could run ahead)."""
         key = str(dev)
-        cache = self.__dict__.setdefault("_ms_cache", {})
-        if key not in cache:
-            cache[key] = (self.mean.to(dev), self.std.to(dev))
-        return cache[key]
+        if key not in self._mean_std_on:
+            self._mean_std_on[key] = (self.mean.to(dev), self.std.to(dev))
+        return self._mean_std_on[key]
 
     def normalize(self, x255: torch.Tensor) -> torch.Tensor:
         """uint8-valued [N, 3, S, S] → ToTensor + Normalize (the CPU path's arithmetic)."""

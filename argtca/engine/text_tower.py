@@ -100,10 +100,6 @@ class PrefixSharedText(nn.Module):
     def num_prompts(self) -> int:
         return self.encoder.num_prompts
 
-    @property
-    def seq_len(self) -> int:
-        return self.encoder.seq_len
-
     # ------------------------------------------------------------------ pieces
     def _qkv(self, blk, x):
         attn = blk.attn

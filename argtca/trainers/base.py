@@ -139,7 +139,8 @@ class TestTimeTrainer:
                                    self.device)
         if kind == "fast":
             from argtca.engine.fast import FastEngine
-            world = max(1, int(os.environ.get("WORLD_SIZE", "1") or 1))   # images of this rank
+            from argtca.engine.distributed import world_size
+            world = max(1, world_size())                             # images of this rank
             eng = FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
                              self.device, compile=str(self.cfg.TTA.COMPILE).lower() in ("on", "true"),
                              n_images=-(-len(self.dataset.test) // world))
