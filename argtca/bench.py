@@ -121,14 +121,18 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     os.close(fd)
     writer = RecordWriter(rec_path)
     records, t_first, n_first = [], None, 0
+    from argtca.engine.auto import host_threads, main_threads
     from argtca.engine.pipeline import predictions
+    host = {}
+    threads = main_threads(dev.type, args.workers, args.main_threads)
     try:
-        for batch, probs in predictions(eng, loader):   # the trainer's loop
-            recs = tr.make_records(batch, probs)
-            writer.write(recs)
-            records.extend(recs)
-            if t_first is None:
-                t_first, n_first = time.perf_counter(), len(recs)
+        with host_threads(threads):
+            for batch, probs in predictions(eng, loader, host):   # the trainer's loop
+                recs = tr.make_records(batch, probs)
+                writer.write(recs)
+                records.extend(recs)
+                if t_first is None:
+                    t_first, n_first = time.perf_counter(), len(recs)
     finally:
         writer.close()
         os.unlink(rec_path)
@@ -144,13 +148,17 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
            "accuracy": round(m["accuracy"], 3), "ece": round(m["ece"], 3),
            "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
                         if dev.type == "cuda" else None),
-           "batch_images": batch_images, "workers": args.workers}
+           "batch_images": batch_images, "workers": args.workers, "main_threads": threads}
     row.update({k: v for k, v in engine_kw.items()})
     if engine_kind == "fast":
         row["grad_mode_resolved"] = eng.grad_mode
         row["jacobian_s"] = round(getattr(eng, "jacobian_seconds", 0.0), 2)
         # host time spent waiting for the device (≈ 0: the host, not the GPU, bounds the loop)
         row["host_wait_s"] = round(getattr(eng, "host_wait_seconds", 0.0), 2)
+    # where the host thread's loop time went (seconds): per-dataset work, waiting for the
+    # DataLoader's workers, queueing GPU views, queueing the engine, waiting for results
+    host.update(getattr(loader, "seconds", {}))
+    row["host_s"] = {k: round(v, 2) for k, v in host.items()}
     print(f"  {engine_kind:9s} {views:3s} views K={setup.K:4d} n={n:4d}: {row['img_per_s']:8.2f} "
           f"img/s (after 1st batch {row['img_per_s_after_first_batch']:.2f}), peak "
           f"{row['peak_gib']} GiB", flush=True)
@@ -236,6 +244,9 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=max(1, (os.cpu_count() or 3) - 2),
                    help="DataLoader workers (default: cores - 2: the main process drives the GPU "
                    "and a pin-memory thread copies batches)")
+    p.add_argument("--main-threads", type=int, default=-1,
+                   help="torch threads of the main process in a pass (DATALOADER.MAIN_THREADS: "
+                   "-1 = 1 on CUDA with workers, 0 = torch's default)")
     p.add_argument("--logit-scale", type=float, default=100.0,
                    help="set CLIP's logit scale (trained CLIP: 100; random init: 14.3) so that the "
                    "random-weight model's probabilities are as peaked as a trained one's; <= 0 "

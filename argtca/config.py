@@ -122,6 +122,10 @@ _C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers 
 _C.DATALOADER = CN()
 _C.DATALOADER.NUM_WORKERS = -1  # -1: what the machine has (usable cores - 1, at most 16)
 _C.DATALOADER.PREFETCH = 4
+# torch's CPU threads in the main process during the test loop: -1 = 1 on CUDA with loader workers
+# (the main process only drives the device; idle OpenMP threads spinning against the workers
+# halved the loop's speed: BENCHMARKS.md round 4), torch's default otherwise; 0 = torch's default
+_C.DATALOADER.MAIN_THREADS = -1
 
 # ----------------------------------------------------------------------------- model
 _C.MODEL = CN()
@@ -320,6 +324,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("DATALOADER.NUM_WORKERS", lambda v: v >= -1, ">= 0 (0 loads in the main process), or -1 "
         "for what the machine has", True)
     num("DATALOADER.PREFETCH", lambda v: v >= 1, ">= 1", True)
+    num("DATALOADER.MAIN_THREADS", lambda v: v >= -1, ">= 1 threads, 0 for torch's default, or "
+        "-1 for 1 on CUDA with loader workers", True)
 
     for m in ("CTPT", "OTPT", "ATPT"):
         num(f"TRAINER.{m}.LAMBDA", lambda v: v >= 0, ">= 0 (the sign is part of the objective)")

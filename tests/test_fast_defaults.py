@@ -57,6 +57,52 @@ def test_auto_workers_share_the_cores_between_local_ranks(monkeypatch):
     assert cfg.DATALOADER.NUM_WORKERS == 1 and any("NUM_WORKERS -1 -> 1" in x for x in lines)
 
 
+def test_main_threads_one_on_cuda_with_workers_only():
+    on_gpu, lines = _resolved("cuda", 10, **{"DATALOADER.NUM_WORKERS": 15})
+    assert on_gpu.DATALOADER.MAIN_THREADS == 1
+    assert any("MAIN_THREADS -1 -> 1" in x and "15 loader workers" in x for x in lines)
+    no_workers, _ = _resolved("cuda", 10, **{"DATALOADER.NUM_WORKERS": 0})
+    cpu, lines = _resolved("cpu", 10, **{"DATALOADER.NUM_WORKERS": 4})
+    assert (no_workers.DATALOADER.MAIN_THREADS, cpu.DATALOADER.MAIN_THREADS) == (0, 0)
+    assert not any("MAIN_THREADS" in x for x in lines)           # nothing changes: no log line
+    explicit, _ = _resolved("cuda", 10, **{"DATALOADER.MAIN_THREADS": 3})
+    assert explicit.DATALOADER.MAIN_THREADS == 3
+
+
+def test_host_threads_sets_and_restores():
+    before = torch.get_num_threads()
+    other = 1 if before != 1 else 2
+    with auto.host_threads(other):
+        assert torch.get_num_threads() == other
+    assert torch.get_num_threads() == before
+    with pytest.raises(KeyError):
+        with auto.host_threads(other):
+            raise KeyError("a failing loop still restores the threads")
+    assert torch.get_num_threads() == before
+    with auto.host_threads(0):                                  # 0: torch's default, untouched
+        assert torch.get_num_threads() == before
+
+
+def test_trainer_loop_runs_under_main_threads(tmp_path, monkeypatch):
+    from argtca.bench_data import make_synthetic_coop
+    from argtca.registry import TRAINER_REGISTRY
+    import argtca.trainers  # noqa: F401
+    root = make_synthetic_coop(str(tmp_path / "data"), 3, 2, size=(40, 30))["root"]
+    before = torch.get_num_threads()
+    want = 1 if before != 1 else 2
+    cfg = tiny_cfg(**{"TRAINER.NAME": "TPT", "DATASET.NAME": "Caltech101",
+                      "DATASET.ROOT": str(root), "OUTPUT_DIR": str(tmp_path / "out"),
+                      "TTA.N_VIEWS": 2, "DATALOADER.MAIN_THREADS": want})
+    cfg.freeze()
+    tr = TRAINER_REGISTRY.get("TPT")(cfg)
+    seen = []
+    make = tr.make_records
+    monkeypatch.setattr(tr, "make_records",
+                        lambda b, p: seen.append(torch.get_num_threads()) or make(b, p))
+    assert tr.test()["n"] == 3
+    assert seen == [want] * 3 and torch.get_num_threads() == before
+
+
 def test_compile_accepts_old_booleans():
     cfg = get_cfg_default()
     cfg.merge_from_list(["TTA.COMPILE", "True"])

@@ -9,6 +9,12 @@
                             BENCHMARKS.md). With CPU views the loader, not the engine, bounds the
                             speed, so compiling saves nothing there.
 ``DATALOADER.NUM_WORKERS -1``  usable cores - 1 (one is left to the main process), at most 16.
+``DATALOADER.MAIN_THREADS -1``  1 on CUDA with loader workers, else 0 (torch's default): the main
+                            process then only plans and queues device work; with torch's default
+                            (one OpenMP thread per core) its small CPU ops spun their threads
+                            against the busy workers and the loop ran at half speed (H200, 15
+                            workers: 70 -> 141 img/s, BENCHMARKS.md round 4). Applied around the
+                            test loop only (:func:`host_threads`).
 
 The resolution is a pure function of the configuration, the device type and the number of test
 images (never of a timing), so a resumed run resolves to the same values and the run folder's
@@ -16,8 +22,9 @@ fingerprint (which records the *resolved* ``TTA.ENGINE``/``TTA.COMPILE``) stays 
 """
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import List, Tuple
+from typing import Iterator, List, Tuple
 
 # estimates (H200, ViT-B/16, K~100, GPU views; BENCHMARKS.md): compiling the image and text towers
 # takes ~60 s per dataset and saves ~5 ms of engine time per image (image tower 9.9 -> 5.8 ms,
@@ -39,6 +46,30 @@ def auto_workers() -> int:
     (``torchrun`` sets LOCAL_WORLD_SIZE), one core left to each process, at most 16."""
     procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
     return max(1, min(usable_cpus() // procs - 1, MAX_AUTO_WORKERS))
+
+
+def main_threads(device_type: str, workers: int, value: int = -1) -> int:
+    """``DATALOADER.MAIN_THREADS`` resolved: the main process's torch threads in the test loop
+    (0 = torch's default)."""
+    value = int(value)
+    if value != -1:
+        return value
+    return 1 if str(device_type) == "cuda" and int(workers) != 0 else 0
+
+
+@contextlib.contextmanager
+def host_threads(n: int) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` (> 0) inside the block, restored after it."""
+    if int(n) <= 0:
+        yield
+        return
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 def compile_pays(n_images: int, views_device: str) -> bool:
@@ -81,6 +112,14 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
         w = auto_workers()
         changes[("DATALOADER", "NUM_WORKERS")] = w
         lines.append(f"DATALOADER.NUM_WORKERS -1 -> {w} ({usable_cpus()} usable cores)")
+        workers = w
+    threads = cfg.DATALOADER.get("MAIN_THREADS", 0)
+    if isinstance(threads, int) and threads == -1 and isinstance(workers, int):
+        t = main_threads(device_type, workers)
+        changes[("DATALOADER", "MAIN_THREADS")] = t
+        if t:
+            lines.append(f"DATALOADER.MAIN_THREADS -1 -> {t} (CUDA with {workers} loader workers: "
+                         f"the main process only drives the device)")
     if not changes:
         return cfg, lines
     out = cfg.clone()

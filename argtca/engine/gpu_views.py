@@ -28,6 +28,7 @@ Entry point for the trainer loop: :func:`build_views_loader` returns an iterable
 from __future__ import annotations
 
 import os
+import time
 from typing import Any, Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
@@ -458,6 +459,8 @@ class ViewsLoader:
             overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "0").strip().lower() in (
                 "1", "true", "yes", "on")
         self.overlap = bool(overlap) and maker is not None
+        # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
+        self.seconds = {"workers": 0.0, "views": 0.0}
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -473,21 +476,33 @@ class ViewsLoader:
 
     def _finish(self, batch: Dict[str, Any]) -> Dict[str, Any]:
         if self.maker is not None:
+            t = time.perf_counter()
             batch = {"index": batch["index"], "label": batch["label"], "path": batch["path"],
                      "views": self.maker(batch)}
+            self.seconds["views"] += time.perf_counter() - t
         return batch
 
+    def _next(self, it):
+        t = time.perf_counter()
+        try:
+            return next(it)
+        finally:
+            self.seconds["workers"] += time.perf_counter() - t
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        if self.device.type != "cuda":
-            for b in self.loader:
-                yield self._finish(self._to_device(b))
-            return
-        stream = torch.cuda.Stream(self.device)
         it = iter(self.loader)
+        if self.device.type != "cuda":
+            while True:
+                try:
+                    b = self._next(it)
+                except StopIteration:
+                    return
+                yield self._finish(self._to_device(b))
+        stream = torch.cuda.Stream(self.device)
 
         def fetch():
             try:
-                b = next(it)
+                b = self._next(it)
             except StopIteration:
                 return None, None
             with torch.cuda.stream(stream):

@@ -10,35 +10,59 @@ pass; should the next batch fail or be interrupted (Ctrl-C), the finished one is
 """
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, Tuple
+import time
+from typing import Any, Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 
 
-def predictions(engine, loader: Iterable[Dict[str, Any]]
+def predictions(engine, loader: Iterable[Dict[str, Any]],
+                seconds: Optional[Dict[str, float]] = None
                 ) -> Iterator[Tuple[Dict[str, Any], torch.Tensor]]:
-    """Yield ``(batch, probs [B, K] on the CPU)`` in the loader's order."""
+    """Yield ``(batch, probs [B, K] on the CPU)`` in the loader's order.
+
+    ``seconds`` (optional dict) accumulates where the host thread spent the loop: ``prepare``
+    (per-dataset work), ``loader`` (next batch: waiting for workers, copies, GPU views queued),
+    ``submit`` (queueing the engine's work) and ``result`` (waiting for and checking a batch);
+    what the caller does with each yielded batch (records) is the rest."""
+    clock = seconds if seconds is not None else {}
+    for k in ("prepare", "loader", "submit", "result"):
+        clock.setdefault(k, 0.0)
+    now = time.perf_counter
     it = iter(loader)                        # the loader's workers start here
     prepare = getattr(engine, "prepare", None)
     if prepare is not None:
+        t = now()
         prepare()                            # overlaps the workers' start
+        clock["prepare"] += now() - t
     ahead = bool(getattr(engine, "asynchronous", False))
     pending = None
+
+    def finish(job):
+        t = now()
+        probs = job.result()
+        clock["result"] += now() - t
+        return probs
+
     while True:
         try:
+            t0 = now()
             batch = next(it, None)
+            t1 = now()
             job = None if batch is None else engine.submit(batch["views"], batch["path"])
+            clock["loader"] += t1 - t0
+            clock["submit"] += now() - t1
         except BaseException:
             if pending is not None:          # hand out the finished batch, then fail
                 done, pending = pending, None
-                yield done[0], done[1].result()
+                yield done[0], finish(done[1])
             raise
         if pending is not None:
             done, pending = pending, None
-            yield done[0], done[1].result()
+            yield done[0], finish(done[1])
         if batch is None:
             return
         if ahead:
             pending = (batch, job)
         else:
-            yield batch, job.result()
+            yield batch, finish(job)

@@ -31,7 +31,7 @@ from typing import Dict, Iterable, List, Optional, Sequence
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
 # (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
 NON_RESULT_KEYS = {"OUTPUT_DIR", "VERBOSE", "DATALOADER.NUM_WORKERS", "DATALOADER.PREFETCH",
-                   "USE_CUDA", "DATASET.CHECK_IMAGES"}
+                   "DATALOADER.MAIN_THREADS", "USE_CUDA", "DATASET.CHECK_IMAGES"}
 
 
 class RunFolderError(RuntimeError):

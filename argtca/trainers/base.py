@@ -180,7 +180,6 @@ class TestTimeTrainer:
             return self._test_in(out_dir)
 
     def _test_in(self, out_dir: str) -> Dict[str, object]:
-        from argtca.engine.reference import raise_if_non_finite_probs
         from argtca.metrics import RunningCalibration
         from tqdm import tqdm
 
@@ -211,18 +210,12 @@ class TestTimeTrainer:
                        f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
                        file=sys.stdout)
             t0 = time.time()
+            from argtca.engine.auto import host_threads
             from argtca.engine.pipeline import predictions
             try:
                 # one batch in flight on the device while the last one's records are written
-                for batch, probs in predictions(self.engine, loader):
-                    # never write a non-finite prediction (the engines check it too)
-                    raise_if_non_finite_probs(probs, batch["path"], getattr(self.engine, "hint", ""))
-                    recs = self.make_records(batch, probs)
-                    writer.write(recs)
-                    records.extend(recs)
-                    running.update([r["conf"] for r in recs], [r["pred"] == r["label"] for r in recs])
-                    bar.update(len(recs))
-                    bar.set_postfix(acc=f"{running.accuracy:.2f}", ece=f"{running.ece:.2f}")
+                with host_threads(int(cfg.DATALOADER.get("MAIN_THREADS", 0))):
+                    self._loop(predictions(self.engine, loader), writer, records, running, bar)
             finally:
                 writer.close()
                 bar.close()
@@ -230,6 +223,19 @@ class TestTimeTrainer:
         else:
             elapsed = 0.0
         return self.finish(out_dir, records, fp, elapsed, len(todo))
+
+    def _loop(self, results, writer, records, running, bar) -> None:
+        """Record every (batch, probabilities) of the test loop as it comes."""
+        from argtca.engine.reference import raise_if_non_finite_probs
+        for batch, probs in results:
+            # never write a non-finite prediction (the engines check it too)
+            raise_if_non_finite_probs(probs, batch["path"], getattr(self.engine, "hint", ""))
+            recs = self.make_records(batch, probs)
+            writer.write(recs)
+            records.extend(recs)
+            running.update([r["conf"] for r in recs], [r["pred"] == r["label"] for r in recs])
+            bar.update(len(recs))
+            bar.set_postfix(acc=f"{running.accuracy:.2f}", ece=f"{running.ece:.2f}")
 
     @property
     def batch_images(self) -> int:
