@@ -264,8 +264,9 @@ def parse_args(argv=None):
     p.add_argument("--compile-mode", default="", help="torch.compile mode of the image tower")
     p.add_argument("--compile-text", action="store_true",
                    help="torch.compile the text tower (final pass and recompute passes)")
-    p.add_argument("--text-attention", default="efficient",
-                   help="SDPA kernel of the text tower: default | math | efficient | flash | cudnn")
+    p.add_argument("--text-attention", default="",
+                   help="text tower attention: split | default | math | efficient | flash | cudnn "
+                   "(empty: the engine's default, split with prefix sharing)")
     p.add_argument("--auto", action="store_true", help="run the engine-only trial of the knobs "
                    "(--variants) and use the fastest fast-engine setting for the timed passes")
     p.add_argument("--input", action="store_true", help="time the input pipelines alone")

@@ -65,6 +65,7 @@ VARIANTS = [
     ("fast", {"grad_mode": "jacobian", "text_attention": "math"}),
     ("fast", {"grad_mode": "jacobian", "text_attention": "math", "compile_text": True}),
     ("fast", {"grad_mode": "jacobian", "text_attention": "efficient", "compile_text": True}),
+    ("fast", {"grad_mode": "jacobian", "text_attention": "split", "compile_text": True}),
     ("fast", {"grad_mode": "vjp", "text_attention": "math", "compile_text": True,
               "prefix_share": False}),
 ]

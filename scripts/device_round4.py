@@ -1,6 +1,6 @@
 """Round 4 of issue 11 on one GPU: where the loop's host time goes (DataLoader wait, GPU views
 queued, engine queued, results waited for), for the settings under test. Usage:
-python scripts/device_round4.py OUTDIR [parts...]; parts: base workers graphs k1000.
+python scripts/device_round4.py OUTDIR [parts...]; parts: base workers graphs k1000 profile101 profile1000.
 Each part is one timed pass from JPEG files (bench.run_pass); one JSON line a row."""
 from __future__ import annotations
 
@@ -68,6 +68,38 @@ def main():
                   compile_mode="reduce-overhead")
         elif p == "k1000":
             timed("K1000 compiled, 15 workers", 1000)
+        elif p.startswith("attn"):   # attn101 / attn1000: engine-only ms per image by phase
+            from argtca.bench_trials import _phase_times
+            K = int(p[len("attn"):])
+            s = setup(K)
+            g = torch.Generator().manual_seed(1)
+            v = torch.randn(args.batch, args.views, 3, args.size, args.size, generator=g).to(dev)
+            for ta, tf32 in (("math", False), ("math", True), ("efficient", True),
+                             ("cudnn", True), ("split", True)):
+                kw = dict(base, text_attention=ta)
+                try:
+                    eng = s.engine("fast", **kw)
+                    eng.jacobian_tf32 = tf32 and on
+                    eng(v, None)
+                    eng(v, None)
+                    row = _phase_times(eng, v, 3, dev)
+                except Exception as e:   # a kernel that refuses the shapes/mask
+                    row = {"error": f"{type(e).__name__}: {str(e)[:200]}"}
+                row.update(label=f"engine K={K} text_attention={ta} jacobian_tf32={tf32}",
+                           gpu=torch.cuda.get_device_name(dev) if on else "cpu")
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+        elif p.startswith("profile"):   # profile101 / profile1000: one engine batch by kernel
+            from argtca.bench_trials import profile_batch
+            K = int(p[len("profile"):])
+            s = setup(K)
+            bench.warmup(s, kinds=("fast",), **base)
+            row = profile_batch(s, **base)
+            row.update(label=f"profile K={K}", gpu=torch.cuda.get_device_name(dev) if on else "cpu")
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            with open(os.path.join(out, "round4.json"), "w") as f:
+                json.dump(rows, f, indent=1)
 
 
 if __name__ == "__main__":

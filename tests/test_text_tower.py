@@ -31,7 +31,7 @@ def _contexts(enc, B=3, seed=0):
         B, *enc.ctx_init.shape, generator=g)
 
 
-@pytest.mark.parametrize("attention", ["sdpa", "manual"])
+@pytest.mark.parametrize("attention", ["sdpa", "manual", "split"])
 def test_prefix_shared_features_and_gradients_equal_the_encoder(tiny_clip, attention):
     enc = _encoder(tiny_clip)
     text = PrefixSharedText(enc, attention)
@@ -138,6 +138,34 @@ def test_jacobian_grad_mode_equals_reference(tiny_clip, name, steps):
     c_ref = torch.cat([ref.tune(img[i:i + 1]) for i in range(4)])
     assert torch.allclose(fast.tune(img), c_ref, atol=1e-6)
     assert fast._jt is not None and fast._theta0[1].grad_fn is None   # no θ0 graph kept
+
+
+@pytest.mark.parametrize("grad_mode", ["jacobian", "recompute", "vjp"])
+def test_split_attention_engine_equals_reference(tiny_clip, grad_mode):
+    """text_attention "split" (suffix queries over the shared prefix keys, no per-prompt copy)
+    tunes and predicts as the reference does, in every grad mode that runs the text tower."""
+    model, tok = tiny_clip
+    enc = _encoder(tiny_clip)
+    cfg = tiny_cfg()
+    ref = ReferenceEngine(model, enc, _objective("tca"), cfg, "cpu")
+    fast = FastEngine(model, enc, _objective("tca"), cfg, "cpu", grad_mode=grad_mode,
+                      text_attention="split")
+    assert fast.text.attention == "split"
+    views = _views(31)
+    alone = torch.cat([ref(views[i:i + 1]) for i in range(views.shape[0])])
+    assert torch.allclose(fast(views), alone, atol=1e-5, rtol=1e-4)
+
+
+def test_jacobian_tf32_is_cuda_only_and_scoped_to_the_product(tiny_clip):
+    model, tok = tiny_clip
+    enc = _encoder(tiny_clip)
+    fast = FastEngine(model, enc, _objective("tca"), tiny_cfg(), "cpu", grad_mode="jacobian")
+    assert fast.jacobian_tf32 is False                      # the CPU product stays fp32
+    before = torch.backends.cuda.matmul.allow_tf32
+    fast.jacobian_tf32 = True
+    with fast._jacobian_precision():
+        assert torch.backends.cuda.matmul.allow_tf32 is True
+    assert torch.backends.cuda.matmul.allow_tf32 == before   # restored for everything else
 
 
 def test_unsupported_tower_falls_back_to_the_encoder(tiny_clip):

@@ -47,8 +47,12 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
 * ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``auto`` by default — ``jacobian`` on CUDA with one step
   and ≥ n·W test images (``n_images``) when Jᵀ fits, else ``recompute`` when ``compile_text_grad``
   is on, ``vjp`` otherwise (the fastest combinations measured, BENCHMARKS.md round 3).
-* ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): SDPA kernel of the text tower on CUDA,
-  ``efficient`` by default (``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``).
+* ``ARGTCA_JACOBIAN_TF32`` (on): grad mode ``jacobian``'s per-batch product ``cot @ Jᵀ`` on
+  TF32 tensor cores (fp32 sums; the reference's own backward runs in fp16 autocast).
+* ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): attention of the text tower: ``split`` by
+  default with prefix sharing (plain ops: the suffix queries meet the shared prefix keys without
+  per-prompt copies), else an SDPA kernel on CUDA: ``efficient`` (the default without prefix
+  sharing), ``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``.
 * ``half_image`` (``ARGTCA_HALF_IMAGE``, on): under fp16 autocast on CUDA, the image tower runs
   from a copy stored in fp16 with the patch embedding as a matrix product
   (:mod:`argtca.engine.towers`); differs from the autocast tower by fp16 rounding only.
@@ -72,8 +76,10 @@ from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
 GRAD_MODES = ("vjp", "loop", "recompute", "jacobian")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
 # flash/cuDNN tiles of 64-128 rows are mostly padding; "math" runs plain batched matmuls.
+# "split" (prefix-shared tower only): plain ops, suffix queries meet the shared prefix keys/values
+# without per-prompt copies (argtca/engine/text_tower.py)
 TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTENTION",
-                  "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION"}
+                  "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "split": None}
 
 
 # grad_mode "auto" keeps the Jacobian at θ0 only where it takes at most this share of free memory
@@ -121,10 +127,23 @@ class FastEngine(ReferenceEngine):
         if prefix_share is None:
             prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
-        self.text = PrefixSharedText(text_encoder) if self.prefix_share else text_encoder
+        # default: "split" where the prefix is shared (fastest forward measured: K=1000 predict
+        # 7.7 -> 6.6 ms/image, K=101 equal; BENCHMARKS.md round 4), else the efficient kernel
+        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
+                          or ("split" if self.prefix_share else "efficient")).lower()
+        if text_attention == "split" and not self.prefix_share:
+            text_attention = "efficient"   # "split" needs the shared prefix
+        if text_attention not in TEXT_ATTENTION:
+            raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
+                             f"{tuple(TEXT_ATTENTION)}")
+        self.text_attention = text_attention
+        self.text = (PrefixSharedText(text_encoder, attention="split" if text_attention == "split"
+                                      else "sdpa") if self.prefix_share else text_encoder)
         # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN; default: with
         # the text tower's compilation)
         self.compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", self.compile_text) and on_cuda
+        # the per-batch product cot @ Jᵀ on TF32 tensor cores (ARGTCA_JACOBIAN_TF32, on; CUDA)
+        self.jacobian_tf32 = _env_flag("ARGTCA_JACOBIAN_TF32", True) and on_cuda
         grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "auto").lower()
         if grad_mode not in GRAD_MODES + ("auto",):
             raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of "
@@ -153,12 +172,6 @@ class FastEngine(ReferenceEngine):
         self.compile_mode = compile_mode or os.environ.get("ARGTCA_COMPILE_MODE", "") or None
         self._encode_image = (torch.compile(encode, dynamic=False, mode=self.compile_mode)
                               if self.compile_image else encode)
-        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
-                          or "efficient").lower()
-        if text_attention not in TEXT_ATTENTION:
-            raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
-                             f"{tuple(TEXT_ATTENTION)}")
-        self.text_attention = text_attention
         compiled = (torch.compile(self.text.forward, dynamic=False)
                     if (self.compile_text or self.compile_text_grad) else None)
         self._encode_text = compiled if self.compile_text else self.text
@@ -378,6 +391,21 @@ class FastEngine(ReferenceEngine):
         with self._text_backward_ctx():
             return self._vjp(ctx0, t0, cot)
 
+    @contextlib.contextmanager
+    def _jacobian_precision(self):
+        """TF32 tensor cores for ``cot @ Jᵀ`` on CUDA (``jacobian_tf32``): inputs rounded to 10
+        mantissa bits (as fp16, the precision of the reference's own autocast backward), sums in
+        fp32; ~10x faster than fp32 FFMA (K=1000: a 67 GFLOP product per batch of 16)."""
+        if not self.jacobian_tf32:
+            yield
+            return
+        before = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            yield
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = before
+
     def _text_backward_ctx(self):
         name = TEXT_ATTENTION[self.text_attention]
         if name is None or self.device.type != "cuda":
@@ -388,7 +416,8 @@ class FastEngine(ReferenceEngine):
     def _vjp(self, ctx0, t0, cot):
         if self.grad_mode == "jacobian":
             jt = self.jacobian_t()
-            return (cot.flatten(1).float() @ jt.T).view(cot.shape[0], *ctx0.shape)
+            with self._jacobian_precision():
+                return (cot.flatten(1).float() @ jt.T).view(cot.shape[0], *ctx0.shape)
         if self.grad_mode == "vjp":
             g, = torch.autograd.grad(t0, ctx0, grad_outputs=cot, retain_graph=True,
                                      is_grads_batched=True)

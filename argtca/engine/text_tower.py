@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from argtca.models.clip import project_text
 
-ATTENTION = ("sdpa", "manual")
+ATTENTION = ("sdpa", "manual", "split")
 
 
 def _causal_float_mask(L: int) -> torch.Tensor:
@@ -67,8 +67,10 @@ class PrefixSharedText(nn.Module):
     features as ``encoder(ctx)`` (:class:`~argtca.models.clip.PromptTextEncoder`).
 
     ``attention``: ``"sdpa"`` (``F.scaled_dot_product_attention``; the kernel follows
-    ``torch.nn.attention.sdpa_kernel``) or ``"manual"`` (softmax(QKᵀ/√d)V in plain ops, which
-    ``torch.func`` transforms support everywhere)."""
+    ``torch.nn.attention.sdpa_kernel``), ``"manual"`` (softmax(QKᵀ/√d)V in plain ops, which
+    ``torch.func`` transforms support everywhere) or ``"split"`` (plain ops; the suffix queries
+    meet the image's shared prefix keys/values directly instead of a per-prompt copy of them:
+    scores against the prefix and against the suffix, one softmax over both in fp32)."""
 
     def __init__(self, encoder, attention: str = "sdpa"):
         super().__init__()
@@ -115,6 +117,21 @@ class PrefixSharedText(nn.Module):
         s = s.masked_fill(~mask, float("-inf"))
         return torch.softmax(s, dim=-1).to(v.dtype) @ v
 
+    def _attend_split(self, q, k_pre, v_pre, ks, vs, mask_ss, B: int):
+        """Attention of the suffix queries q [B·P, H, l, d] over the shared prefix keys/values
+        [B, H, n0, d] and their own suffix keys/values [B·P, H, Ls, d] (``mask_ss``: which suffix
+        keys a query may see; every prefix key is visible), without copying the prefix per
+        prompt. The same sums as attention over the concatenated keys."""
+        BP, H, lq, d = q.shape
+        P, n0 = BP // B, k_pre.shape[-2]
+        qb = q.reshape(B, P, H, lq, d)
+        s_pre = torch.einsum("bphld,bhnd->bphln", qb, k_pre).reshape(BP, H, lq, n0)
+        s_suf = (q @ ks.transpose(-1, -2)).masked_fill(~mask_ss, float("-inf"))
+        s = torch.cat([s_pre, s_suf], -1).float() * (1.0 / math.sqrt(d))
+        p = torch.softmax(s, dim=-1).to(vs.dtype)
+        o_pre = torch.einsum("bphln,bhnd->bphld", p[..., :n0].reshape(B, P, H, lq, n0), v_pre)
+        return o_pre.reshape(BP, H, lq, d) + p[..., n0:] @ vs
+
     def _out(self, blk, o):
         o = o.transpose(-3, -2)
         o = o.reshape(o.shape[:-2] + (-1,))
@@ -151,19 +168,25 @@ class PrefixSharedText(nn.Module):
                     q, k, v, self.mask_pre)))
             H, d = k.shape[1], k.shape[-1]
             qs, ks, vs = self._qkv(blk, blk.ln_1(h_suf))                              # [BP,H,Ls,d]
-            kp = k.unsqueeze(1).expand(B, P, H, n0, d).reshape(B * P, H, n0, d)
-            vp = v.unsqueeze(1).expand(B, P, H, n0, d).reshape(B * P, H, n0, d)
-            K = torch.cat([kp, ks], dim=2)
-            V = torch.cat([vp, vs], dim=2)
+            if self.attention == "split":
+                def attend(qq, mask):
+                    return self._attend_split(qq, k, v, ks, vs, mask[..., n0:], B)
+            else:
+                kp = k.unsqueeze(1).expand(B, P, H, n0, d).reshape(B * P, H, n0, d)
+                vp = v.unsqueeze(1).expand(B, P, H, n0, d).reshape(B * P, H, n0, d)
+                K = torch.cat([kp, ks], dim=2)
+                V = torch.cat([vp, vs], dim=2)
+
+                def attend(qq, mask):
+                    return self._attend(qq, K, V, mask)
             if last:   # only the EOS row of each prompt is read
                 qe = qs[ar, :, rows].unsqueeze(2)                                     # [BP,H,1,d]
                 mask = self.mask_eos.repeat(B, 1, 1, 1)                               # [BP,1,1,L]
                 he = h_suf[ar, rows].unsqueeze(1)                                     # [BP,1,W]
-                he = self._mlp(blk, he + self._out(blk, self._attend(qe, K, V, mask)))
+                he = self._mlp(blk, he + self._out(blk, attend(qe, mask)))
                 h_eos = he[:, 0]
             else:
-                h_suf = self._mlp(blk, h_suf + self._out(blk, self._attend(
-                    qs, K, V, self.mask_suf)))
+                h_suf = self._mlp(blk, h_suf + self._out(blk, attend(qs, self.mask_suf)))
                 h_pre = h_pre_next
         x = model.ln_final(h_eos)
         f = F.normalize(project_text(model, x).float(), dim=-1).reshape(B, P, -1)
