@@ -156,6 +156,21 @@ def test_split_attention_engine_equals_reference(tiny_clip, grad_mode):
     assert torch.allclose(fast(views), alone, atol=1e-5, rtol=1e-4)
 
 
+def test_default_text_attention_follows_the_grad_mode(tiny_clip, monkeypatch):
+    monkeypatch.delenv("ARGTCA_TEXT_ATTENTION", raising=False)
+    model, tok = tiny_clip
+    enc = _encoder(tiny_clip)
+
+    def engine(**kw):
+        return FastEngine(model, enc, _objective("tca"), tiny_cfg(), "cpu", **kw)
+    assert engine(grad_mode="jacobian").text_attention == "split"       # forward-only text
+    assert engine(grad_mode="vjp").text_attention == "efficient"        # a backward is timed
+    assert engine(grad_mode="jacobian", prefix_share=False).text_attention == "efficient"
+    assert engine(grad_mode="jacobian", text_attention="split",
+                  prefix_share=False).text_attention == "efficient"     # split needs the prefix
+    assert engine(grad_mode="vjp", text_attention="split").text.attention == "split"
+
+
 def test_jacobian_tf32_is_cuda_only_and_scoped_to_the_product(tiny_clip):
     model, tok = tiny_clip
     enc = _encoder(tiny_clip)

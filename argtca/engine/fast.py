@@ -50,9 +50,10 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
 * ``ARGTCA_JACOBIAN_TF32`` (on): grad mode ``jacobian``'s per-batch product ``cot @ Jᵀ`` on
   TF32 tensor cores (fp32 sums; the reference's own backward runs in fp16 autocast).
 * ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): attention of the text tower: ``split`` by
-  default with prefix sharing (plain ops: the suffix queries meet the shared prefix keys without
-  per-prompt copies), else an SDPA kernel on CUDA: ``efficient`` (the default without prefix
-  sharing), ``default`` = PyTorch's choice, ``math``, ``flash``, ``cudnn``.
+  default with prefix sharing and a forward-only text tower (grad mode ``jacobian``; plain ops:
+  the suffix queries meet the shared prefix keys without per-prompt copies), else an SDPA kernel
+  on CUDA: ``efficient`` (the other default), ``default`` = PyTorch's choice, ``math``,
+  ``flash``, ``cudnn``.
 * ``half_image`` (``ARGTCA_HALF_IMAGE``, on): under fp16 autocast on CUDA, the image tower runs
   from a copy stored in fp16 with the patch embedding as a matrix product
   (:mod:`argtca.engine.towers`); differs from the autocast tower by fp16 rounding only.
@@ -127,18 +128,6 @@ class FastEngine(ReferenceEngine):
         if prefix_share is None:
             prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
-        # default: "split" where the prefix is shared (fastest forward measured: K=1000 predict
-        # 7.7 -> 6.6 ms/image, K=101 equal; BENCHMARKS.md round 4), else the efficient kernel
-        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "")
-                          or ("split" if self.prefix_share else "efficient")).lower()
-        if text_attention == "split" and not self.prefix_share:
-            text_attention = "efficient"   # "split" needs the shared prefix
-        if text_attention not in TEXT_ATTENTION:
-            raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
-                             f"{tuple(TEXT_ATTENTION)}")
-        self.text_attention = text_attention
-        self.text = (PrefixSharedText(text_encoder, attention="split" if text_attention == "split"
-                                      else "sdpa") if self.prefix_share else text_encoder)
         # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN; default: with
         # the text tower's compilation)
         self.compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", self.compile_text) and on_cuda
@@ -152,6 +141,21 @@ class FastEngine(ReferenceEngine):
         if grad_mode == "auto":
             grad_mode, self.grad_mode_why = self._auto_grad_mode(n_images)
         self.grad_mode = grad_mode
+        # default: "split" where the prefix is shared and the text tower runs forward only (grad
+        # mode jacobian, or no steps): the fastest forward measured (K=1000 predict 7.7 -> 6.6
+        # ms/image, K=101 equal; BENCHMARKS.md round 4); else the efficient kernel (its backward
+        # is the one measured for the recompute/vjp modes)
+        forward_only = grad_mode == "jacobian" or self.steps <= 0
+        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "") or (
+            "split" if self.prefix_share and forward_only else "efficient")).lower()
+        if text_attention == "split" and not self.prefix_share:
+            text_attention = "efficient"   # "split" needs the shared prefix
+        if text_attention not in TEXT_ATTENTION:
+            raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
+                             f"{tuple(TEXT_ATTENTION)}")
+        self.text_attention = text_attention
+        self.text = (PrefixSharedText(text_encoder, attention="split" if text_attention == "split"
+                                      else "sdpa") if self.prefix_share else text_encoder)
         default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
         self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
         self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
