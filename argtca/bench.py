@@ -83,8 +83,8 @@ class Setup:
         eng = FastEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device, **kw)
         # one engine per setting (grad mode resolved): what the warm-up compiled is what a timed
         # pass runs, as in one CLI run (its compiled code is reused, its per-dataset caches not)
-        key = (tuple(sorted((k, repr(v)) for k, v in kw.items() if k != "n_images")),
-               eng.grad_mode)
+        key = (tuple(sorted((k, repr(v)) for k, v in kw.items()
+                            if k not in ("n_images", "grad_mode"))), eng.grad_mode)
         return self._fast_engines.setdefault(key, eng)
 
 

@@ -2,7 +2,7 @@
 # Round 4 of issue 11: the 1-GPU bench after the main-thread fix, split attention and the TF32
 # Jacobian product (K=101: GPU views 4096 images, cpu-fast, agreement, image tower; K=1000), and
 # the CLI with the defaults on 1 and 2 GPUs. Usage: bash scripts/device_round4b.sh OUTDIR PARTS...
-# parts: final101 final1000 cpufast cli12
+# parts: final101 final1000 cpufast cpufast2 cli1 cli12
 set -uo pipefail
 OUT=${1:-bench_out}; mkdir -p "$OUT"; PY=${PYTHON:-python3}; shift || true
 PARTS=${*:-final101}
@@ -24,6 +24,13 @@ cpufast) for a in "" "--text-attention math" "--text-attention math --main-threa
         --grad-mode auto --n-fast 16 --n-fast-cpu 512 --n-ref 2 --n-agree 0 $a \
         --skip ref-cpu ref-gpu fast-cpu fast-gpu --out "$OUT/cpufast.json" 2>&1 \
         | grep -v -i -E "$F" | grep "cpu-fast views" | tee -a "$OUT/cpufast.log"; done ;;
+cpufast2) taskset -c 0-15 $PY -m argtca.bench --classes 101 --workers 15 --compile on \
+        --compile-text --grad-mode auto --n-fast 16 --n-fast-cpu 1536 --n-ref 2 --n-agree 0 \
+        --skip ref-cpu ref-gpu fast-cpu fast-gpu --out "$OUT/cpufast2.json" 2>&1 \
+        | grep -v -i -E "$F" | grep "cpu-fast views" | tee -a "$OUT/cpufast2.log" ;;
+cli1) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --n-agree 0 \
+        --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 --cli-images 4096 \
+        --out "$OUT/cli1.json" 2>&1 | grep -v -i -E "$F" | tee "$OUT/cli1.log" ;;
 cli12) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --n-agree 0 \
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 2 --cli-images 4096 \
         --out "$OUT/cli12.json" 2>&1 | grep -v -i -E "$F" | tee "$OUT/cli12.log" ;;
