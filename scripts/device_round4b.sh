@@ -32,6 +32,6 @@ cli1) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 --cli-images 4096 \
         --out "$OUT/cli1.json" 2>&1 | grep -v -i -E "$F" | tee "$OUT/cli1.log" ;;
 cli12) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --n-agree 0 \
-        --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 2 --cli-images 4096 \
+        --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 2 --cli-images ${CLI_IMAGES:-4096} \
         --out "$OUT/cli12.json" 2>&1 | grep -v -i -E "$F" | tee "$OUT/cli12.log" ;;
 esac; done
