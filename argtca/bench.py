@@ -213,6 +213,20 @@ def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> D
     return row
 
 
+def script_setup(n_images: int, K: int = 101, workers: str = "15"):
+    """``(args, device, Setup)`` for the diagnostic scripts in scripts/: this module's arguments
+    from ``BENCH_ARGS`` (e.g. ``--device cpu --backbone argtca-tiny-test`` for a CPU smoke test),
+    ``WORKERS`` loader workers (default ``workers``), a synthetic ``K``-class set of ``n_images``."""
+    args = parse_args(["--workers", os.environ.get("WORKERS", workers)]
+                      + os.environ.get("BENCH_ARGS", "").split())
+    dev = torch.device(args.device)
+    from argtca.models.clip import load_clip
+    model, tok = load_clip(bench_cfg(args, {"root": "/tmp", "attributes": ""}, "fast", "cpu", -1),
+                           dev)
+    data = make_synthetic_coop(os.path.join(tempfile.mkdtemp(), f"K{K}"), n_images, K, seed=K)
+    return args, dev, Setup(args, data, model, tok, dev)
+
+
 def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
     g = torch.Generator().manual_seed(0)
     args = setup.args

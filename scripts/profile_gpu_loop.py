@@ -13,7 +13,6 @@ from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from argtca import bench  # noqa: E402
-from argtca.bench_data import make_synthetic_coop  # noqa: E402
 
 
 def busy_ms(prof) -> float:
@@ -43,16 +42,10 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
     a = int(sys.argv[2]) if len(sys.argv) > 2 else 30
     b = int(sys.argv[3]) if len(sys.argv) > 3 else 45
-    args = bench.parse_args(["--workers", os.environ.get("WORKERS", "15")]
-                            + os.environ.get("BENCH_ARGS", "").split())
-    dev = torch.device(args.device)
-    from argtca.models.clip import load_clip
-    model, tok = load_clip(bench.bench_cfg(args, {"root": "/tmp", "attributes": ""}, "fast",
-                                           "cpu", -1), dev)
-    data = make_synthetic_coop(os.path.join(tempfile.mkdtemp(), "K101"), n, 101, seed=101)
-    s = bench.Setup(args, data, model, tok, dev)
+    args, dev, s = bench.script_setup(n)
+    data = s.data
     on = dev.type == "cuda"
-    kw = dict(compile_image=on, compile_text=on, text_attention="math", grad_mode="jacobian")
+    kw = dict(compile_image=on, compile_text=on, grad_mode="jacobian")
     bench.warmup(s, kinds=("fast",), **kw)
     eng = s.engine("fast", **kw)
     from argtca.datasets import build_dataset

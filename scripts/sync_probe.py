@@ -7,27 +7,19 @@ import cProfile
 import os
 import pstats
 import sys
-import tempfile
 import time
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from argtca import bench  # noqa: E402
-from argtca.bench_data import make_synthetic_coop  # noqa: E402
 
 
 def main():
     compiled = "compiled" in sys.argv[1:]
-    args = bench.parse_args(["--workers", "2"] + os.environ.get("BENCH_ARGS", "").split())
-    dev = torch.device(args.device)
-    from argtca.models.clip import load_clip
-    model, tok = load_clip(bench.bench_cfg(args, {"root": "/tmp", "attributes": ""}, "fast",
-                                           "cpu", -1), dev)
-    data = make_synthetic_coop(os.path.join(tempfile.mkdtemp(), "K101"), 64, 101, seed=101)
-    s = bench.Setup(args, data, model, tok, dev)
-    kw = dict(compile_image=compiled, compile_text=compiled, text_attention="math",
-              grad_mode="jacobian")
+    args, dev, s = bench.script_setup(64, workers="2")
+    data = s.data
+    kw = dict(compile_image=compiled, compile_text=compiled, grad_mode="jacobian")
     eng = s.engine("fast", **kw)
     from argtca.datasets import build_dataset
     from argtca.engine.gpu_views import build_views_loader
