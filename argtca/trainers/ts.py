@@ -211,13 +211,15 @@ class TemperatureScaled:
                                     self.batch_images if method else 1, self.device,
                                     int(self.cfg.DATALOADER.NUM_WORKERS),
                                     int(self.cfg.DATALOADER.PREFETCH))
+        from argtca.engine.auto import host_threads
         captured: List[torch.Tensor] = []
         labels: List[int] = []
         self.objective.capture = captured
-        try:
-            for batch in loader:
-                engine(batch["views"], batch["path"])
-                labels.extend(int(y) for y in batch["label"])
+        try:   # the test loop's thread rule (DATALOADER.MAIN_THREADS) for this loop too
+            with host_threads(int(self.cfg.DATALOADER.get("MAIN_THREADS", 0))):
+                for batch in loader:
+                    engine(batch["views"], batch["path"])
+                    labels.extend(int(y) for y in batch["label"])
         finally:
             self.objective.capture = None
         return torch.cat([c.reshape(-1, c.shape[-1]) for c in captured]), torch.tensor(labels)
