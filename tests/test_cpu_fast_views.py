@@ -224,3 +224,66 @@ def test_fast_views_equal_pil_views_up_to_float32_rounding():
     assert diff.max() < 1e-5 and diff.mean() < 1e-6
     assert torch.equal(fast[0], ref[0])
     assert (ref[1:] - ref[1]).abs().amax(dim=(1, 2, 3))[1:].min() > 0.1   # the views do differ
+
+
+def test_shears_past_the_border_equal_pil():
+    # coefficients that move whole lines past the border (every clamped / black case of the
+    # per-line copy), non-round so that PIL's per-pixel rounding agrees with the per-line offset
+    img = _random_image(23, 29, 6)
+    x = _planes(img)
+    for name in ("shear_x", "shear_y"):
+        for c in (0.0731, -0.2917, 1.4142, -2.7183, 7.389):
+            op = OpCall(name, c)
+            got = apply_op_planes(x, op)
+            assert np.array_equal(got, _pil_planes(img, op)), op
+            assert (got == 0).any() and (got != 0).any()
+
+
+def test_mix_equals_the_per_source_numpy_formula_up_to_float_rounding():
+    # the mix sums the uint8 sources with scalar coefficients, then scales and shifts per channel;
+    # the earlier formula multiplied every source by its own per-channel factor: same value, only
+    # float32 rounding differs (|view| <= ~2.2: a few float32 steps of 2.4e-7)
+    from argtca.datasets.augmix import apply_chain_planes, sample_plan
+    mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+    inv = (1 / (255 * np.asarray(std, dtype=np.float32))).reshape(3, 1, 1).astype(np.float32)
+    shift = (np.asarray(mean, dtype=np.float32) / np.asarray(std, dtype=np.float32)).reshape(3, 1, 1)
+    rng = np.random.default_rng(8)
+    worst = 0.0
+    for _ in range(20):
+        x = rng.integers(0, 256, (3, 33, 27), dtype=np.uint8)
+        plan = sample_plan(rng, 3.0, 33)
+        out = np.full((3, 33, 27), np.nan, dtype=np.float32)
+        assert augmix_planes_into(out, x, plan, mean, std) is out
+        m = np.float32(plan.m)
+        want = x * (m * inv)
+        for w, chain in zip(plan.weights, plan.chains):
+            want = want + apply_chain_planes(x, chain) * ((np.float32(1) - m) * np.float32(w) * inv)
+        want = want - shift
+        assert out.dtype == np.float32
+        worst = max(worst, float(np.abs(out - want).max()))
+    assert worst < 2e-6
+
+
+def test_fast_views_in_float16_are_the_float32_views_rounded_once():
+    img = _photo(224).resize((90, 70))
+    for augmix in (True, False):
+        vg = FastViewGenerator.like(ViewGenerator(size=40, n_views=7, augmix=augmix))
+        f32 = vg(img, 2, 9)
+        f16 = vg(img, 2, 9, dtype=torch.float16)
+        assert f32.dtype == torch.float32 and f16.dtype == torch.float16
+        assert torch.equal(f16, f32.to(torch.float16))
+    with pytest.raises(ValueError, match="float16"):
+        vg(img, 2, 9, dtype=torch.bfloat16)
+
+
+def test_dataset_in_float16_gets_the_same_views_from_the_fast_generator(tmp_path):
+    from argtca.datasets.base import Datum
+    from argtca.datasets.views import TestTimeDataset
+    path = tmp_path / "a.png"
+    _photo(224).resize((80, 60)).save(path)
+    vg = FastViewGenerator.like(ViewGenerator(size=32, n_views=5, augmix=True))
+    items = [Datum(impath=str(path), label=3, classname="c")]
+    ds32, ds16 = TestTimeDataset(items, vg, 4), TestTimeDataset(items, vg, 4)
+    ds16.out_dtype = torch.float16
+    a, b = ds32[0]["views"], ds16[0]["views"]
+    assert b.dtype == torch.float16 and torch.equal(b, a.to(torch.float16))

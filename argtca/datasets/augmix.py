@@ -188,6 +188,14 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 _RAMP = np.arange(256, dtype=np.float64)
 
 
+def _as_tensor(a: np.ndarray) -> torch.Tensor:
+    """``torch.from_numpy`` (shared memory) of a writable array with non-negative strides, else
+    of a copy."""
+    if not a.flags.writeable or min(a.strides, default=0) < 0:
+        a = np.array(a)
+    return torch.from_numpy(a)
+
+
 def _apply_luts(x: np.ndarray, luts) -> np.ndarray:
     """Channel c through ``luts[c]`` (uint8[256]; None = identity); a new array."""
     out = np.empty_like(x)
@@ -300,7 +308,6 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     k = np.floor(u)
     frac = u - k
     k = k.astype(np.int64)
-    pad = int(np.abs(k).max()) + 2
 
     def at(line, pos):                     # index tuple of [channels, line, pos] on ``axis``
         idx = [slice(None)] * 3
@@ -308,16 +315,18 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
         return tuple(idx)
 
     shape = list(x.shape)
-    shape[axis] = n + 2 * pad
-    padded = np.empty(shape, dtype=np.uint8)
-    padded[at(slice(None), slice(pad, pad + n))] = x
-    padded[at(slice(None), slice(0, pad))] = x[at(slice(None), slice(0, 1))]   # PIL clamps
-    padded[at(slice(None), slice(pad + n, None))] = x[at(slice(None), slice(n - 1, n))]
     shape[axis] = n + 1
-    g = np.empty(shape, dtype=np.uint8)    # g[.., i] = x[.., clamp(i + k)], i = 0..n
-    for a, b in _runs(k):
-        g[at(slice(a, b), slice(None))] = padded[at(slice(a, b), slice(pad + k[a],
-                                                                       pad + k[a] + n + 1))]
+    g = np.empty(shape, dtype=np.uint8)    # g[.., i] = x[.., clamp(i + k)], i = 0..n (PIL clamps)
+    for a, b in _runs(k):                  # straight from x: no padded copy
+        lines, s = slice(a, b), int(k[a])
+        first = min(max(-s, 0), n + 1)                 # i < first: i + s < 0 -> x[0]
+        stop = max(min(n - s, n + 1), first)           # i >= stop: i + s >= n -> x[n - 1]
+        if first > 0:
+            g[at(lines, slice(0, first))] = x[at(lines, slice(0, 1))]
+        if stop > first:
+            g[at(lines, slice(first, stop))] = x[at(lines, slice(first + s, stop + s))]
+        if stop < n + 1:
+            g[at(lines, slice(stop, n + 1))] = x[at(lines, slice(n - 1, n))]
     lo, hi = g[at(slice(None), slice(0, n))], g[at(slice(None), slice(1, n + 1))]
     fshape = [1, 1, 1]
     fshape[other] = m
@@ -460,17 +469,22 @@ def augmix_planes_into(out: np.ndarray, x: np.ndarray, plan: AugMixPlan,
                        mean: Sequence[float], std: Sequence[float],
                        tmp: np.ndarray = None) -> np.ndarray:
     """TPT's AugMix view of planes uint8 [3, H, W] written into float32 ``out`` [3, H, W]:
-    ``sum_k c_k x_k / (255 std) - mean / std`` with ``c = (m, (1-m) w_1, (1-m) w_2, (1-m) w_3)``
+    ``(sum_k c_k x_k) / (255 std) - mean / std`` with ``c = (m, (1-m) w_1, (1-m) w_2, (1-m) w_3)``
     and ``x_k`` the chains: TPT's ``m * pre(x) + (1 - m) * sum_i w_i pre(chain_i(x))`` with the
     affine ``pre = Normalize . ToTensor`` taken once (sum c_k = 1), so only float rounding
-    differs (~1e-6). ``tmp``: optional float32 scratch of ``out``'s shape."""
+    differs (~1e-6). ``tmp``: optional float32 scratch of ``out``'s shape.
+
+    Each uint8 source is cast into ``tmp`` by a plain copy and added with its coefficient (torch's
+    vectorised same-dtype kernels, ~1.5x faster single-threaded than numpy's mixed-dtype
+    multiplies with a broadcast per-channel factor)."""
     _, _, inv, shift = _norm_consts(tuple(mean), tuple(std))
-    tmp = np.empty_like(out) if tmp is None else tmp
+    tmp = np.empty(out.shape, dtype=np.float32) if tmp is None else tmp
+    acc, t = torch.from_numpy(out), torch.from_numpy(tmp)
     m = np.float32(plan.m)
-    np.multiply(x, m * inv, out=out)
+    acc.copy_(_as_tensor(x))
+    acc.mul_(float(m))
     for w, chain in zip(plan.weights, plan.chains):
-        np.multiply(apply_chain_planes(x, chain), (np.float32(1) - m) * np.float32(w) * inv,
-                    out=tmp)
-        out += tmp
-    out -= shift
+        t.copy_(_as_tensor(apply_chain_planes(x, chain)))
+        acc.add_(t, alpha=float((np.float32(1) - m) * np.float32(w)))
+    acc.mul_(torch.from_numpy(inv)).sub_(torch.from_numpy(shift))
     return out
