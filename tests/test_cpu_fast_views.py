@@ -246,7 +246,8 @@ def test_mix_equals_the_per_source_numpy_formula_up_to_float_rounding():
     from argtca.datasets.augmix import apply_chain_planes, sample_plan
     mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
     inv = (1 / (255 * np.asarray(std, dtype=np.float32))).reshape(3, 1, 1).astype(np.float32)
-    shift = (np.asarray(mean, dtype=np.float32) / np.asarray(std, dtype=np.float32)).reshape(3, 1, 1)
+    shift = (np.asarray(mean, dtype=np.float32)
+             / np.asarray(std, dtype=np.float32)).reshape(3, 1, 1)
     rng = np.random.default_rng(8)
     worst = 0.0
     for _ in range(20):
@@ -287,3 +288,5 @@ def test_dataset_in_float16_gets_the_same_views_from_the_fast_generator(tmp_path
     ds16.out_dtype = torch.float16
     a, b = ds32[0]["views"], ds16[0]["views"]
     assert b.dtype == torch.float16 and torch.equal(b, a.to(torch.float16))
+    ds16.out_dtype = torch.bfloat16          # a dtype the generator does not write: cast after
+    assert torch.equal(ds16[0]["views"], a.to(torch.bfloat16))
