@@ -111,7 +111,6 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     eng = engine if engine is not None else setup.engine(engine_kind, **engine_kw)
     if engine_kind == "fast":   # per-dataset work (θ0 text, Jacobian) inside the timed pass
         eng.forget_dataset()
-        eng.host_wait_seconds = 0.0
     _sync(dev)
     t0 = time.perf_counter()
     dataset = build_dataset(cfg)
@@ -153,10 +152,9 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     if engine_kind == "fast":
         row["grad_mode_resolved"] = eng.grad_mode
         row["jacobian_s"] = round(getattr(eng, "jacobian_seconds", 0.0), 2)
-        # host time spent waiting for the device (≈ 0: the host, not the GPU, bounds the loop)
-        row["host_wait_s"] = round(getattr(eng, "host_wait_seconds", 0.0), 2)
     # where the host thread's loop time went (seconds): per-dataset work, waiting for the
-    # DataLoader's workers, queueing GPU views, queueing the engine, waiting for results
+    # DataLoader's workers, queueing GPU views, queueing the engine (a host blocked on a full
+    # CUDA launch queue waits here), waiting for results
     host.update(getattr(loader, "seconds", {}))
     row["host_s"] = {k: round(v, 2) for k, v in host.items()}
     print(f"  {engine_kind:9s} {views:3s} views K={setup.K:4d} n={n:4d}: {row['img_per_s']:8.2f} "

@@ -181,10 +181,8 @@ class FastEngine(ReferenceEngine):
         self._encode_text = compiled if self.compile_text else self.text
         self._encode_text_grad = compiled if self.compile_text_grad else self.text
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
-        # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py);
-        # host_wait_seconds: time the host spent waiting for the device in Pending.result()
+        # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
         self.asynchronous = on_cuda
-        self.host_wait_seconds = 0.0
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -555,10 +553,7 @@ class Pending:
     def result(self) -> torch.Tensor:
         """Probabilities [B, K] on the CPU, after the reference's non-finite checks."""
         if self.event is not None:
-            if not self.event.query():   # the host waits for the device: device-bound
-                t = time.perf_counter()
-                self.event.synchronize()
-                self.engine.host_wait_seconds += time.perf_counter() - t
+            self.event.synchronize()   # this batch's copy only (pipeline.predictions times it)
         if self.bad is not None and bool(self.bad.any()):
             self.engine._check_finite(self.first_bad, self.bad_seen, self.paths, self.img)
         raise_if_non_finite_probs(self.probs, self.paths, self.engine.hint)
