@@ -113,8 +113,7 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
         changes[("DATALOADER", "NUM_WORKERS")] = w
         lines.append(f"DATALOADER.NUM_WORKERS -1 -> {w} ({usable_cpus()} usable cores)")
         workers = w
-    threads = cfg.DATALOADER.get("MAIN_THREADS", 0)
-    if isinstance(threads, int) and threads == -1 and isinstance(workers, int):
+    if cfg.DATALOADER.get("MAIN_THREADS", 0) == -1:
         t = main_threads(device_type, workers)
         changes[("DATALOADER", "MAIN_THREADS")] = t
         if t:
