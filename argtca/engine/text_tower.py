@@ -24,6 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from argtca.engine.towers import LeanBlock
 from argtca.models.clip import project_text
 
 ATTENTION = ("sdpa", "manual", "split")
@@ -49,11 +50,10 @@ def prefix_sharing_supported(encoder) -> Optional[str]:
         return "the text tower's attention mask is not causal"
     for b in blocks:
         attn = getattr(b, "attn", None)
-        if not isinstance(attn, nn.MultiheadAttention) or hasattr(b, "ln_1_kv") \
-                or not getattr(attn, "_qkv_same_embed_dim", False) or attn.in_proj_weight is None:
-            return "a text block that is not CLIP's self-attention block"
-        if not getattr(attn, "batch_first", False):
+        if isinstance(attn, nn.MultiheadAttention) and not getattr(attn, "batch_first", False):
             return "a text block that is not batch-first"
+        if not LeanBlock.supports(b):
+            return "a text block that is not CLIP's self-attention block"
     sos = encoder.token_prefix
     if sos.shape[1] != 1 or not torch.equal(sos, sos[:1].expand_as(sos)):
         return "prompts that do not share their start token"
