@@ -115,7 +115,8 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     t0 = time.perf_counter()
     dataset = build_dataset(cfg)
     loader = build_views_loader(cfg, dataset, int(cfg.SEED), list(range(len(dataset.test))),
-                                batch_images, dev, args.workers, prefetch=int(cfg.DATALOADER.PREFETCH))
+                                batch_images, dev, args.workers, prefetch=int(cfg.DATALOADER.PREFETCH),
+                                compile=views_compiled(args))
     fd, rec_path = tempfile.mkstemp(suffix=".jsonl")
     os.close(fd)
     writer = RecordWriter(rec_path)
@@ -147,7 +148,8 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
            "accuracy": round(m["accuracy"], 3), "ece": round(m["ece"], 3),
            "peak_gib": (round(torch.cuda.max_memory_allocated(dev) / 2 ** 30, 2)
                         if dev.type == "cuda" else None),
-           "batch_images": batch_images, "workers": args.workers, "main_threads": threads}
+           "batch_images": batch_images, "workers": args.workers, "main_threads": threads,
+           "views_compiled": views == "gpu" and views_compiled(args) and dev.type == "cuda"}
     row.update({k: v for k, v in engine_kw.items()})
     if engine_kind == "fast":
         row["grad_mode_resolved"] = eng.grad_mode
@@ -225,6 +227,28 @@ def script_setup(n_images: int, K: int = 101, workers: str = "15"):
     return args, dev, Setup(args, data, model, tok, dev)
 
 
+def views_compiled(args) -> bool:
+    """Whether the GPU view maker is compiled (``--compile-views``, default ``--compile``)."""
+    return (args.compile_views or args.compile) == "on"
+
+
+def warm_views(setup: Setup, batches: int = 2) -> None:
+    """Compile the GPU view maker on a few batches (untimed; its compiled code is reused by the
+    next maker, as the engines' is) when the passes compile it."""
+    if not (views_compiled(setup.args) and setup.device.type == "cuda"):
+        return
+    from argtca.datasets import build_dataset
+    from argtca.engine.gpu_views import build_views_loader
+    args = setup.args
+    cfg = bench_cfg(args, setup.data, "fast", "gpu", batches * args.batch)
+    dataset = build_dataset(cfg)
+    loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch,
+                                setup.device, 0, compile=True)
+    for _ in loader:
+        pass
+    _sync(setup.device)
+
+
 def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
     g = torch.Generator().manual_seed(0)
     args = setup.args
@@ -285,6 +309,9 @@ def parse_args(argv=None):
     p.add_argument("--n-input", type=int, default=256, help="images of the input-pipeline timing")
     p.add_argument("--compile", default="off", choices=["off", "on"],
                    help="torch.compile the image tower")
+    p.add_argument("--compile-views", default="", choices=["", "off", "on"],
+                   help="torch.compile the GPU view maker (empty: as --compile, like the CLI's "
+                   "TTA.COMPILE); warmed before the timed passes")
     p.add_argument("--variants", action="store_true", help="engine-only timing of the knobs")
     p.add_argument("--profile", action="store_true", help="profile one fast batch")
     p.add_argument("--skip", nargs="*", default=[],
@@ -416,6 +443,8 @@ def main(argv=None) -> int:
         if args.input and K == args.classes[0]:
             res["input_pipeline"] = guarded("input", input_pipeline, setup, args.n_input)
         guarded("warmup", warmup, setup, **engine_kw)
+        if "fast-gpu" not in args.skip:
+            guarded("warm views", warm_views, setup)
         if args.profile and K == args.classes[0]:
             res["profile"] = guarded("profile", profile_batch, setup, **engine_kw)
         passes = [("ref-cpu", "reference", "cpu", n_ref, {}), ("ref-gpu", "reference", "gpu", n_ref, {}),

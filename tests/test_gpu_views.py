@@ -184,6 +184,23 @@ def test_views_loader_gpu_path_end_to_end(tmp_path, augmix):
         G.build_views_loader(cfg, ds, 2, [0], 1, "cpu", 0)
 
 
+def test_view_maker_is_compiled_with_the_towers(tmp_path):
+    """The GPU view maker follows the resolved TTA.COMPILE (the towers' switch) unless told."""
+    from conftest import tiny_cfg
+    items = [_item(tmp_path, _smooth_image(50, 40, seed=0), "0.jpg", 0)]
+    ds = type("D", (), {"test": items, "fine_grained": False})()
+
+    def maker(compile=None, **opts):
+        cfg = tiny_cfg(**{"TTA.N_VIEWS": 4, "TTA.VIEWS_DEVICE": "gpu", **opts})
+        return G.build_views_loader(cfg, ds, 1, [0], 1, "cpu", 0, compile=compile).maker
+    assert maker(**{"TTA.COMPILE": "on"}).compile is True
+    assert maker(**{"TTA.COMPILE": "off"}).compile is False
+    assert maker(**{"TTA.COMPILE": "auto"}).compile is False     # unresolved: eager
+    assert maker(True, **{"TTA.COMPILE": "off"}).compile is True
+    m = maker(**{"TTA.COMPILE": "on"})
+    assert not m._compile_here(torch.device("cpu"))               # CUDA only
+
+
 def test_vectorised_affine_matrices_equal_the_per_op_rows():
     names = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y", "rotate"]
     mags = torch.tensor([3.0, 0.021, -0.013, -4.0, 7.0, -1.0])

@@ -159,7 +159,8 @@ class GpuViewMaker:
     CUDA in float16 the grid's rounding differs in rare places (2.7e-6 of the values differ by
     more than 0.01, H200).
 
-    ``compile=True`` (CUDA only; optional, off by default): three stages go through
+    ``compile=True`` (CUDA only; the test loop turns it on with the towers' ``TTA.COMPILE``,
+    see :func:`build_views_loader`): three stages go through
     ``torch.compile`` -- the mixing (fixed shape, one kernel), the LUT pass as one gather of every
     row through a full table (identity where the op is no colour op; fixed shape) and the warp
     (gather + grid + sampling + rounding, dynamic row count; it samples in float32 like Inductor's
@@ -526,10 +527,13 @@ class ViewsLoader:
 
 def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
                        device, num_workers: int, prefetch: int = 4,
-                       canvas: Optional[int] = None) -> ViewsLoader:
+                       canvas: Optional[int] = None,
+                       compile: Optional[bool] = None) -> ViewsLoader:
     """The loader of the test loop for ``cfg.TTA.VIEWS_DEVICE`` "cpu" (the exact PIL views of
     :mod:`argtca.datasets.views`) or "gpu" (this module). ``cfg`` is the run configuration the
-    engine sees (zero-shot: one view)."""
+    engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA): ``torch.compile`` the
+    view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None: as the engine's towers,
+    i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
     device = torch.device(device)
     view_gen = build_view_generator(cfg, dataset)
     pin = device.type == "cuda"
@@ -550,4 +554,6 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
     # an unreadable file raises its one-line DataError here too, also from worker processes
     loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
                          pin_memory=pin, prefetch=prefetch)
-    return ViewsLoader(loader, device, GpuViewMaker(view_gen))
+    if compile is None:
+        compile = str(cfg.TTA.get("COMPILE", "off")).lower() in ("on", "true")
+    return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)))

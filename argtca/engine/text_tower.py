@@ -236,25 +236,71 @@ def _ln_jvp(ln: nn.LayerNorm, x: torch.Tensor, t: torch.Tensor):
     return y, dt.to(y.dtype)
 
 
-def _attend_jvp(q, k, v, dq, dk, dv, mask):
-    """softmax(QKᵀ/√d + mask)V and its tangent; primal [..., l, d], tangents [m, ..., l, d]."""
+def _softmax_jvp(s: torch.Tensor, ds: torch.Tensor, mask: torch.Tensor):
+    """``a = softmax(s)`` over the last dim (fp32) and its tangent for score tangents ``ds``
+    (masked keys: -inf in ``s``, no tangent)."""
+    a = torch.softmax(s.masked_fill(~mask, float("-inf")), dim=-1)
+    ds = ds.float().masked_fill(~mask, 0.0)
+    return a, a * (ds - (a * ds).sum(-1, keepdim=True))
+
+
+def _prefix_attend_jvp(q, k, v, dq, dk, dv, mask):
+    """Causal attention of the image's prefix (one sequence) and its tangent, in the
+    ``[..., l, H, d]`` layout: primal [n0, H, d], tangents [m, n0, H, d], ``mask`` [n0, 1, n0]."""
     scale = 1.0 / math.sqrt(q.shape[-1])
-    s = (q @ k.transpose(-1, -2)).float() * scale
-    s = s.masked_fill(~mask, float("-inf"))
-    a = torch.softmax(s, dim=-1)
-    ds = ((dq @ k.transpose(-1, -2)).float() + (q @ dk.transpose(-1, -2)).float()) * scale
-    ds = ds.masked_fill(~mask, 0.0)
-    da = a * (ds - (a * ds).sum(-1, keepdim=True))
-    o = a.to(v.dtype) @ v
-    do = da.to(v.dtype) @ v + a.to(dv.dtype) @ dv
+    s = torch.einsum("lhd,jhd->lhj", q, k).float() * scale
+    ds = (torch.einsum("mlhd,jhd->mlhj", dq, k) + torch.einsum("lhd,mjhd->mlhj", q, dk)) * scale
+    a, da = _softmax_jvp(s, ds, mask)
+    a, da = a.to(v.dtype), da.to(v.dtype)
+    o = torch.einsum("lhj,jhd->lhd", a, v)
+    do = torch.einsum("mlhj,jhd->mlhd", da, v) + torch.einsum("lhj,mjhd->mlhd", a, dv)
+    return o, do
+
+
+def _split_attend_jvp(q, kp, vp, ks, vs, dq, dkp, dvp, dks, dvs, mask_ss):
+    """Attention of the prompts' suffix queries over [the shared prefix keys | their own suffix
+    keys] and its tangent, in the ``[..., l, H, d]`` layout, with nothing copied per prompt or per
+    tangent: primal ``q`` [P, l, H, d], ``kp``/``vp`` [n0, H, d] (the image's one prefix),
+    ``ks``/``vs`` [P, Ls, H, d]; tangents ``dq`` [m, P, l, H, d], ``dkp``/``dvp`` [m, n0, H, d],
+    ``dks``/``dvs`` [m, P, Ls, H, d] (``dq``, ``dks``, ``dvs`` None: zero). ``mask_ss`` [.., l, 1, Ls]: the suffix keys a
+    query sees (it sees every prefix key). The prefix keys are shared by every row, so the
+    products with them are one matrix product against a block-diagonal [H·d, H·n0] matrix
+    (``torch.block_diag``, one block per head); every other product is a batched ``einsum``."""
+    n0, H, d = kp.shape
+    scale = 1.0 / math.sqrt(d)
+    s = torch.cat([torch.einsum("plhd,nhd->plhn", q, kp),
+                   torch.einsum("plhd,pjhd->plhj", q, ks)], -1).float() * scale
+    ds_pre = torch.einsum("plhd,mnhd->mplhn", q, dkp)
+    if dq is not None:
+        kbd = torch.block_diag(*kp.permute(1, 2, 0))               # [H·d, H·n0]
+        ds_pre = ds_pre + (dq.flatten(-2) @ kbd).unflatten(-1, (H, n0))
+        ds_suf = torch.einsum("mplhd,pjhd->mplhj", dq, ks)
+    else:
+        ds_suf = ds_pre.new_zeros(ds_pre.shape[:-1] + ks.shape[1:2])
+    if dks is not None:
+        ds_suf = ds_suf + torch.einsum("plhd,mpjhd->mplhj", q, dks)
+    mask = torch.cat([mask_ss.new_ones(mask_ss.shape[:-1] + (n0,)), mask_ss], -1)
+    a, da = _softmax_jvp(s, torch.cat([ds_pre, ds_suf], -1) * scale, mask)
+    a, da = a.to(vs.dtype), da.to(vs.dtype)
+    o = torch.einsum("plhn,nhd->plhd", a[..., :n0], vp) \
+        + torch.einsum("plhj,pjhd->plhd", a[..., n0:], vs)
+    vbd = torch.block_diag(*vp.transpose(0, 1))                     # [H·n0, H·d]
+    do = (da[..., :n0].flatten(-2) @ vbd).unflatten(-1, (H, d))
+    do = do + torch.einsum("mplhj,pjhd->mplhd", da[..., n0:], vs)
+    do = do + torch.einsum("plhn,mnhd->mplhd", a[..., :n0], dvp)
+    if dvs is not None:
+        do = do + torch.einsum("plhj,mpjhd->mplhd", a[..., n0:], dvs)
     return o, do
 
 
 def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor) -> torch.Tensor:
     """Tangents [m, P, E] of the features ``text(ctx0)`` along ``tan`` [m, n, W] (forward-mode
     differentiation written out: LayerNorm, the attention softmax, QuickGELU/GELU, the
-    normalisation), with the prefix shared as in the forward. The tangent matrix products run as
-    large batched products under the caller's autocast (the same precision as the forward)."""
+    normalisation), with the prefix shared as in the forward and its attention split as in
+    :meth:`PrefixSharedText._attend_split`: the primal quantities (one prefix, P suffixes) are
+    never copied per tangent, the tangents' prefix never per prompt (:func:`_split_attend_jvp`).
+    The tangent matrix products run as large batched products under the caller's autocast (the
+    same precision as the forward)."""
     enc = text.encoder
     model = enc.model
     P, n0, Ls, W = text.num_prompts, text.n0, text.Ls, ctx0.shape[-1]
@@ -262,31 +308,35 @@ def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor)
     cast = model.transformer.get_cast_dtype()
     pos = model.positional_embedding[:n0 + Ls].to(cast)
     sos = enc.token_prefix[:1, 0].to(cast)
-    h_pre = torch.cat([sos, ctx0.to(cast)], 0).unsqueeze(0) + pos[:n0]             # [1, n0, W]
-    t_pre = torch.cat([tan.new_zeros(m, 1, W), tan], 1).to(cast).unsqueeze(1)      # [m,1,n0,W]
+    h_pre = torch.cat([sos, ctx0.to(cast)], 0) + pos[:n0]                          # [n0, W]
+    t_pre = torch.cat([tan.new_zeros(m, 1, W), tan], 1).to(cast)                   # [m, n0, W]
     h_suf = enc.token_suffix.to(cast) + pos[n0:]                                    # [P, Ls, W]
     t_suf = None                                                                   # zero so far
     rows = text.eos_suf
     ar = torch.arange(P, device=rows.device)
+    mask_pre = text.mask_pre[:, None, :]                                            # [n0, 1, n0]
+    mask_ss = text.mask_suf[:, None, n0:]                                           # [Ls, 1, Ls]
+    mask_es = text.mask_eos[..., n0:]                                               # [P, 1, 1, Ls]
 
     def qkv(blk, x, t):
+        """q, k, v [..., l, H, d] of ``ln_1(x)`` and their tangents (None where ``t`` is)."""
         a = blk.attn
-        H = a.num_heads
-        y, dy = _ln_jvp(blk.ln_1, x, t)
-        q, k, v = F.linear(y, a.in_proj_weight, a.in_proj_bias).chunk(3, dim=-1)
-        dq, dk, dv = F.linear(dy, a.in_proj_weight).chunk(3, dim=-1)
-
-        def heads(z):
-            return z.reshape(z.shape[:-1] + (H, W // H)).transpose(-3, -2)
-        return [heads(z) for z in (q, k, v, dq, dk, dv)]
+        heads = (3, a.num_heads, W // a.num_heads)
+        if t is None:
+            y, dy = blk.ln_1(x), None
+        else:
+            y, dy = _ln_jvp(blk.ln_1, x, t)
+        q, k, v = F.linear(y, a.in_proj_weight, a.in_proj_bias).unflatten(-1, heads).unbind(-3)
+        if dy is None:
+            return q, k, v, None, None, None
+        dq, dk, dv = F.linear(dy, a.in_proj_weight).unflatten(-1, heads).unbind(-3)
+        return q, k, v, dq, dk, dv
 
     def out_mlp(blk, h, th, o, do):
-        def merge(z):
-            z = z.transpose(-3, -2)
-            return z.reshape(z.shape[:-2] + (W,))
         a = blk.attn
-        h = h + F.linear(merge(o), a.out_proj.weight, a.out_proj.bias)
-        th = th + F.linear(merge(do), a.out_proj.weight)
+        h = h + F.linear(o.flatten(-2), a.out_proj.weight, a.out_proj.bias)
+        d_out = F.linear(do.flatten(-2), a.out_proj.weight)
+        th = d_out if th is None else th + d_out
         y, dy = _ln_jvp(blk.ln_2, h, th)
         fc, act, pr = blk.mlp[0], blk.mlp[1], blk.mlp[2]
         u = fc(y)
@@ -297,28 +347,22 @@ def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor)
     n_layers = len(text.blocks)
     for li, blk in enumerate(text.blocks):
         last = li == n_layers - 1
-        q, k, v, dq, dk, dv = qkv(blk, h_pre, t_pre)          # primal [1,H,n0,d], tan [m,1,..]
+        q, k, v, dq, dk, dv = qkv(blk, h_pre, t_pre)          # primal [n0,H,d], tan [m,n0,H,d]
         if not last:
-            o, do = _attend_jvp(q, k, v, dq, dk, dv, text.mask_pre)
+            o, do = _prefix_attend_jvp(q, k, v, dq, dk, dv, mask_pre)
             h_pre_next, t_pre_next = out_mlp(blk, h_pre, t_pre, o, do)
-        ts = t_suf if t_suf is not None else torch.zeros(
-            (m, P, Ls, W), device=h_suf.device, dtype=torch.result_type(h_suf, h_pre))
-        qs, ks, vs, dqs, dks, dvs = qkv(blk, h_suf, ts)       # primal [P,H,Ls,d], tan [m,P,..]
-        H, d = k.shape[1], k.shape[-1]
-        K = torch.cat([k.expand(P, H, n0, d), ks], 2)
-        V = torch.cat([v.expand(P, H, n0, d), vs], 2)
-        dK = torch.cat([dk.expand(m, P, H, n0, d), dks], 3)
-        dV = torch.cat([dv.expand(m, P, H, n0, d), dvs], 3)
-        if last:
-            # (advanced indices split by a slice move to the front: [P, m, H, d])
-            qe, dqe = qs[ar, :, rows].unsqueeze(2), dqs[:, ar, :, rows].transpose(0, 1).unsqueeze(3)
-            o, do = _attend_jvp(qe, K, V, dqe, dK, dV, text.mask_eos)
-            he, te = h_suf[ar, rows].unsqueeze(1), ts[:, ar, rows].unsqueeze(2)
+        qs, ks, vs, dqs, dks, dvs = qkv(blk, h_suf, t_suf)    # primal [P,Ls,H,d], tan [m,P,..]
+        if last:   # the EOS row of each prompt only
+            qe = qs[ar, rows].unsqueeze(1)                                           # [P,1,H,d]
+            dqe = dqs[:, ar, rows].unsqueeze(2) if dqs is not None else None
+            o, do = _split_attend_jvp(qe, k, v, ks, vs, dqe, dk, dv, dks, dvs, mask_es)
+            he = h_suf[ar, rows].unsqueeze(1)                                         # [P,1,W]
+            te = t_suf[:, ar, rows].unsqueeze(2) if t_suf is not None else None
             he, te = out_mlp(blk, he, te, o, do)
             h_eos, t_eos = he[:, 0], te[:, :, 0]
         else:
-            o, do = _attend_jvp(qs, K, V, dqs, dK, dV, text.mask_suf)
-            h_suf, t_suf = out_mlp(blk, h_suf, ts, o, do)
+            o, do = _split_attend_jvp(qs, k, v, ks, vs, dqs, dk, dv, dks, dvs, mask_ss)
+            h_suf, t_suf = out_mlp(blk, h_suf, t_suf, o, do)
             h_pre, t_pre = h_pre_next, t_pre_next
     x, dx = _ln_jvp(model.ln_final, h_eos, t_eos)
     u, du = project_text(model, x).float(), project_text(model, dx).float()
