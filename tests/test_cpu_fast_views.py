@@ -1,6 +1,8 @@
 """``TTA.VIEWS_DEVICE cpu-fast`` (FastViewGenerator, augmix.apply_op_planes) against TPT's PIL path:
-the same random draws, view 0 and plain views bit-identical, every AugMix op equal to PIL's, the
-mixed views equal up to float32 rounding."""
+the same random draws (boxes, flips, AugMix plans), view 0 bit-identical, the colour ops and
+translations equal to PIL's, and the measured bounds of what is only statistically equal: the
+crops (torch's uint8 resize: within one level of PIL's), rotations and shears (PIL's blend in
+float32: within one level), the mix (float32 rounding) and the whole views."""
 import io
 
 import numpy as np
@@ -40,6 +42,10 @@ def _photo(size=224):
 
 # ------------------------------------------------------------------------------ the same draws
 def test_crop_planes_are_preaugment_with_the_same_draws():
+    # The same draws as the PIL path (box, then one uniform for the flip; the generators end in
+    # the same state) and the same flipped crop up to the resize: torch's uint8 antialiased
+    # bilinear kernel in place of PIL's (the same filter, another fixed-point precision), so
+    # within one level where it differs, identical where the crop is only enlarged.
     import torchvision.transforms.functional as F
     from torchvision.transforms import InterpolationMode
     img = _random_image(45, 61, 0)
@@ -47,20 +53,50 @@ def test_crop_planes_are_preaugment_with_the_same_draws():
     g_pil, g_fast, g_hand = torch.Generator(), torch.Generator(), torch.Generator()
     for g in (g_pil, g_fast, g_hand):
         g.manual_seed(7)
-    flips = 0
+    flips = enlarged = 0
     for _ in range(40):
         got = vg.crop_planes(img, g_fast)
         assert got.shape == (3, 24, 24) and got.flags["C_CONTIGUOUS"]
-        assert np.array_equal(got, _planes(vg.preaugment(img, g_pil)))
+        pil = _planes(vg.preaugment(img, g_pil))
         # by hand: torchvision's box, then one uniform draw for the flip
         i, j, h, w = views_mod.random_resized_crop_params(61, 45, vg.scale, vg.ratio, g_hand)
         crop = _planes(F.resized_crop(img, i, j, h, w, [24, 24],
                                       interpolation=InterpolationMode.BILINEAR, antialias=True))
         flip = torch.rand(1, generator=g_hand).item() < 0.5
-        assert np.array_equal(got, crop[:, :, ::-1] if flip else crop)
+        want = crop[:, :, ::-1] if flip else crop
+        assert np.array_equal(pil, want)
+        assert np.abs(got.astype(np.int16) - want).max() <= 1
+        if h <= 24 and w <= 24:
+            assert np.array_equal(got, want)
+            enlarged += 1
         flips += flip
     assert 0 < flips < 40                                    # both flip outcomes were drawn
+    assert 0 < enlarged < 40
     assert torch.equal(g_pil.get_state(), g_fast.get_state())   # same number of draws
+
+
+def test_crops_within_one_level_of_pil_on_photos():
+    # 224-px crops of the benchmark's photos (300 x 225: reduced and enlarged boxes). Measured
+    # (8 photos x 40 crops): max 1 level, 0.022 % of the values differ, in 30 % of the crops.
+    # Bounds: max 1 level, < 0.1 % of the values, and some crop does differ (else this test
+    # would not be looking at the torch kernel).
+    from argtca.bench_data import _jpeg_pool
+    vg = FastViewGenerator.like(ViewGenerator(size=224, n_views=2))
+    diff = total = crops_differing = 0
+    for k, data in enumerate(_jpeg_pool(3)):
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        g_pil, g_fast = torch.Generator(), torch.Generator()
+        g_pil.manual_seed(k)
+        g_fast.manual_seed(k)
+        for _ in range(12):
+            d = np.abs(vg.crop_planes(img, g_fast).astype(np.int16)
+                       - _planes(vg.preaugment(img, g_pil)))
+            assert d.max() <= 1
+            diff += int((d > 0).sum())
+            total += d.size
+            crops_differing += bool(d.any())
+    assert diff / total < 1e-3
+    assert crops_differing > 0
 
 
 def test_fast_views_draw_the_same_boxes_and_plans_in_the_same_order(monkeypatch):
@@ -89,15 +125,18 @@ def test_fast_views_draw_the_same_boxes_and_plans_in_the_same_order(monkeypatch)
     assert len(set(pil["boxes"])) == 8                  # the draws differ from view to view
 
 
-def test_view0_and_plain_views_are_bit_identical():
+def test_view0_bit_identical_and_plain_views_within_one_level():
+    # view 0 is the PIL path's own code; plain random views (AugMix off) are the crops, so they
+    # are within one level of PIL's: |delta| <= 1 / (255 std) after Normalize (+ float rounding)
     img = _random_image(50, 70, 2)
+    one_level = 1 / (255 * min(views_mod.CLIP_STD)) + 1e-5
     for augmix in (True, False):
         vg = ViewGenerator(size=32, n_views=6, augmix=augmix)
         ref = vg(img, 5, 3)
         fast = FastViewGenerator.like(vg)(img, 5, 3)
         assert torch.equal(fast[0], ref[0])
         if not augmix:
-            assert torch.equal(fast, ref)
+            assert (fast - ref).abs().max() <= one_level
     one = ViewGenerator(size=32, n_views=1)
     assert torch.equal(FastViewGenerator.like(one)(img, 0, 0), one(img, 0, 0))
     gray = img.convert("L")              # non-RGB input goes through the same conversion
@@ -135,7 +174,11 @@ def test_equalize_clips_its_table_like_pil():
 # --------------------------------------------------------------------- geometric ops vs PIL
 @pytest.mark.parametrize("make", [lambda: _random_image(37, 41, 3), lambda: _smooth_image(64, 48),
                                   _photo])
-def test_geometric_ops_with_tpt_magnitudes_equal_pil(make):
+def test_geometric_ops_with_tpt_magnitudes_within_one_level_of_pil(make):
+    # Translations are shifts (identical). Rotations and shears compute PIL's bilinear blend in
+    # float32 instead of float64 (the geometry stays float64): a truncation tips where the value
+    # lies within ~1e-5 of an integer. Measured here: 0 or 1 level on <= 1.4e-5 of the values
+    # (the 224 photo); bounds: max 1 level, < 1e-4 of the values.
     img = make()
     x = _planes(img)
     rng = np.random.default_rng(5)
@@ -144,27 +187,37 @@ def test_geometric_ops_with_tpt_magnitudes_equal_pil(make):
         for severity in (1.0, 3.0, 10.0):
             op = sample_op(name, severity, rng, x.shape[1])
             got = apply_op_planes(x, op)
-            assert np.array_equal(got, _pil_planes(img, op)), op
+            want = _pil_planes(img, op)
+            if name.startswith("translate"):
+                assert np.array_equal(got, want), op
+            diff = np.abs(got.astype(np.int16) - want)
+            assert diff.max() <= 1 and (diff > 0).mean() < 1e-4, (op, diff.max())
             changed += not np.array_equal(got, x)
     assert changed >= 12
 
 
-def test_rotation_special_angles_and_non_square_equal_pil():
+def test_rotation_special_angles_and_non_square_within_one_level_of_pil():
+    # 0, 90, 180 and 270 degrees are array copies (identical); other angles PIL's blend in
+    # float32 (measured: 1 level on 0.15 % of a 30 x 30 image at 45 degrees, else identical)
     for img in (_random_image(30, 30, 4), _random_image(21, 34, 5)):
         x = _planes(img)
         for angle in (0.0, 90.0, 180.0, 270.0, -90.0, 1.0, -2.0, 45.0, 359.0):
             op = OpCall("rotate", angle)
-            assert np.array_equal(apply_op_planes(x, op), _pil_planes(img, op)), (img.size, angle)
+            got, want = apply_op_planes(x, op), _pil_planes(img, op)
+            if angle % 90 == 0 and (angle % 180 == 0 or img.width == img.height):
+                assert np.array_equal(got, want), (img.size, angle)
+            diff = np.abs(got.astype(np.int16) - want)
+            assert diff.max() <= 1 and (diff > 0).mean() < 0.01, (img.size, angle)
 
 
 def test_shears_with_round_coefficients_within_one_level_of_pil():
     # Round coefficients put PIL's per-pixel source coordinates (x + .5) + c (y + .5) on decimal
     # fractions (at 1.0 on integers) where its float64 rounding of that sum can tip a truncation
-    # the other way; the fast path takes one offset per line (TPT's drawn magnitudes: identical,
-    # test above). Stated tolerance on a smooth 224 image: at most 1 level anywhere, mean absolute
-    # difference < 0.02 levels for TPT-range |c| <= 0.3 (measured 0 to 0.008) and < 0.1 at
-    # |c| = 1 (measured <= 0.045). The max bound also checks the black border, where a pixel
-    # wrongly kept or blanked would differ by far more than 1.
+    # the other way; the fast path takes one offset per line and blends in float32. Stated
+    # tolerance on a smooth 224 image: at most 1 level anywhere, mean absolute difference < 0.02
+    # levels for TPT-range |c| <= 0.3 (measured 0 to 0.0005) and < 0.1 at |c| = 1 (measured
+    # <= 0.049). The max bound also checks the black border, where a pixel wrongly kept or
+    # blanked would differ by far more than 1.
     img = _smooth_image(224, 224)
     x = _planes(img)
     for name in ("shear_x", "shear_y"):
@@ -211,32 +264,64 @@ def test_mix_is_tpt_mix_up_to_float_rounding():
     assert np.abs(out - want).max() < 5e-6
 
 
-def test_fast_views_equal_pil_views_up_to_float32_rounding():
-    # |view| <= ~2.2 after Normalize, so float32 steps are ~2.4e-7; the PIL path rounds after each
-    # of its ~12 float32 operations per view, the fast path after its ~8, in another order:
-    # differences stay a few 1e-7 (measured max ~1e-6); 1e-5 would still be 1/1000 of one level
-    # (1 / 255 / std ~ 0.0146), so a single pixel off by one level in any chain would fail this.
+def test_fast_views_with_pil_crops_equal_pil_views_up_to_the_warps():
+    # With PIL's crops patched in, what is left is the ops and the mix: float32 rounding of the
+    # mix (a few 1e-7 at |view| <= ~2.2) and the rare float32 warp truncation that tips by one
+    # level, which moves a view by its chain's coefficient times one level (1 / (255 std) ~
+    # 0.0146). Measured (3 seeds): max 0.0027, mean <= 1.4e-7. Bounds: max < one level, mean
+    # < 1e-6; a crop or an op off by one level everywhere would fail the mean by far.
+    class PilCrops(FastViewGenerator):
+        def crop_planes(self, img, generator, pixels=None):
+            return _planes(self.preaugment(img, generator))
+
     img = _photo(224).resize((150, 112))
-    vg = ViewGenerator(size=64, n_views=24, augmix=True)
-    ref = vg(img, 1, 4)
-    fast = FastViewGenerator.like(vg)(img, 1, 4)
-    diff = (fast - ref).abs()
-    assert diff.max() < 1e-5 and diff.mean() < 1e-6
-    assert torch.equal(fast[0], ref[0])
-    assert (ref[1:] - ref[1]).abs().amax(dim=(1, 2, 3))[1:].min() > 0.1   # the views do differ
+    one_level = 1 / (255 * max(views_mod.CLIP_STD))
+    for seed, index in ((1, 4), (2, 5), (3, 6)):
+        vg = ViewGenerator(size=64, n_views=24, augmix=True)
+        ref = vg(img, seed, index)
+        diff = (PilCrops.like(vg)(img, seed, index) - ref).abs()
+        assert diff.max() < one_level and diff.mean() < 1e-6
 
 
-def test_shears_past_the_border_equal_pil():
+def test_fast_views_statistically_equal_pil_views():
+    # The whole views: a crop value off by one level can move the AugMix view by more than one
+    # level (posterize or solarize at a threshold, autocontrast / equalize tables shifted), so
+    # the bound is on how much and how often, in levels (|delta| * 255 * std). Measured on the
+    # benchmark's 300 x 225 photos at 224 px (3 photos x 16 views): mean 0.00007-0.0008 levels,
+    # 0.02-0.2 % of the values off by more than float rounding (1e-3 level), max 51 levels; at
+    # 64 px from a 150 x 112 photo (more reduced crops): mean 0.009-0.013, 2.0-2.4 %.
+    from argtca.bench_data import _jpeg_pool
+    lvl = 255 * torch.tensor(views_mod.CLIP_STD).view(3, 1, 1)
+    cases = [(Image.open(io.BytesIO(data)).convert("RGB"), 224, 16, k)
+             for k, data in enumerate(_jpeg_pool(3))]
+    cases += [(_photo(224).resize((150, 112)), 64, 24, 4)]
+    for img, size, n, index in cases:
+        vg = ViewGenerator(size=size, n_views=n, augmix=True)
+        ref = vg(img, 1, index)
+        fast = FastViewGenerator.like(vg)(img, 1, index)
+        assert torch.equal(fast[0], ref[0])
+        d = (fast - ref).abs() * lvl
+        small = size == 64
+        assert d.mean() < (0.05 if small else 0.005), (size, index, d.mean())
+        assert (d > 1e-3).float().mean() < (0.05 if small else 0.005), (size, index)
+        assert (ref[1:] - ref[1]).abs().amax(dim=(1, 2, 3))[1:].min() > 0.1   # views differ
+
+
+def test_shears_past_the_border_within_one_level_of_pil():
     # coefficients that move whole lines past the border (every clamped / black case of the
-    # per-line copy), non-round so that PIL's per-pixel rounding agrees with the per-line offset
+    # per-line copy); the black area is PIL's exactly (where PIL turns an all-white image
+    # black), the rest within one level (float32 blend; measured identical here)
     img = _random_image(23, 29, 6)
+    white = Image.new("RGB", img.size, (255, 255, 255))
     x = _planes(img)
     for name in ("shear_x", "shear_y"):
         for c in (0.0731, -0.2917, 1.4142, -2.7183, 7.389):
             op = OpCall(name, c)
             got = apply_op_planes(x, op)
-            assert np.array_equal(got, _pil_planes(img, op)), op
-            assert (got == 0).any() and (got != 0).any()
+            outside = _pil_planes(white, op) == 0
+            assert outside.any() and not outside.all()
+            assert (got[outside] == 0).all()
+            assert np.abs(got.astype(np.int16) - _pil_planes(img, op)).max() <= 1, op
 
 
 def test_mix_equals_the_per_source_numpy_formula_up_to_float_rounding():

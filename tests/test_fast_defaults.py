@@ -174,18 +174,25 @@ def test_fast_ops_are_bit_identical_to_pil(name):
             assert not np.array_equal(got, img)   # the op did something
 
 
-def test_cpu_fast_views_equal_pil_views_up_to_float_rounding(tmp_path):
-    from argtca.datasets.views import FastViewGenerator, ViewGenerator
+def test_cpu_fast_views_statistically_equal_pil_views(tmp_path):
+    # cpu-fast resizes its crops with torch's uint8 kernel (within one level of PIL's) and blends
+    # its warps in float32, so views are statistically, not bit-, equal (bounds measured in
+    # tests/test_cpu_fast_views.py). Uniform noise resized to 32 px is the worst case for the
+    # resize: measured mean 0.059 levels (|delta| * 255 * std), max 8.1; plain views within one
+    # level (measured max 1.0 on 6 % of the values).
+    from argtca.datasets.views import CLIP_STD, FastViewGenerator, ViewGenerator
     rng = np.random.default_rng(2)
     img = Image.fromarray(rng.integers(0, 256, (50, 70, 3), dtype=np.uint8))
+    lvl = 255 * torch.tensor(CLIP_STD).view(3, 1, 1)
     vg = ViewGenerator(size=32, n_views=12, augmix=True)
     ref = vg(img, 5, 3)
     fast = FastViewGenerator.like(vg)(img, 5, 3)
     assert torch.equal(fast[0], ref[0])
-    assert torch.allclose(fast, ref, atol=1e-5)
+    assert ((fast - ref).abs() * lvl).mean() < 0.1
     assert not torch.allclose(ref[1], ref[2])    # the views differ from each other
     plain = ViewGenerator(size=32, n_views=5, augmix=False)
-    assert torch.allclose(FastViewGenerator.like(plain)(img, 1, 0), plain(img, 1, 0), atol=1e-6)
+    d = (FastViewGenerator.like(plain)(img, 1, 0) - plain(img, 1, 0)).abs() * lvl
+    assert d.max() < 1 + 1e-3
 
 
 def test_cpu_fast_loader_serves_views(tmp_path):
@@ -201,4 +208,9 @@ def test_cpu_fast_loader_serves_views(tmp_path):
     a = list(build_views_loader(cfg, ds, 1, [0, 2], 2, "cpu", 0))
     b = list(build_views_loader(cpu, ds, 1, [0, 2], 2, "cpu", 0))
     assert a[0]["views"].shape == (2, 3, 3, 32, 32)
-    assert torch.allclose(a[0]["views"], b[0]["views"], atol=1e-5)
+    # view 0 identical; the random views statistically equal (torch-resized crops, float32
+    # warps: measured mean 0.0006 levels, max 1.4 levels)
+    assert torch.equal(a[0]["views"][:, 0], b[0]["views"][:, 0])
+    from argtca.datasets.views import CLIP_STD
+    d = (a[0]["views"] - b[0]["views"]).abs() * 255 * torch.tensor(CLIP_STD).view(3, 1, 1)
+    assert d.mean() < 0.05

@@ -174,16 +174,17 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 
 
 # ------------------------------------------------------------------------ TTA.VIEWS_DEVICE cpu-fast
-# The same ops on planar uint8 arrays [3, H, W] (one contiguous plane per channel), written to give
-# PIL's pixels: the colour ops build PIL's own look-up tables (ImageOps formulas) and apply them with
-# numpy; translations are array shifts; shears and rotations redo Pillow's bilinear ``transform``
+# The same ops on planar uint8 arrays [3, H, W] (one contiguous plane per channel). The colour ops
+# build PIL's own look-up tables (ImageOps formulas) and apply them with numpy, translations are
+# array shifts: PIL's pixels. Shears and rotations redo Pillow's bilinear ``transform``
 # (Geometry.c: the source point of pixel (x, y) is ``M (x + .5, y + .5)``, sampled at minus half a
-# pixel, neighbours clamped at the border, outside the image black, the float64 result truncated)
-# in float64 numpy. A shear moves every row (column) by one constant, so it is two shifted copies
-# and one blend with one offset per line, where PIL rounds (x + .5) + offset per pixel: the two
-# can truncate differently only where a blend lands within ~1e-13 of an integer, which TPT's
-# random magnitudes do not produce (identical in the tests) but round coefficients such as 0.1
-# can (then at most 1 level, on < 1% of the values: tests/test_cpu_fast_views.py).
+# pixel, neighbours clamped at the border, outside the image black, the result truncated) with
+# PIL's float64 geometry (source points, inside test) but the blend ``a + (b - a) d`` in float32
+# instead of float64: a truncation tips by one level where the blend lies within ~1e-5 of an
+# integer (measured ~1e-5 of the values at TPT's magnitudes). A shear moves every row (column) by
+# one constant, so it is two shifted copies and one blend with one offset per line, where PIL
+# rounds (x + .5) + offset per pixel; round coefficients such as 0.1 can tip a few more values
+# (at most 1 level: tests/test_cpu_fast_views.py).
 
 _RAMP = np.arange(256, dtype=np.float64)
 
@@ -286,21 +287,13 @@ def _runs(*keys: np.ndarray):
     return zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [len(keys[0])])).tolist())
 
 
-def _count_below(t: np.ndarray, bound: float, n: int) -> np.ndarray:
-    """Per line, how many ``i`` in ``0..n-1`` have ``(i + .5) + t < bound`` in float64 (the sum
-    grows with ``i``): the real-number answer, corrected by one where PIL's rounding differs."""
-    c = np.clip(np.ceil(bound - 0.5 - t), 0, n)
-    c -= (c > 0) & ((c - 1 + 0.5) + t >= bound)
-    c += (c < n) & ((c + 0.5) + t < bound)
-    return c.astype(np.int64)
-
-
 def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     """PIL's bilinear AFFINE ``(1, c, 0, 0, 1, 0)`` (``axis=2``, shear_x: row y samples
     ``x + c (y + .5)``) or ``(1, 0, 0, c, 1, 0)`` (``axis=1``, shear_y: column x samples
     ``y + c (x + .5)``) on planes [3, H, W]: along each line a constant shift ``t``, so the
-    output is ``a + (b - a) * frac(t)`` of two shifted copies (``a = x[clamp(i + floor(t))]``,
-    ``b`` its right neighbour), black where ``(i + .5) + t`` falls outside ``[0, n)``."""
+    output is ``a + (b - a) * frac(t)`` (float32, truncated) of two shifted copies
+    (``a = x[clamp(i + floor(t))]``, ``b`` its right neighbour), black where ``(i + .5) + t``
+    (float64, as PIL) falls outside ``[0, n)``."""
     other = 3 - axis                       # the axis along which the shift changes
     n, m = x.shape[axis], x.shape[other]
     t = float(coeff) * (np.arange(m, dtype=np.float64) + 0.5)   # PIL: c * (y + .5)
@@ -316,7 +309,7 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
 
     shape = list(x.shape)
     shape[axis] = n + 1
-    g = np.empty(shape, dtype=np.uint8)    # g[.., i] = x[.., clamp(i + k)], i = 0..n (PIL clamps)
+    g = np.empty(shape, dtype=np.float32)  # g[.., i] = x[.., clamp(i + k)], i = 0..n (PIL clamps)
     for a, b in _runs(k):                  # straight from x: no padded copy
         lines, s = slice(a, b), int(k[a])
         first = min(max(-s, 0), n + 1)                 # i < first: i + s < 0 -> x[0]
@@ -327,17 +320,17 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
             g[at(lines, slice(first, stop))] = x[at(lines, slice(first + s, stop + s))]
         if stop < n + 1:
             g[at(lines, slice(stop, n + 1))] = x[at(lines, slice(n - 1, n))]
-    lo, hi = g[at(slice(None), slice(0, n))], g[at(slice(None), slice(1, n + 1))]
     fshape = [1, 1, 1]
     fshape[other] = m
-    v = np.multiply(np.subtract(hi, lo, dtype=np.int16), frac.reshape(fshape))  # (b - a) dx
+    lo, hi = g[at(slice(None), slice(0, n))], g[at(slice(None), slice(1, n + 1))]
+    v = np.subtract(hi, lo)
+    v *= frac.astype(np.float32).reshape(fshape)
     v += lo
-    out = v.astype(np.uint8)              # v >= 0: truncation as PIL's (UINT8) cast
-    # inside iff 0 <= (i + .5) + t < n (PIL's float64 sum), i.e. first <= i < stop on each line
-    first, stop = _count_below(t, 0.0, n), _count_below(t, float(n), n)
-    for a, b in _runs(first, stop):
-        out[at(slice(a, b), slice(0, first[a]))] = 0
-        out[at(slice(a, b), slice(stop[a], n))] = 0
+    out = v.astype(np.uint8)              # a + (b - a) dx in float32; v >= 0: truncated
+    # inside iff 0 <= (i + .5) + t < n in float64, as PIL tests its source coordinate
+    pos = np.arange(n, dtype=np.float64) + 0.5
+    pos = pos[None, :] + t[:, None] if axis == 2 else pos[:, None] + t[None, :]
+    out *= (pos >= 0) & (pos < n)
     return out
 
 
@@ -355,8 +348,9 @@ def _rotate_matrix(angle: float, width: int, height: int) -> Tuple[float, ...]:
 
 @lru_cache(maxsize=16)
 def _affine_taps(matrix: Tuple[float, ...], height: int, width: int):
-    """Per output pixel: the flat indices of its 4 bilinear neighbours, dx, dy and inside
-    (~2.5 MB at 224 x 224; TPT's severity 1 draws 4 angles: +-1, +-2 degrees)."""
+    """Per output pixel (float64 geometry, as PIL): the flat index of its top-left bilinear
+    neighbour in the edge-padded plane [H + 2, W + 2] (0 outside), dx and dy as float32, and
+    whether it is inside (~1 MB at 224 x 224; TPT's severity 1 draws 4 angles: +-1, +-2)."""
     a0, a1, a2, a3, a4, a5 = matrix
     xo = np.arange(width, dtype=np.float64)[None, :] + 0.5
     yo = np.arange(height, dtype=np.float64)[:, None] + 0.5
@@ -365,38 +359,52 @@ def _affine_taps(matrix: Tuple[float, ...], height: int, width: int):
     inside = ((xin >= 0) & (xin < width) & (yin >= 0) & (yin < height)).ravel()
     xin, yin = (xin - 0.5).ravel(), (yin - 0.5).ravel()
     xf, yf = np.floor(xin), np.floor(yin)
-    dx, dy = xin - xf, yin - yf
-    xf, yf = xf.astype(np.int64), yf.astype(np.int64)
-    x0, x1 = np.clip(xf, 0, width - 1), np.clip(xf + 1, 0, width - 1)
-    y0, y1 = np.clip(yf, 0, height - 1), np.clip(yf + 1, 0, height - 1)
-    taps = tuple(np.where(inside, yy * width + xx, 0) for yy, xx in
-                 ((y0, x0), (y0, x1), (y1, x0), (y1, x1)))
-    return taps, dx, dy, inside.astype(np.uint8)
+    dx, dy = (xin - xf).astype(np.float32), (yin - yf).astype(np.float32)
+    # inside: xf in [-1, W - 1], yf in [-1, H - 1]; padded, the neighbours PIL clamps to the
+    # border are the padding's copies of it
+    top_left = (yf.astype(np.intp) + 1) * (width + 2) + (xf.astype(np.intp) + 1)
+    return np.where(inside, top_left, 0), dx, dy, inside
+
+
+def _padded_float(x: np.ndarray) -> np.ndarray:
+    """float32 [C, (H + 2) (W + 2)]: the planes with a one-pixel copy of their border around."""
+    c, h, w = x.shape
+    p = np.empty((c, h + 2, w + 2), dtype=np.float32)
+    p[:, 1:-1, 1:-1] = x
+    p[:, 0, 1:-1], p[:, -1, 1:-1] = x[:, 0], x[:, -1]
+    p[:, :, 0], p[:, :, -1] = p[:, :, 1], p[:, :, -2]
+    return p.reshape(c, -1)
 
 
 def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
-    """PIL's bilinear ``transform(AFFINE, matrix)`` (black outside) on planes [3, H, W]; the
-    taps of a matrix are cached (TPT's rotations take a handful of integer angles)."""
+    """PIL's bilinear ``transform(AFFINE, matrix)`` (black outside) on planes [3, H, W], with
+    PIL's geometry (float64, cached per matrix: TPT's rotations take a handful of integer angles)
+    and PIL's blend ``v1 = p00 + (p01 - p00) dx``, ``v2 = p10 + (p11 - p10) dx``,
+    ``v1 + (v2 - v1) dy`` computed in float32 instead of float64, truncated: within one level
+    of PIL (tests/test_cpu_fast_views.py)."""
     c, h, w = x.shape
-    (t00, t01, t10, t11), dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
-    flat = x.reshape(c, -1)
-    p00 = flat.take(t00, axis=1)
-    p10 = flat.take(t10, axis=1)
-    v1 = np.multiply(np.subtract(flat.take(t01, axis=1), p00, dtype=np.int16), dx)
+    idx, dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
+    flat, row = _padded_float(x), w + 2
+    p00, p10 = flat.take(idx, axis=1), flat.take(idx + row, axis=1)
+    v1, v2 = flat.take(idx + 1, axis=1), flat.take(idx + (row + 1), axis=1)
+    v1 -= p00
+    v1 *= dx
     v1 += p00
-    v2 = np.multiply(np.subtract(flat.take(t11, axis=1), p10, dtype=np.int16), dx)
+    v2 -= p10
+    v2 *= dx
     v2 += p10
     v2 -= v1
     v2 *= dy
     v2 += v1
-    out = v2.astype(np.uint8)
+    out = v2.astype(np.uint8)             # v >= 0: truncated as PIL's (UINT8) cast
     out *= inside
     return out.reshape(c, h, w)
 
 
 def apply_op_planes(x: np.ndarray, op: OpCall) -> np.ndarray:
-    """:func:`apply_op` on planes uint8 [3, H, W]: the same pixels (see the section comment);
-    never writes into ``x`` (it may return ``x`` itself for an identity)."""
+    """:func:`apply_op` on planes uint8 [3, H, W]: the same pixels for the colour ops and
+    translations, within one level for shears and rotations (see the section comment); never
+    writes into ``x`` (it may return ``x`` itself for an identity)."""
     n, v = op.name, op.magnitude
     if n == "autocontrast":
         return autocontrast_planes(x)
