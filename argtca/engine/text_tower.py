@@ -293,17 +293,76 @@ def _split_attend_jvp(q, kp, vp, ks, vs, dq, dkp, dvp, dks, dvs, mask_ss):
     return o, do
 
 
-def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor) -> torch.Tensor:
+def _qkv_jvp(blk, x, t):
+    """q, k, v [..., l, H, d] of ``ln_1(x)`` and their tangents (None where ``t`` is)."""
+    a = blk.attn
+    W = x.shape[-1]
+    heads = (3, a.num_heads, W // a.num_heads)
+    if t is None:
+        y, dy = blk.ln_1(x), None
+    else:
+        y, dy = _ln_jvp(blk.ln_1, x, t)
+    q, k, v = F.linear(y, a.in_proj_weight, a.in_proj_bias).unflatten(-1, heads).unbind(-3)
+    if dy is None:
+        return q, k, v, None, None, None
+    dq, dk, dv = F.linear(dy, a.in_proj_weight).unflatten(-1, heads).unbind(-3)
+    return q, k, v, dq, dk, dv
+
+
+def _out_mlp_jvp(blk, h, th, o, do):
+    """The block's output projection, residual and MLP after attention, with tangents (``th``
+    None: zero)."""
+    a = blk.attn
+    h = h + F.linear(o.flatten(-2), a.out_proj.weight, a.out_proj.bias)
+    d_out = F.linear(do.flatten(-2), a.out_proj.weight)
+    th = d_out if th is None else th + d_out
+    y, dy = _ln_jvp(blk.ln_2, h, th)
+    fc, act, pr = blk.mlp[0], blk.mlp[1], blk.mlp[2]
+    u = fc(y)
+    du = F.linear(dy, fc.weight)
+    dg = du * _act_derivative(act, u.float()).to(du.dtype)
+    return h + pr(act(u)), th + F.linear(dg, pr.weight)
+
+
+def _block_jvp(blk, h_pre, t_pre, h_suf, t_suf, mask_pre, mask_ss):
+    """One text block with tangents: the prefix ([n0, W], tangents [m, n0, W]) and the prompts'
+    suffixes ([P, Ls, W], tangents [m, P, Ls, W]; None: zero) -> the same four after the block."""
+    q, k, v, dq, dk, dv = _qkv_jvp(blk, h_pre, t_pre)
+    o, do = _prefix_attend_jvp(q, k, v, dq, dk, dv, mask_pre)
+    qs, ks, vs, dqs, dks, dvs = _qkv_jvp(blk, h_suf, t_suf)
+    os_, dos = _split_attend_jvp(qs, k, v, ks, vs, dqs, dk, dv, dks, dvs, mask_ss)
+    return _out_mlp_jvp(blk, h_pre, t_pre, o, do) + _out_mlp_jvp(blk, h_suf, t_suf, os_, dos)
+
+
+def _last_block_jvp(blk, h_pre, t_pre, h_suf, t_suf, rows, mask_es):
+    """The last block on each prompt's EOS row only: -> its hidden state [P, W] and tangents
+    [m, P, W]."""
+    P = h_suf.shape[0]
+    ar = torch.arange(P, device=rows.device)
+    _, k, v, _, dk, dv = _qkv_jvp(blk, h_pre, t_pre)
+    qs, ks, vs, dqs, dks, dvs = _qkv_jvp(blk, h_suf, t_suf)
+    qe = qs[ar, rows].unsqueeze(1)                                                   # [P,1,H,d]
+    dqe = dqs[:, ar, rows].unsqueeze(2) if dqs is not None else None
+    o, do = _split_attend_jvp(qe, k, v, ks, vs, dqe, dk, dv, dks, dvs, mask_es)
+    he = h_suf[ar, rows].unsqueeze(1)                                                 # [P,1,W]
+    te = t_suf[:, ar, rows].unsqueeze(2) if t_suf is not None else None
+    he, te = _out_mlp_jvp(blk, he, te, o, do)
+    return he[:, 0], te[:, :, 0]
+
+
+def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor,
+                  block=_block_jvp, last_block=_last_block_jvp) -> torch.Tensor:
     """Tangents [m, P, E] of the features ``text(ctx0)`` along ``tan`` [m, n, W] (forward-mode
     differentiation written out: LayerNorm, the attention softmax, QuickGELU/GELU, the
     normalisation), with the prefix shared as in the forward and its attention split as in
     :meth:`PrefixSharedText._attend_split`: the primal quantities (one prefix, P suffixes) are
     never copied per tangent, the tangents' prefix never per prompt (:func:`_split_attend_jvp`).
     The tangent matrix products run as large batched products under the caller's autocast (the
-    same precision as the forward)."""
+    same precision as the forward). ``block`` / ``last_block``: the per-block functions (e.g.
+    their ``torch.compile`` s: one compilation serves every block of the same shapes)."""
     enc = text.encoder
     model = enc.model
-    P, n0, Ls, W = text.num_prompts, text.n0, text.Ls, ctx0.shape[-1]
+    n0, Ls, W = text.n0, text.Ls, ctx0.shape[-1]
     m = tan.shape[0]
     cast = model.transformer.get_cast_dtype()
     pos = model.positional_embedding[:n0 + Ls].to(cast)
@@ -312,58 +371,12 @@ def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor)
     t_pre = torch.cat([tan.new_zeros(m, 1, W), tan], 1).to(cast)                   # [m, n0, W]
     h_suf = enc.token_suffix.to(cast) + pos[n0:]                                    # [P, Ls, W]
     t_suf = None                                                                   # zero so far
-    rows = text.eos_suf
-    ar = torch.arange(P, device=rows.device)
     mask_pre = text.mask_pre[:, None, :]                                            # [n0, 1, n0]
     mask_ss = text.mask_suf[:, None, n0:]                                           # [Ls, 1, Ls]
-    mask_es = text.mask_eos[..., n0:]                                               # [P, 1, 1, Ls]
-
-    def qkv(blk, x, t):
-        """q, k, v [..., l, H, d] of ``ln_1(x)`` and their tangents (None where ``t`` is)."""
-        a = blk.attn
-        heads = (3, a.num_heads, W // a.num_heads)
-        if t is None:
-            y, dy = blk.ln_1(x), None
-        else:
-            y, dy = _ln_jvp(blk.ln_1, x, t)
-        q, k, v = F.linear(y, a.in_proj_weight, a.in_proj_bias).unflatten(-1, heads).unbind(-3)
-        if dy is None:
-            return q, k, v, None, None, None
-        dq, dk, dv = F.linear(dy, a.in_proj_weight).unflatten(-1, heads).unbind(-3)
-        return q, k, v, dq, dk, dv
-
-    def out_mlp(blk, h, th, o, do):
-        a = blk.attn
-        h = h + F.linear(o.flatten(-2), a.out_proj.weight, a.out_proj.bias)
-        d_out = F.linear(do.flatten(-2), a.out_proj.weight)
-        th = d_out if th is None else th + d_out
-        y, dy = _ln_jvp(blk.ln_2, h, th)
-        fc, act, pr = blk.mlp[0], blk.mlp[1], blk.mlp[2]
-        u = fc(y)
-        du = F.linear(dy, fc.weight)
-        dg = du * _act_derivative(act, u.float()).to(du.dtype)
-        return h + pr(act(u)), th + F.linear(dg, pr.weight)
-
-    n_layers = len(text.blocks)
-    for li, blk in enumerate(text.blocks):
-        last = li == n_layers - 1
-        q, k, v, dq, dk, dv = qkv(blk, h_pre, t_pre)          # primal [n0,H,d], tan [m,n0,H,d]
-        if not last:
-            o, do = _prefix_attend_jvp(q, k, v, dq, dk, dv, mask_pre)
-            h_pre_next, t_pre_next = out_mlp(blk, h_pre, t_pre, o, do)
-        qs, ks, vs, dqs, dks, dvs = qkv(blk, h_suf, t_suf)    # primal [P,Ls,H,d], tan [m,P,..]
-        if last:   # the EOS row of each prompt only
-            qe = qs[ar, rows].unsqueeze(1)                                           # [P,1,H,d]
-            dqe = dqs[:, ar, rows].unsqueeze(2) if dqs is not None else None
-            o, do = _split_attend_jvp(qe, k, v, ks, vs, dqe, dk, dv, dks, dvs, mask_es)
-            he = h_suf[ar, rows].unsqueeze(1)                                         # [P,1,W]
-            te = t_suf[:, ar, rows].unsqueeze(2) if t_suf is not None else None
-            he, te = out_mlp(blk, he, te, o, do)
-            h_eos, t_eos = he[:, 0], te[:, :, 0]
-        else:
-            o, do = _split_attend_jvp(qs, k, v, ks, vs, dqs, dk, dv, dks, dvs, mask_ss)
-            h_suf, t_suf = out_mlp(blk, h_suf, t_suf, o, do)
-            h_pre, t_pre = h_pre_next, t_pre_next
+    for blk in text.blocks[:-1]:
+        h_pre, t_pre, h_suf, t_suf = block(blk, h_pre, t_pre, h_suf, t_suf, mask_pre, mask_ss)
+    h_eos, t_eos = last_block(text.blocks[-1], h_pre, t_pre, h_suf, t_suf, text.eos_suf,
+                              text.mask_eos[..., n0:])                              # [P,1,1,Ls]
     x, dx = _ln_jvp(model.ln_final, h_eos, t_eos)
     u, du = project_text(model, x).float(), project_text(model, dx).float()
     if isinstance(model.text_projection, nn.Linear) and model.text_projection.bias is not None:
@@ -393,9 +406,17 @@ def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
     def tangent(t):
         return jvp(f, (x0,), (t,))[1]
 
-    # compile: one shape (the last chunk is padded with zero tangents, whose rows are dropped)
-    tangents_fn = (torch.compile(text_tangents, dynamic=False) if (compile and by_hand)
-                   else text_tangents)
+    # compile: block by block (one compilation serves the blocks with the same shapes: the
+    # first, the middle ones, the last), one shape (the last chunk is padded with zero
+    # tangents, whose rows are dropped)
+    if compile and by_hand:
+        fns = dict(block=torch.compile(_block_jvp, dynamic=False),
+                   last_block=torch.compile(_last_block_jvp, dynamic=False))
+
+        def tangents_fn(text, x, t):
+            return text_tangents(text, x, t, **fns)
+    else:
+        tangents_fn = text_tangents
     chunk = min(chunk, D)
     out = None
     with torch.no_grad():
