@@ -489,10 +489,11 @@ def augmix_planes_into(out: np.ndarray, x: np.ndarray, plan: AugMixPlan,
     tmp = np.empty(out.shape, dtype=np.float32) if tmp is None else tmp
     acc, t = torch.from_numpy(out), torch.from_numpy(tmp)
     m = np.float32(plan.m)
+    chains = [apply_chain_planes(x, chain) for chain in plan.chains]
     acc.copy_(_as_tensor(x))
     acc.mul_(float(m))
-    for w, chain in zip(plan.weights, plan.chains):
-        t.copy_(_as_tensor(apply_chain_planes(x, chain)))
+    for w, c in zip(plan.weights, chains):
+        t.copy_(_as_tensor(c))
         acc.add_(t, alpha=float((np.float32(1) - m) * np.float32(w)))
     acc.mul_(torch.from_numpy(inv)).sub_(torch.from_numpy(shift))
     return out

@@ -242,13 +242,18 @@ class FastViewGenerator(ViewGenerator):
         tg, rng = item_rngs(seed, index)
         tmp = np.empty(out.shape[1:], dtype=np.float32)
         acc = None if out.dtype == np.float32 else np.empty(out.shape[1:], dtype=np.float32)
+        # all crops (torch generator), then all plans (numpy generator), then the views: each
+        # generator draws what and in the order the PIL path draws it, and each phase keeps its
+        # own code and data warm (in one loop, a crop took ~2x its time alone)
         pixels = torch.from_numpy(np.array(img))
+        crops = [self.crop_planes(img, tg, pixels) for _ in range(1, self.n_views)]
+        plans = [sample_plan(rng, self.severity, self.size, OPS)
+                 for _ in range(1, self.n_views)] if self.augmix else None
         for v in range(1, self.n_views):
-            x = self.crop_planes(img, tg, pixels)
+            x = crops[v - 1]
             f32 = out[v] if acc is None else acc
             if self.augmix:
-                plan = sample_plan(rng, self.severity, self.size, OPS)
-                augmix_planes_into(f32, x, plan, self.mean, self.std, tmp)
+                augmix_planes_into(f32, x, plans[v - 1], self.mean, self.std, tmp)
             else:
                 normalise_into(f32, x, self.mean, self.std)
             if acc is not None:   # rounded while the view is still in cache
