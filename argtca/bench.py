@@ -177,14 +177,15 @@ def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> D
                                 args.workers)
     ref, fast = setup.engine("reference"), setup.engine("fast", **engine_kw)
     pr, pf, labels, kept = [], [], [], []
-    for batch in loader:
-        v = batch["views"]
-        if dev.type == "cuda":
-            kept.append((v, batch["path"]))
-        pf.append(fast(v, batch["path"]).float().cpu())
-        pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
-                             for i in range(v.shape[0])]))
-        labels.append(batch["label"])
+    with pass_threads(setup):   # the timed passes' thread count: their compiled code is reused
+        for batch in loader:
+            v = batch["views"]
+            if dev.type == "cuda":
+                kept.append((v, batch["path"]))
+            pf.append(fast(v, batch["path"]).float().cpu())
+            pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
+                                 for i in range(v.shape[0])]))
+            labels.append(batch["label"])
     pr, pf, y = torch.cat(pr), torch.cat(pf), torch.cat(labels)
     cr, yr = pr.max(-1)
     cf, yf = pf.max(-1)
@@ -227,6 +228,15 @@ def script_setup(n_images: int, K: int = 101, workers: str = "15"):
     return args, dev, Setup(args, data, model, tok, dev)
 
 
+def pass_threads(setup: Setup):
+    """The main process's torch threads of a timed pass (``--main-threads``), as a context
+    manager. The warm-ups run under it too: torch.compile guards its code on the thread count,
+    so code compiled under another count is compiled again inside the timed pass."""
+    from argtca.engine.auto import host_threads, main_threads
+    args = setup.args
+    return host_threads(main_threads(setup.device.type, args.workers, args.main_threads))
+
+
 def views_compiled(args) -> bool:
     """Whether the GPU view maker is compiled (``--compile-views``, default ``--compile``)."""
     return (args.compile_views or args.compile) == "on"
@@ -244,8 +254,9 @@ def warm_views(setup: Setup, batches: int = 2) -> None:
     dataset = build_dataset(cfg)
     loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch,
                                 setup.device, 0, compile=True)
-    for _ in loader:
-        pass
+    with pass_threads(setup):
+        for _ in loader:
+            pass
     _sync(setup.device)
 
 
@@ -261,7 +272,8 @@ def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
             "grad_mode", "auto") == "auto" else [{}])
         for extra in modes:
             eng = setup.engine(kind, **dict(engine_kw, **extra))
-            eng(v.to(setup.device), None)
+            with pass_threads(setup):
+                eng(v.to(setup.device), None)
     _sync(setup.device)
 
 
