@@ -180,8 +180,9 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 # (Geometry.c: the source point of pixel (x, y) is ``M (x + .5, y + .5)``, sampled at minus half a
 # pixel, neighbours clamped at the border, outside the image black, the result truncated) with
 # PIL's float64 geometry (source points, inside test) but the blend ``a + (b - a) d`` in float32
-# instead of float64: a truncation tips by one level where the blend lies within ~1e-5 of an
-# integer (measured ~1e-5 of the values at TPT's magnitudes). A shear moves every row (column) by
+# instead of float64 (``torch.lerp``: one pass, ``b - (b - a)(1 - d)`` for d >= 0.5): a truncation
+# tips by one level where the blend lies within ~1e-5 of an integer (measured ~1e-5 of the values
+# at TPT's magnitudes). A shear moves every row (column) by
 # one constant, so it is two shifted copies and one blend with one offset per line, where PIL
 # rounds (x + .5) + offset per pixel; round coefficients such as 0.1 can tip a few more values
 # (at most 1 level: tests/test_cpu_fast_views.py).
@@ -291,7 +292,7 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     """PIL's bilinear AFFINE ``(1, c, 0, 0, 1, 0)`` (``axis=2``, shear_x: row y samples
     ``x + c (y + .5)``) or ``(1, 0, 0, c, 1, 0)`` (``axis=1``, shear_y: column x samples
     ``y + c (x + .5)``) on planes [3, H, W]: along each line a constant shift ``t``, so the
-    output is ``a + (b - a) * frac(t)`` (float32, truncated) of two shifted copies
+    output is ``a + (b - a) * frac(t)`` (float32 ``torch.lerp``, truncated) of two shifted copies
     (``a = x[clamp(i + floor(t))]``, ``b`` its right neighbour), black where ``(i + .5) + t``
     (float64, as PIL) falls outside ``[0, n)``."""
     other = 3 - axis                       # the axis along which the shift changes
@@ -323,9 +324,8 @@ def shear_planes(x: np.ndarray, coeff: float, axis: int) -> np.ndarray:
     fshape = [1, 1, 1]
     fshape[other] = m
     lo, hi = g[at(slice(None), slice(0, n))], g[at(slice(None), slice(1, n + 1))]
-    v = np.subtract(hi, lo)
-    v *= frac.astype(np.float32).reshape(fshape)
-    v += lo
+    v = torch.lerp(torch.from_numpy(lo), torch.from_numpy(hi),
+                   torch.from_numpy(frac.astype(np.float32).reshape(fshape))).numpy()
     out = v.astype(np.uint8)              # a + (b - a) dx in float32; v >= 0: truncated
     # inside iff 0 <= (i + .5) + t < n in float64, as PIL tests its source coordinate
     pos = np.arange(n, dtype=np.float64) + 0.5
@@ -380,22 +380,17 @@ def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
     """PIL's bilinear ``transform(AFFINE, matrix)`` (black outside) on planes [3, H, W], with
     PIL's geometry (float64, cached per matrix: TPT's rotations take a handful of integer angles)
     and PIL's blend ``v1 = p00 + (p01 - p00) dx``, ``v2 = p10 + (p11 - p10) dx``,
-    ``v1 + (v2 - v1) dy`` computed in float32 instead of float64, truncated: within one level
-    of PIL (tests/test_cpu_fast_views.py)."""
+    ``v1 + (v2 - v1) dy`` computed in float32 (``torch.lerp``) instead of float64, truncated:
+    within one level of PIL (tests/test_cpu_fast_views.py)."""
     c, h, w = x.shape
     idx, dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
     flat, row = _padded_float(x), w + 2
     p00, p10 = flat.take(idx, axis=1), flat.take(idx + row, axis=1)
     v1, v2 = flat.take(idx + 1, axis=1), flat.take(idx + (row + 1), axis=1)
-    v1 -= p00
-    v1 *= dx
-    v1 += p00
-    v2 -= p10
-    v2 *= dx
-    v2 += p10
-    v2 -= v1
-    v2 *= dy
-    v2 += v1
+    t1, t2, tdx = torch.from_numpy(v1), torch.from_numpy(v2), torch.from_numpy(dx)
+    torch.lerp(torch.from_numpy(p00), t1, tdx, out=t1)
+    torch.lerp(torch.from_numpy(p10), t2, tdx, out=t2)
+    torch.lerp(t1, t2, torch.from_numpy(dy), out=t2)
     out = v2.astype(np.uint8)             # v >= 0: truncated as PIL's (UINT8) cast
     out *= inside
     return out.reshape(c, h, w)
