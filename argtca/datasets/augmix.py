@@ -348,9 +348,9 @@ def _rotate_matrix(angle: float, width: int, height: int) -> Tuple[float, ...]:
 
 @lru_cache(maxsize=16)
 def _affine_taps(matrix: Tuple[float, ...], height: int, width: int):
-    """Per output pixel (float64 geometry, as PIL): the flat index of its top-left bilinear
-    neighbour in the edge-padded plane [H + 2, W + 2] (0 outside), dx and dy as float32, and
-    whether it is inside (~1 MB at 224 x 224; TPT's severity 1 draws 4 angles: +-1, +-2)."""
+    """Per output pixel (float64 geometry, as PIL): the flat indices of its 4 bilinear
+    neighbours in the edge-padded plane [H + 2, W + 2] (0 outside), dx and dy as float32, and
+    whether it is inside (~2 MB at 224 x 224; TPT's severity 1 draws 4 angles: +-1, +-2)."""
     a0, a1, a2, a3, a4, a5 = matrix
     xo = np.arange(width, dtype=np.float64)[None, :] + 0.5
     yo = np.arange(height, dtype=np.float64)[:, None] + 0.5
@@ -362,8 +362,9 @@ def _affine_taps(matrix: Tuple[float, ...], height: int, width: int):
     dx, dy = (xin - xf).astype(np.float32), (yin - yf).astype(np.float32)
     # inside: xf in [-1, W - 1], yf in [-1, H - 1]; padded, the neighbours PIL clamps to the
     # border are the padding's copies of it
-    top_left = (yf.astype(np.intp) + 1) * (width + 2) + (xf.astype(np.intp) + 1)
-    return np.where(inside, top_left, 0), dx, dy, inside
+    row = width + 2
+    top_left = np.where(inside, (yf.astype(np.intp) + 1) * row + (xf.astype(np.intp) + 1), 0)
+    return (top_left, top_left + 1, top_left + row, top_left + (row + 1)), dx, dy, inside
 
 
 def _padded_float(x: np.ndarray) -> np.ndarray:
@@ -383,10 +384,10 @@ def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
     ``v1 + (v2 - v1) dy`` computed in float32 (``torch.lerp``) instead of float64, truncated:
     within one level of PIL (tests/test_cpu_fast_views.py)."""
     c, h, w = x.shape
-    idx, dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
-    flat, row = _padded_float(x), w + 2
-    p00, p10 = flat.take(idx, axis=1), flat.take(idx + row, axis=1)
-    v1, v2 = flat.take(idx + 1, axis=1), flat.take(idx + (row + 1), axis=1)
+    (i00, i01, i10, i11), dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
+    flat = _padded_float(x)
+    p00, p10 = flat.take(i00, axis=1), flat.take(i10, axis=1)
+    v1, v2 = flat.take(i01, axis=1), flat.take(i11, axis=1)
     t1, t2, tdx = torch.from_numpy(v1), torch.from_numpy(v2), torch.from_numpy(dx)
     torch.lerp(torch.from_numpy(p00), t1, tdx, out=t1)
     torch.lerp(torch.from_numpy(p10), t2, tdx, out=t2)
