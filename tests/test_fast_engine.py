@@ -217,8 +217,10 @@ from argtca.registry import TRAINER_REGISTRY
 from argtca.engine.distributed import distributed_test
 cfg = tiny_cfg(**json.loads(sys.argv[1]))
 cfg.freeze()
-summary = distributed_test(TRAINER_REGISTRY.get("TPT")(cfg))
+tr = TRAINER_REGISTRY.get("TPT")(cfg)
+summary = distributed_test(tr)
 print("RANK", os.environ["RANK"], "N", summary["n"], "ACC", summary["accuracy"])
+print("ROWS", os.environ["RANK"], list(getattr(tr.engine, "jacobian_rows", None) or []))
 '''
 
 
@@ -228,9 +230,12 @@ def _tiny_dataset_cfg(root, out, engine):
             "TTA.BATCH_IMAGES": 2, "SEED": 3}
 
 
-@pytest.mark.parametrize("engine", ["fast"])
-def test_two_gloo_processes_equal_one_process(tmp_path, engine):
-    """torchrun-style: 2 CPU ranks (gloo) shard 7 images; merged records == one-process records."""
+@pytest.mark.parametrize("grad", ["", "jacobian"])
+def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch, grad):
+    """torchrun-style: 2 CPU ranks (gloo) shard 7 images; merged records == one-process records.
+    With the Jacobian at θ0, each rank computes half of its n·W rows and they all-gather."""
+    engine = "fast"
+    monkeypatch.setenv("ARGTCA_FAST_GRAD", grad)
     import json
     import socket
     import subprocess
@@ -246,7 +251,11 @@ def test_two_gloo_processes_equal_one_process(tmp_path, engine):
     over = _tiny_dataset_cfg(tmp_path / "data", tmp_path / "one", engine)
     cfg = tiny_cfg(**over)
     cfg.freeze()
-    one = TRAINER_REGISTRY.get("TPT")(cfg).test()
+    tr = TRAINER_REGISTRY.get("TPT")(cfg)
+    one = tr.test()
+    D = tr.engine.text_encoder.ctx_init.numel()
+    if grad:
+        assert tr.engine.grad_mode == "jacobian" and tr.engine.jacobian_rows == (0, D)
 
     tests = Path(__file__).resolve().parent
     script = tmp_path / "worker.py"
@@ -264,6 +273,9 @@ def test_two_gloo_processes_equal_one_process(tmp_path, engine):
     outs = [p.communicate(timeout=240)[0] for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     assert "RANK 1 N 7" in outs[1]                     # every rank gets rank 0's summary
+    half = -(-D // 2)
+    rows = [f"ROWS {r} {[r * half, min(D, (r + 1) * half)] if grad else []}" for r in range(2)]
+    assert rows[0] in outs[0] and rows[1] in outs[1], (rows, outs)
     a = load_records(str(tmp_path / "one" / "records.jsonl"))
     b = load_records(str(tmp_path / "two" / "records.jsonl"))
     assert [r["index"] for r in b] == list(range(7))

@@ -104,6 +104,23 @@ def test_jacobian_transpose_gives_the_vjp(tiny_clip, by_hand):
     assert torch.allclose(jt[1 * W + 3].double(), fd.flatten(), atol=1e-3)
 
 
+def test_jacobian_rows_are_the_slice_of_the_full_jacobian(tiny_clip):
+    """rows=(lo, hi) (a rank's share in a multi-GPU run) gives those rows of Jᵀ, whatever the
+    chunking; an empty share gives an empty matrix of the right width; a bad range is refused."""
+    enc = _encoder(tiny_clip)
+    text = PrefixSharedText(enc, "manual")
+    c0 = enc.ctx_init.detach().clone()
+    full = text_jacobian(text, c0, chunk=16)
+    D = full.shape[0]
+    for lo, hi, chunk in ((0, D // 2, 7), (D // 2, D, 64), (5, 6, 3)):
+        part = text_jacobian(text, c0, chunk=chunk, rows=(lo, hi))
+        assert part.shape == (hi - lo, full.shape[1])
+        assert torch.allclose(part, full[lo:hi], atol=1e-6)
+    assert text_jacobian(text, c0, rows=(D, D)).shape == (0, full.shape[1])
+    with pytest.raises(ValueError, match="rows"):
+        text_jacobian(text, c0, rows=(3, D + 1))
+
+
 def test_gelu_tower_tangents_equal_torch_func(tiny_clip):
     """A tower with exact GELU instead of QuickGELU: the written-out derivative still holds."""
     from torch.func import jvp, vmap

@@ -16,6 +16,10 @@ any rank files into ``records.jsonl``, and every rank skips the images already r
 end rank 0 writes the merged ``records.jsonl`` (sorted by index) and ``summary.json``. The ranks
 must share the output directory (one node, or a shared file system). NCCL on CUDA (one GPU per
 rank, ``cuda:LOCAL_RANK``), gloo on CPU.
+
+Work done once per dataset is split too where it can be: when every rank uses the Jacobian at θ0
+(grad mode "jacobian"), each computes 1/N of its rows and the ranks all-gather them
+(:func:`share_jacobian`), so that start-up shrinks with N instead of being repeated by each rank.
 """
 from __future__ import annotations
 
@@ -32,7 +36,7 @@ from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerp
                                    check_records, load_records, run_fingerprint, write_records)
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
-           "distributed_test"]
+           "share_jacobian", "distributed_test"]
 
 
 def dist_env() -> Tuple[int, int, int]:
@@ -92,6 +96,21 @@ def _barrier():
         dist.barrier()
 
 
+def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> bool:
+    """Collective (every rank calls it): when every rank will compute the Jacobian at θ0 (grad
+    mode "jacobian", a step, images to tune, not yet computed), each computes 1/world of its
+    rows and the ranks all-gather them (``FastEngine.jacobian_share``) instead of each
+    computing all of it. Returns whether they share."""
+    mine = int(has_images and getattr(engine, "grad_mode", None) == "jacobian"
+               and getattr(engine, "steps", 0) > 0 and getattr(engine, "_jt", 1) is None)
+    flag = torch.tensor([mine], device=device if dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+    shared = bool(flag.item()) and world > 1
+    if shared:
+        engine.jacobian_share = (rank, world)
+    return shared
+
+
 def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     """Run ``trainer``'s evaluation sharded over the torchrun ranks; returns the summary (every
     rank gets rank 0's). Works with any :class:`~argtca.trainers.base.TestTimeTrainer`."""
@@ -143,6 +162,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         if trainer.model is None:
             trainer.build_model()
         t0 = time.time()
+        share_jacobian(getattr(trainer, "engine", None), rank, world, bool(mine), trainer.device)
         if mine:
             loader = build_views_loader(trainer.run_cfg, trainer.dataset, int(cfg.SEED), mine,
                                         trainer.batch_images, trainer.device,

@@ -87,6 +87,23 @@ TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTEN
 JACOBIAN_MEMORY_FRACTION = 0.25
 
 
+def _all_gather_rows(part: torch.Tensor, rows: int, world: int) -> torch.Tensor:
+    """Every rank's ``part`` [≤ rows, C] (padded to ``rows``) gathered in rank order:
+    [world·rows, C] (NCCL: into one tensor; gloo: through a list)."""
+    import torch.distributed as dist
+    buf = part
+    if part.shape[0] != rows:
+        buf = part.new_zeros(rows, part.shape[1])
+        buf[:part.shape[0]] = part
+    if dist.get_backend() == "nccl":
+        out = buf.new_empty(world * rows, buf.shape[1])
+        dist.all_gather_into_tensor(out, buf.contiguous())
+        return out
+    parts = [torch.empty_like(buf) for _ in range(world)]
+    dist.all_gather(parts, buf.contiguous())
+    return torch.cat(parts)
+
+
 def _env_flag(name: str, default: bool = False) -> bool:
     v = os.environ.get(name, "").strip().lower()
     return default if not v else v not in ("0", "false", "no", "off")
@@ -183,6 +200,10 @@ class FastEngine(ReferenceEngine):
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
         self.asynchronous = on_cuda
+        # (rank, world): the ranks of a multi-GPU run each compute 1/world of Jᵀ's rows and
+        # all-gather them (set by engine.distributed for a job whose ranks all use the Jacobian)
+        self.jacobian_share: Optional[tuple] = None
+        self.jacobian_rows = None   # the rows this process computed, (lo, hi)
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -236,11 +257,19 @@ class FastEngine(ReferenceEngine):
             text = PrefixSharedText(self.text_encoder, attention="manual")
             n, W = self.text_encoder.ctx_init.shape
             per = self.num_prompts * int(self.text_encoder.seq_len)
-            chunk = max(1, min(int(n) * int(W), 8 * self.text_tokens // max(1, per)))
+            D = int(n) * int(W)
+            chunk = max(1, min(D, 8 * self.text_tokens // max(1, per)))
+            rank, world = self.jacobian_share or (0, 1)
+            rows = -(-D // world)                      # rows per rank (the last may have fewer)
+            lo, hi = min(D, rank * rows), min(D, (rank + 1) * rows)
             t = time.perf_counter()
             with self.autocast():
-                self._jt = text_jacobian(text, self.text_encoder.ctx_init.detach().float(),
-                                         chunk=chunk, compile=self.compile_jacobian)
+                jt = text_jacobian(text, self.text_encoder.ctx_init.detach().float(),
+                                   chunk=chunk, compile=self.compile_jacobian, rows=(lo, hi))
+            self.jacobian_rows = (lo, hi)
+            if world > 1:
+                jt = _all_gather_rows(jt, rows, world)[:D]
+            self._jt = jt
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             self.jacobian_seconds = time.perf_counter() - t

@@ -18,7 +18,7 @@ replaces the per-image backward pass through the text tower (``grad_mode="jacobi
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -388,11 +388,13 @@ def text_tangents(text: PrefixSharedText, ctx0: torch.Tensor, tan: torch.Tensor,
 
 def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
                   dtype: torch.dtype = torch.float32,
-                  by_hand: Optional[bool] = None, compile: bool = False) -> torch.Tensor:
+                  by_hand: Optional[bool] = None, compile: bool = False,
+                  rows: Optional[Tuple[int, int]] = None) -> torch.Tensor:
     """``Jᵀ`` of ``ctx ↦ text(ctx)`` at ``ctx0`` [n, W], as a [n·W, P·E] matrix (row i = the
     derivative of every feature along input coordinate i), by forward mode over ``chunk`` basis
     tangents at a time (:func:`text_tangents`, or ``torch.func.jvp`` for towers it does not
-    know). Run it under the autocast the engine uses for the text tower."""
+    know). ``rows=(lo, hi)``: only rows lo..hi-1 ([hi-lo, P·E]; the ranks of a multi-GPU run
+    share the work). Run it under the autocast the engine uses for the text tower."""
     from torch.func import jvp, vmap
     n, W = ctx0.shape
     D = n * W
@@ -417,11 +419,14 @@ def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
             return text_tangents(text, x, t, **fns)
     else:
         tangents_fn = text_tangents
-    chunk = min(chunk, D)
+    lo, hi = rows if rows is not None else (0, D)
+    if not 0 <= lo <= hi <= D:
+        raise ValueError(f"text_jacobian: rows {rows} outside 0..{D}")
+    chunk = max(1, min(chunk, hi - lo))
     out = None
     with torch.no_grad():
-        for i in range(0, D, chunk):
-            m = min(chunk, D - i)
+        for i in range(lo, hi, chunk):
+            m = min(chunk, hi - i)
             basis = torch.zeros(chunk if compile else m, D, device=x0.device, dtype=x0.dtype)
             basis[torch.arange(m), torch.arange(i, i + m)] = 1
             if by_hand:
@@ -429,6 +434,10 @@ def text_jacobian(text: PrefixSharedText, ctx0: torch.Tensor, chunk: int = 64,
             else:
                 jt = vmap(tangent)(basis.view(m, n, W))
             if out is None:
-                out = torch.empty(D, jt.shape[1] * jt.shape[2], device=x0.device, dtype=dtype)
-            out[i:i + m] = jt.reshape(m, -1).to(dtype)
+                out = torch.empty(hi - lo, jt.shape[1] * jt.shape[2], device=x0.device,
+                                  dtype=dtype)
+            out[i - lo:i - lo + m] = jt.reshape(m, -1).to(dtype)
+    if out is None:   # no rows
+        out = torch.empty(0, int(text.num_prompts) * int(text(x0).shape[-1]), device=x0.device,
+                          dtype=dtype)
     return out
