@@ -21,7 +21,7 @@ agree101) $B --classes 101 --n-fast 16 --n-ref 2 --n-agree 320 --tower \
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --out "$OUT/agree101.json" 2>&1 \
         | grep -v -i -E "$F" | tee "$OUT/agree101.log" ;;
 cpufast) $B --classes 101 --n-fast 16 --n-fast-cpu ${CPU_IMAGES:-1536} --n-ref 2 --n-agree 0 \
-        --skip ref-cpu ref-gpu fast-cpu fast-gpu --out "$OUT/cpufast.json" 2>&1 \
+        --skip ref-cpu ref-gpu fast-cpu fast-gpu --out "$OUT/cpufast${CPU_IMAGES:-1536}.json" 2>&1 \
         | grep -v -i -E "$F" | grep -E "cpu-fast views|host_s" | tee -a "$OUT/cpufast.log" ;;
 percore) $PY -m argtca.bench_gpu percore 2>&1 | tail -2 | tee -a "$OUT/percore.log"
         for c in $(seq 1 15); do taskset -c $c $PY -m argtca.bench_gpu percore > "$OUT/pc$c.log" 2>&1 & done
