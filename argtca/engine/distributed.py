@@ -101,9 +101,9 @@ def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> b
     mode "jacobian", a step, images to tune, not yet computed), each computes 1/world of its
     rows and the ranks all-gather them (``FastEngine.jacobian_share``) instead of each
     computing all of it. Returns whether they share."""
-    mine = int(has_images and getattr(engine, "grad_mode", None) == "jacobian"
-               and getattr(engine, "steps", 0) > 0 and getattr(engine, "_jt", 1) is None)
-    flag = torch.tensor([mine], device=device if dist.get_backend() == "nccl" else "cpu")
+    needs = getattr(engine, "needs_jacobian", None)
+    ready = int(has_images and needs is not None and bool(needs()))
+    flag = torch.tensor([ready], device=device if dist.get_backend() == "nccl" else "cpu")
     dist.all_reduce(flag, op=dist.ReduceOp.MIN)
     shared = bool(flag.item()) and world > 1
     if shared:

@@ -250,6 +250,10 @@ class FastEngine(ReferenceEngine):
         return "jacobian", (f"grad mode jacobian (Jᵀ at θ0: {self.jacobian_bytes() / 2**30:.2f} "
                             f"GiB, replaces the per-image text backward)")
 
+    def needs_jacobian(self) -> bool:
+        """Whether :meth:`prepare` will compute Jᵀ (grad mode "jacobian", a step, not yet done)."""
+        return self.steps > 0 and self.grad_mode == "jacobian" and self._jt is None
+
     def jacobian_t(self) -> torch.Tensor:
         """Jᵀ of the text features at θ0, [n·W, P·E] fp32, computed once (forward mode)."""
         if self._jt is None:
@@ -546,7 +550,7 @@ class FastEngine(ReferenceEngine):
         self.theta0()
         if self.steps > 0 and self._uses_cached_regularizer():
             self.regularizer0()
-        if self.steps > 0 and self.grad_mode == "jacobian":
+        if self.needs_jacobian():
             self.jacobian_t()
 
     def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> "Pending":
