@@ -21,7 +21,8 @@ for every geometric op, then one mixing + normalising pass; 1.24 ms of H200 GPU 
 16 images x 64 views of 224 px (the previous per-op implementation, kept as the test reference in
 :mod:`argtca.engine._gpu_views_reference`, took 2.27 ms; ``scripts/bench_gpu_views.py``).
 
-Entry point for the trainer loop: :func:`build_views_loader` returns an iterable of batches
+What the loader workers ship (view 0, canvas, parameters) is made in
+:mod:`argtca.engine.gpu_views_host` (re-exported here). Entry point for the trainer loop: :func:`build_views_loader` returns an iterable of batches
 ``{"index", "label", "path", "views"}`` for either path, with ``views`` already on the device
 (copied one batch ahead on a side stream when the device is CUDA).
 """
@@ -29,22 +30,15 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, Iterator, List, Optional, Sequence
+from typing import Any, Dict, Iterator, Optional, Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as TF
-import torchvision.transforms.functional as F
-from PIL import Image
 from torch.utils.data import DataLoader
 from torchvision.ops import roi_align
 
-from argtca.datasets.augmix import OPS, sample_plan
-from argtca.datasets.base import Datum
 from argtca.datasets.views import (FastViewGenerator, ViewGenerator, build_test_loader,
-                                   build_view_generator,
-                                   item_rngs, make_loader, random_resized_crop_params,
-                                   TestTimeDataset)
+                                   build_view_generator, make_loader, TestTimeDataset)
 
 from argtca.engine.gpu_view_ops import (  # noqa: F401  (some re-exported: tests, reference)
     CHAINS, DEPTH, VIEW_PARAM_COLUMNS, _GEOMETRIC, _MAG0, _NCOL, _OP0, _OPS, _Plan, _affine_rows,
@@ -52,89 +46,13 @@ from argtca.engine.gpu_view_ops import (  # noqa: F401  (some re-exported: tests
     _views_fused, _warp_rows, affine_matrices, lut_autocontrast, lut_equalize,
     lut_posterize_solarize)
 
+# the loader workers' side (decode, view 0, canvas, parameters), re-exported here
+from argtca.engine.gpu_views_host import (  # noqa: F401,E402
+    GpuViewDataset, _to_uint8, collate_gpu_views, sample_view_params, views_device)
+
 __all__ = ["VIEW_PARAM_COLUMNS", "sample_view_params", "GpuViewDataset", "collate_gpu_views",
            "GpuViewMaker", "build_views_loader", "ViewsLoader", "views_device"]
 
-def views_device(cfg) -> str:
-    v = str(cfg.TTA.VIEWS_DEVICE).strip().lower()
-    if v not in ("cpu", "cpu-fast", "gpu"):
-        raise ValueError(f"TTA.VIEWS_DEVICE={cfg.TTA.VIEWS_DEVICE!r}: use 'cpu' (TPT's PIL "
-                         f"pipeline, exact), 'cpu-fast' (tensor views in the loader workers, "
-                         f"statistical) or 'gpu' (batched on the device, statistical)")
-    return v
-
-
-def sample_view_params(view_gen: ViewGenerator, width: int, height: int, seed: int,
-                       index: int) -> torch.Tensor:
-    """Parameters [V-1, len(VIEW_PARAM_COLUMNS)] of the random views of item ``index``: the draws
-    :meth:`ViewGenerator.__call__` makes, in its order (crop box, flip, then the AugMix plan)."""
-    n = view_gen.n_views - 1
-    out = np.zeros((max(n, 0), _NCOL), dtype=np.float32)
-    if n <= 0:
-        return torch.from_numpy(out)
-    tg, rng = item_rngs(seed, index)
-    out[:, _OP0:_MAG0] = -1
-    for v in range(n):
-        i, j, h, w = random_resized_crop_params(width, height, view_gen.scale, view_gen.ratio, tg)
-        flip = torch.rand(1, generator=tg).item() < 0.5
-        out[v, :5] = (j / width, i / height, (j + w) / width, (i + h) / height, float(flip))
-        if view_gen.augmix:
-            plan = sample_plan(rng, view_gen.severity, view_gen.size, OPS)
-            out[v, 5] = plan.m
-            out[v, 6:6 + CHAINS] = plan.weights
-            for c, chain in enumerate(plan.chains):
-                for d, op in enumerate(chain):
-                    out[v, _OP0 + c * DEPTH + d] = _OPS.index(op.name)
-                    out[v, _MAG0 + c * DEPTH + d] = op.magnitude
-        else:
-            out[v, 5] = 1.0
-    return torch.from_numpy(out)
-
-
-def _to_uint8(img: Image.Image) -> torch.Tensor:
-    return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
-
-
-class GpuViewDataset(TestTimeDataset):
-    """Items → ``dict(index, label, path, view0 u8[3,S,S], canvas u8[3,C,C], hw i64[2], params)``.
-
-    ``canvas``: the image resized (aspect kept, bilinear with antialias) so that its long side is
-    at most ``canvas`` pixels, top-left in a zero square; ``hw`` its valid height and width.
-    """
-
-    __test__ = False
-
-    def __init__(self, items: Sequence[Datum], view_gen: ViewGenerator, seed: int,
-                 indices: Optional[Sequence[int]] = None, canvas: Optional[int] = None):
-        super().__init__(items, view_gen, seed, indices=indices)
-        self.canvas = int(canvas or 2 * view_gen.size)
-        if self.canvas < view_gen.size:
-            raise ValueError(f"canvas={self.canvas} must be >= INPUT.SIZE={view_gen.size}")
-
-    def __getitem__(self, k: int) -> Dict[str, Any]:
-        index, datum, img = self.load(k)
-        vg, S, C = self.view_gen, self.view_gen.size, self.canvas
-        view0 = F.center_crop(F.resize(img, S, interpolation=vg.interpolation), [S, S])
-        W, H = img.size
-        scale = min(1.0, C / max(W, H))
-        w, h = max(1, round(W * scale)), max(1, round(H * scale))
-        small = img if (w, h) == (W, H) else img.resize((w, h), Image.BILINEAR, reducing_gap=None)
-        canvas = torch.zeros(3, C, C, dtype=torch.uint8)
-        canvas[:, :h, :w] = _to_uint8(small)
-        return {"index": index, "label": int(datum.label), "path": datum.impath,
-                "view0": _to_uint8(view0), "canvas": canvas,
-                "hw": torch.tensor([h, w], dtype=torch.long),
-                "params": sample_view_params(vg, W, H, self.seed, index)}
-
-
-def collate_gpu_views(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"index": torch.tensor([b["index"] for b in batch], dtype=torch.long),
-            "label": torch.tensor([b["label"] for b in batch], dtype=torch.long),
-            "path": [b["path"] for b in batch],
-            "view0": torch.stack([b["view0"] for b in batch]),
-            "canvas": torch.stack([b["canvas"] for b in batch]),
-            "hw": torch.stack([b["hw"] for b in batch]),
-            "params": torch.stack([b["params"] for b in batch])}
 
 
 # ------------------------------------------------------------------------------ device side
