@@ -165,55 +165,6 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     return row
 
 
-def agreement(setup: Setup, n_images: int, views: str = "gpu", **engine_kw) -> Dict[str, object]:
-    """Reference (one image at a time) vs fast (batched) on the same view tensors."""
-    from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
-    from argtca.metrics import compute_metrics
-    args, dev = setup.args, setup.device
-    cfg = bench_cfg(args, setup.data, "fast", views, n_images)
-    dataset = build_dataset(cfg)
-    loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch, dev,
-                                args.workers)
-    ref, fast = setup.engine("reference"), setup.engine("fast", **engine_kw)
-    pr, pf, labels, kept = [], [], [], []
-    with pass_threads(setup):   # the timed passes' thread count: their compiled code is reused
-        for batch in loader:
-            v = batch["views"]
-            if dev.type == "cuda":
-                kept.append((v, batch["path"]))
-            pf.append(fast(v, batch["path"]).float().cpu())
-            pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
-                                 for i in range(v.shape[0])]))
-            labels.append(batch["label"])
-    pr, pf, y = torch.cat(pr), torch.cat(pf), torch.cat(labels)
-    cr, yr = pr.max(-1)
-    cf, yf = pf.max(-1)
-    mr = compute_metrics(cr, yr, y)
-    mf = compute_metrics(cf, yf, y)
-    top2 = pr.topk(2, dim=-1).values
-    margin = (top2[:, 0] - top2[:, 1])
-    dis = (yr != yf)
-    row = {"K": setup.K, "n": int(len(y)), "views": views,
-           "identical_predictions_pct": round(100.0 * float((~dis).float().mean()), 3),
-           "max_conf_diff": float((cr - cf).abs().max()),
-           "max_prob_diff": float((pr - pf).abs().max()),
-           "ece_reference": round(mr["ece"], 4), "ece_fast": round(mf["ece"], 4),
-           "ece_diff_points": round(abs(mr["ece"] - mf["ece"]), 4),
-           "acc_reference": round(mr["accuracy"], 3), "acc_fast": round(mf["accuracy"], 3),
-           "median_top2_margin": float(margin.median()),
-           "disagreement_top2_margins": [float(x) for x in margin[dis]]}
-    if kept:   # the reference's own fp16 noise: same views, another valid attention kernel
-        from argtca.bench_gpu import reference_noise
-        row.update(reference_noise(setup, kept, pr))
-        print(f"  reference vs itself (math attention): {row['reference_self_identical_pct']}% "
-              f"identical, flips at margins {row['reference_self_flip_margins'][:10]}", flush=True)
-    print(f"  agreement K={setup.K} n={row['n']}: identical {row['identical_predictions_pct']}%, "
-          f"max |Δconf| {row['max_conf_diff']:.2e}, ECE ref {row['ece_reference']} fast "
-          f"{row['ece_fast']}", flush=True)
-    return row
-
-
 def script_setup(n_images: int, K: int = 101, workers: str = "15"):
     """``(args, device, Setup)`` for the diagnostic scripts in scripts/: this module's arguments
     from ``BENCH_ARGS`` (e.g. ``--device cpu --backbone argtca-tiny-test`` for a CPU smoke test),
@@ -474,6 +425,7 @@ def main(argv=None) -> int:
                 res["passes"].append(row)
                 save()
         if "agree" not in args.skip and n_agree > 0:
+            from argtca.bench_gpu import agreement
             row = guarded("agree", agreement, setup, n_agree, **engine_kw)
             if row:
                 res["agreement"].append(row)

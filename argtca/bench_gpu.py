@@ -4,6 +4,8 @@
   ``FlopCounterMode``, the card's measured dense fp16 matrix rate (an 8192³ product on random
   data) and the datasheet's, and TFLOP/s / % of peak of the tower as the fast engine runs it
   (fp32 weights under autocast, fp16-stored tower, compiled when asked).
+* :func:`agreement` — the fast engine against the reference (one image at a time) on identical
+  view tensors: identical predictions, |Δconf|, ECE of both, the top-2 margins of the flips.
 * :func:`reference_noise` — the reference engine run twice on identical views with two valid
   attention kernels (PyTorch's default SDPA choice vs the math kernel): its own fp16 flip rate,
   the yardstick for the fast engine's flips.
@@ -101,6 +103,56 @@ def tower_throughput(setup, compile_image: bool = False, reps: int = 5) -> Dict[
         rows.append(row)
     return {"gflops_per_view": round(flops_view / 1e9, 3), "measured_matmul_peak_tflops": peak,
             "datasheet_tflops": sheet, "gpu": name, "rows": rows}
+
+
+def agreement(setup, n_images: int, views: str = "gpu", **engine_kw) -> Dict[str, object]:
+    """Reference (one image at a time) vs fast (batched) on the same view tensors (the timed
+    passes' setting; ``setup``: an :class:`argtca.bench.Setup`)."""
+    from argtca.bench import bench_cfg, pass_threads
+    from argtca.datasets import build_dataset
+    from argtca.engine.gpu_views import build_views_loader
+    from argtca.metrics import compute_metrics
+    args, dev = setup.args, setup.device
+    cfg = bench_cfg(args, setup.data, "fast", views, n_images)
+    dataset = build_dataset(cfg)
+    loader = build_views_loader(cfg, dataset, 1, list(range(len(dataset.test))), args.batch, dev,
+                                args.workers)
+    ref, fast = setup.engine("reference"), setup.engine("fast", **engine_kw)
+    pr, pf, labels, kept = [], [], [], []
+    with pass_threads(setup):   # the timed passes' thread count: their compiled code is reused
+        for batch in loader:
+            v = batch["views"]
+            if dev.type == "cuda":
+                kept.append((v, batch["path"]))
+            pf.append(fast(v, batch["path"]).float().cpu())
+            pr.append(torch.cat([ref(v[i:i + 1], batch["path"][i:i + 1]).float().cpu()
+                                 for i in range(v.shape[0])]))
+            labels.append(batch["label"])
+    pr, pf, y = torch.cat(pr), torch.cat(pf), torch.cat(labels)
+    cr, yr = pr.max(-1)
+    cf, yf = pf.max(-1)
+    mr = compute_metrics(cr, yr, y)
+    mf = compute_metrics(cf, yf, y)
+    top2 = pr.topk(2, dim=-1).values
+    margin = (top2[:, 0] - top2[:, 1])
+    dis = (yr != yf)
+    row = {"K": setup.K, "n": int(len(y)), "views": views,
+           "identical_predictions_pct": round(100.0 * float((~dis).float().mean()), 3),
+           "max_conf_diff": float((cr - cf).abs().max()),
+           "max_prob_diff": float((pr - pf).abs().max()),
+           "ece_reference": round(mr["ece"], 4), "ece_fast": round(mf["ece"], 4),
+           "ece_diff_points": round(abs(mr["ece"] - mf["ece"]), 4),
+           "acc_reference": round(mr["accuracy"], 3), "acc_fast": round(mf["accuracy"], 3),
+           "median_top2_margin": float(margin.median()),
+           "disagreement_top2_margins": [float(x) for x in margin[dis]]}
+    if kept:   # the reference's own fp16 noise: same views, another valid attention kernel
+        row.update(reference_noise(setup, kept, pr))
+        print(f"  reference vs itself (math attention): {row['reference_self_identical_pct']}% "
+              f"identical, flips at margins {row['reference_self_flip_margins'][:10]}", flush=True)
+    print(f"  agreement K={setup.K} n={row['n']}: identical {row['identical_predictions_pct']}%, "
+          f"max |Δconf| {row['max_conf_diff']:.2e}, ECE ref {row['ece_reference']} fast "
+          f"{row['ece_fast']}", flush=True)
+    return row
 
 
 def reference_noise(setup, batches, pr_default: torch.Tensor) -> Dict[str, object]:
