@@ -121,12 +121,11 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     os.close(fd)
     writer = RecordWriter(rec_path)
     records, t_first, n_first = [], None, 0
-    from argtca.engine.auto import host_threads, main_threads
     from argtca.engine.pipeline import predictions
     host = {}
-    threads = main_threads(dev.type, args.workers, args.main_threads)
+    threads = pass_thread_count(setup)
     try:
-        with host_threads(threads):
+        with pass_threads(setup):
             for batch, probs in predictions(eng, loader, host):   # the trainer's loop
                 recs = tr.make_records(batch, probs)
                 writer.write(recs)
@@ -179,13 +178,20 @@ def script_setup(n_images: int, K: int = 101, workers: str = "15"):
     return args, dev, Setup(args, data, model, tok, dev)
 
 
-def pass_threads(setup: Setup):
-    """The main process's torch threads of a timed pass (``--main-threads``), as a context
-    manager. The warm-ups run under it too: torch.compile guards its code on the thread count,
-    so code compiled under another count is compiled again inside the timed pass."""
-    from argtca.engine.auto import host_threads, main_threads
+def pass_thread_count(setup: Setup) -> int:
+    """The main process's torch threads in a timed pass (``--main-threads`` resolved as
+    ``DATALOADER.MAIN_THREADS``; 0 = torch's default)."""
+    from argtca.engine.auto import main_threads
     args = setup.args
-    return host_threads(main_threads(setup.device.type, args.workers, args.main_threads))
+    return main_threads(setup.device.type, args.workers, args.main_threads)
+
+
+def pass_threads(setup: Setup):
+    """:func:`pass_thread_count` as a context manager. The warm-ups run under it too:
+    torch.compile guards its code on the thread count, so code compiled under another count is
+    compiled again inside the timed pass."""
+    from argtca.engine.auto import host_threads
+    return host_threads(pass_thread_count(setup))
 
 
 def views_compiled(args) -> bool:

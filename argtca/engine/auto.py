@@ -72,6 +72,12 @@ def host_threads(n: int) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
+def loop_threads(cfg):
+    """:func:`host_threads` for a test loop under ``cfg``: the resolved
+    ``DATALOADER.MAIN_THREADS`` (0, torch's default, where the key is absent)."""
+    return host_threads(int(cfg.DATALOADER.get("MAIN_THREADS", 0)))
+
+
 def compile_pays(n_images: int, views_device: str) -> bool:
     if str(views_device).lower() != "gpu":
         return False

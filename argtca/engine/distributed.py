@@ -172,10 +172,10 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
             bar = tqdm(total=len(mine), desc=f"{trainer.display_label} {trainer.dataset.name} "
                        f"[rank 0 of {world}]", disable=not (cfg.VERBOSE and rank == 0),
                        dynamic_ncols=True, file=sys.stdout)
-            from argtca.engine.auto import host_threads
+            from argtca.engine.auto import loop_threads
             from argtca.engine.pipeline import predictions
             try:
-                with host_threads(int(cfg.DATALOADER.get("MAIN_THREADS", 0))):
+                with loop_threads(cfg):
                     for batch, probs in predictions(trainer.engine, loader):   # one in flight
                         recs = trainer.make_records(batch, probs)
                         writer.write(recs)

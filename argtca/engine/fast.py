@@ -179,7 +179,6 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
         self.asynchronous = on_cuda
-        self.jacobian_share = None   # set for the ranks of a multi-GPU run (engine/jacobian.py)
         self.forget_dataset()
 
     def forget_dataset(self) -> None:

@@ -210,11 +210,11 @@ class TestTimeTrainer:
                        f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
                        file=sys.stdout)
             t0 = time.time()
-            from argtca.engine.auto import host_threads
+            from argtca.engine.auto import loop_threads
             from argtca.engine.pipeline import predictions
             try:
                 # one batch in flight on the device while the last one's records are written
-                with host_threads(int(cfg.DATALOADER.get("MAIN_THREADS", 0))):
+                with loop_threads(cfg):
                     self._loop(predictions(self.engine, loader), writer, records, running, bar)
             finally:
                 writer.close()

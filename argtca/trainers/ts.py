@@ -211,12 +211,12 @@ class TemperatureScaled:
                                     self.batch_images if method else 1, self.device,
                                     int(self.cfg.DATALOADER.NUM_WORKERS),
                                     int(self.cfg.DATALOADER.PREFETCH))
-        from argtca.engine.auto import host_threads
+        from argtca.engine.auto import loop_threads
         captured: List[torch.Tensor] = []
         labels: List[int] = []
         self.objective.capture = captured
         try:   # the test loop's thread rule (DATALOADER.MAIN_THREADS) for this loop too
-            with host_threads(int(self.cfg.DATALOADER.get("MAIN_THREADS", 0))):
+            with loop_threads(self.cfg):
                 for batch in loader:
                     engine(batch["views"], batch["path"])
                     labels.extend(int(y) for y in batch["label"])
