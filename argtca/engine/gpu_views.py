@@ -22,7 +22,9 @@ for every geometric op, then one mixing + normalising pass; 1.24 ms of H200 GPU 
 :mod:`argtca.engine._gpu_views_reference`, took 2.27 ms; ``scripts/bench_gpu_views.py``).
 
 What the loader workers ship (view 0, canvas, parameters) is made in
-:mod:`argtca.engine.gpu_views_host` (re-exported here). Entry point for the trainer loop: :func:`build_views_loader` returns an iterable of batches
+:mod:`argtca.engine.gpu_views_host` (re-exported here).
+
+Entry point for the trainer loop: :func:`build_views_loader` returns an iterable of batches
 ``{"index", "label", "path", "views"}`` for either path, with ``views`` already on the device
 (copied one batch ahead on a side stream when the device is CUDA).
 """
