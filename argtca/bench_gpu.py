@@ -222,6 +222,7 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
                "loop_img_per_s": round(s["n"] / loop, 2),
                "end_to_end_img_per_s": round(s["n"] / r["wall_s"], 2),
                "accuracy": s["accuracy"], "ece": s["ece"], "engine": s["engine"],
+               "timing": s.get("timing"),
                "log_tail": [ln for ln in r["log"].splitlines() if "argtca:" in ln][:6]}
         if first is None:
             first = (row, recs)

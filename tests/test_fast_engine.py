@@ -286,6 +286,13 @@ def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch, grad):
     assert two["n"] == one["n"] == 7
     assert abs(two["accuracy"] - one["accuracy"]) < 1e-9 and abs(two["ece"] - one["ece"]) < 1e-4
     assert not list((tmp_path / "two").glob("records.rank*"))
+    # the timeline: one process's, and each rank's own (4 + 3 images, batches of 2)
+    assert one["timing"]["loop_s"] == one["seconds_this_session"]
+    assert 0 <= one["timing"]["prepare_s"] <= one["timing"]["first_batch_s"] <= one["timing"]["loop_s"]
+    ranks = two["timing"]["ranks"]
+    assert [(r["rank"], r["images"]) for r in ranks] == [(0, 4), (1, 3)]
+    assert all(r["loop_s"] <= two["timing"]["loop_s"] and r["first_batch_s"] <= r["loop_s"]
+               and r["steady_img_per_s"] > 0 for r in ranks)
 
 
 def test_text_calls_are_balanced(tiny_clip):

@@ -50,6 +50,19 @@ def test_one_batch_in_flight_in_order():
                        ("submit", 2), ("result", 1), ("result", 2)]
 
 
+def test_the_timeline_counts_the_batches():
+    from argtca.engine.pipeline import loop_timing
+    clock = {}
+    list(predictions(_Engine(asynchronous=True), _batches(3), clock))
+    assert (clock["images_first"], clock["images"]) == (1, 3)       # 1 row of probs per batch
+    assert 0 <= clock["prepare"] <= clock["first_s"] <= clock["last_s"]
+    # 400 images after the first batch of 16 in 4 s: 100 img/s
+    got = loop_timing({"prepare": 0.514, "first_s": 2.0, "last_s": 6.0, "images_first": 16,
+                       "images": 416})
+    assert got == {"prepare_s": 0.51, "first_batch_s": 2.0, "steady_img_per_s": 100.0}
+    assert loop_timing({"prepare": 0.0, "images": 0}) == {"prepare_s": 0.0}   # nothing ran
+
+
 def test_synchronous_engines_run_one_batch_at_a_time():
     eng = _Engine(asynchronous=False)
     list(predictions(eng, _batches(2)))

@@ -55,6 +55,9 @@ def test_each_method_end_to_end(data, tmp_path, capsys, method):
     acc = 100 * sum(r["pred"] == r["label"] for r in recs) / 6
     assert abs(s["accuracy"] - acc) < 1e-9
     assert f"* accuracy: {acc:.2f}%" in printed
+    t = s["timing"]   # the loop's timeline, on the console too
+    assert t["loop_s"] == s["seconds_this_session"] and t["first_batch_s"] <= t["loop_s"]
+    assert f"* time: 6 images in {t['loop_s']:.1f} s" in printed
     for r in recs:
         assert 0 < r["conf"] <= 1 and 0 <= r["p_label"] <= r["conf"] + 1e-9
     if method == "argtca":

@@ -163,6 +163,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
             trainer.build_model()
         t0 = time.time()
         share_jacobian(getattr(trainer, "engine", None), rank, world, bool(mine), trainer.device)
+        clock = {}
         if mine:
             loader = build_views_loader(trainer.run_cfg, trainer.dataset, int(cfg.SEED), mine,
                                         trainer.batch_images, trainer.device,
@@ -176,15 +177,22 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
             from argtca.engine.pipeline import predictions
             try:
                 with loop_threads(cfg):
-                    for batch, probs in predictions(trainer.engine, loader):   # one in flight
+                    for batch, probs in predictions(trainer.engine, loader, clock):  # one in flight
                         recs = trainer.make_records(batch, probs)
                         writer.write(recs)
                         bar.update(len(recs))
             finally:
                 writer.close()
                 bar.close()
+        mine_s = time.time() - t0
         _barrier()
         elapsed = time.time() - t0
+        # each rank's timeline (its own loop, then waiting for the slowest rank) for the summary
+        from argtca.engine.pipeline import loop_timing
+        ranks = [None] * world
+        dist.all_gather_object(ranks, dict(loop_timing(clock), loop_s=round(mine_s, 2),
+                                           images=len(mine), rank=rank))
+        timing = {"loop_s": round(elapsed, 2), "ranks": ranks}
         result = [None]
         if rank == 0:
             try:
@@ -193,7 +201,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
                 if missing:
                     raise RuntimeError(f"{missing} of {n_total} images have no record after the "
                                        f"distributed run in {out_dir}; run again to finish them")
-                summary = trainer.finish(out_dir, records, fp, elapsed, len(todo))
+                summary = trainer.finish(out_dir, records, fp, elapsed, len(todo), timing)
                 result[0] = dict(summary, world_size=world)
             except Exception as e:  # tell the other ranks instead of leaving them waiting
                 result[0] = {"error": f"{type(e).__name__}: {e}"}

@@ -24,11 +24,15 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
     ``seconds`` (optional dict) accumulates where the host thread spent the loop: ``prepare``
     (per-dataset work), ``loader`` (next batch: waiting for workers, copies, GPU views queued),
     ``submit`` (queueing the engine's work) and ``result`` (waiting for and checking a batch);
-    what the caller does with each yielded batch (records) is the rest."""
+    what the caller does with each yielded batch (records) is the rest. It also gets the
+    timeline that :func:`loop_timing` summarises: ``first_s`` / ``last_s`` (seconds from the
+    start to the first / last batch's probabilities), ``images_first`` and ``images``."""
     clock = seconds if seconds is not None else {}
     for k in ("prepare", "loader", "submit", "result"):
         clock.setdefault(k, 0.0)
+    clock.setdefault("images", 0)
     now = time.perf_counter
+    start = now()
     it = iter(loader)                        # the loader's workers start here
     prepare = getattr(engine, "prepare", None)
     if prepare is not None:
@@ -41,7 +45,13 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
     def finish(job):
         t = now()
         probs = job.result()
-        clock["result"] += now() - t
+        t1 = now()
+        clock["result"] += t1 - t
+        n = int(probs.shape[0])
+        if "first_s" not in clock:
+            clock["first_s"], clock["images_first"] = t1 - start, n
+        clock["last_s"] = t1 - start
+        clock["images"] += n
         return probs
 
     while True:
@@ -66,3 +76,17 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
             pending = (batch, job)
         else:
             yield batch, finish(job)
+
+
+def loop_timing(seconds: Dict[str, float]) -> Dict[str, float]:
+    """A test loop's timeline from :func:`predictions`' ``seconds``: the once-per-dataset work
+    (``prepare_s``), when the first batch was done (``first_batch_s``: loader start, preparation,
+    the first batch's views and tuning) and the rate after it (``steady_img_per_s``), rounded."""
+    out = {"prepare_s": round(float(seconds.get("prepare", 0.0)), 2)}
+    if "first_s" in seconds:
+        out["first_batch_s"] = round(float(seconds["first_s"]), 2)
+        rest = int(seconds["images"]) - int(seconds["images_first"])
+        span = float(seconds["last_s"]) - float(seconds["first_s"])
+        if rest > 0 and span > 0:
+            out["steady_img_per_s"] = round(rest / span, 2)
+    return out

@@ -30,6 +30,21 @@ def set_random_seed(seed: int) -> None:
     torch.manual_seed(seed)
 
 
+def timing_line(timing: Dict[str, object], n: int) -> str:
+    """One line of a loop's ``timing`` (:meth:`TestTimeTrainer.finish`) over ``n`` images."""
+    loop = float(timing.get("loop_s", 0.0))
+    parts = [f"{n} images in {loop:.1f} s, {n / loop:.1f} img/s" if loop > 0 else f"{n} images"]
+    inner = [f"{k} {timing[k + '_s']:.1f} s" for k in ("prepare", "first_batch")
+             if k + "_s" in timing]
+    if "steady_img_per_s" in timing:
+        inner.append(f"then {timing['steady_img_per_s']:.1f} img/s")
+    if inner:
+        parts.append("(" + ", ".join(inner).replace("first_batch", "first batch done at") + ")")
+    if timing.get("ranks"):
+        parts.append(f"over {len(timing['ranks'])} ranks")
+    return " ".join(parts)
+
+
 def default_output_dir(cfg, method: str, dataset_key: str, selector: Optional[str] = None) -> str:
     parts = ["output", method, dataset_key] + ([selector] if selector else []) + [f"seed{cfg.SEED}"]
     return os.path.join(*parts)
@@ -211,18 +226,21 @@ class TestTimeTrainer:
                        file=sys.stdout)
             t0 = time.time()
             from argtca.engine.auto import loop_threads
-            from argtca.engine.pipeline import predictions
+            from argtca.engine.pipeline import loop_timing, predictions
+            clock = {}
             try:
                 # one batch in flight on the device while the last one's records are written
                 with loop_threads(cfg):
-                    self._loop(predictions(self.engine, loader), writer, records, running, bar)
+                    self._loop(predictions(self.engine, loader, clock), writer, records, running,
+                               bar)
             finally:
                 writer.close()
                 bar.close()
             elapsed = time.time() - t0
+            timing = dict(loop_timing(clock), loop_s=round(elapsed, 2))
         else:
-            elapsed = 0.0
-        return self.finish(out_dir, records, fp, elapsed, len(todo))
+            elapsed, timing = 0.0, None
+        return self.finish(out_dir, records, fp, elapsed, len(todo), timing)
 
     def _loop(self, results, writer, records, running, bar) -> None:
         """Record every (batch, probabilities) of the test loop as it comes."""
@@ -253,7 +271,11 @@ class TestTimeTrainer:
                         "brier": float(((probs[j] - onehot) ** 2).sum())})
         return out
 
-    def finish(self, out_dir, records, fp, elapsed, n_new) -> Dict[str, object]:
+    def finish(self, out_dir, records, fp, elapsed, n_new,
+               timing: Optional[Dict[str, object]] = None) -> Dict[str, object]:
+        """Metrics of ``records``, ``summary.json`` and the result block. ``timing``: this
+        session's loop timeline (:func:`argtca.engine.pipeline.loop_timing` plus ``loop_s``; a
+        torchrun job adds ``ranks``, one per rank), stored as ``summary["timing"]``."""
         from argtca.metrics import compute_metrics
         records = sorted(records, key=lambda r: r["index"])
         m = compute_metrics([r["conf"] for r in records], [r["pred"] for r in records],
@@ -275,10 +297,14 @@ class TestTimeTrainer:
             "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
             "seconds_this_session": round(elapsed, 2), "images_this_session": n_new,
         }
+        if timing:
+            summary["timing"] = timing
         write_json(os.path.join(out_dir, "summary.json"), summary)
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
                  f"* mce: {m['mce']:.2f}%"]
+        if timing and n_new:
+            lines.append(f"* time: {timing_line(timing, n_new)}")
         header = f"{self.display_label} on {self.dataset.name}, seed {self.cfg.SEED}"
         self.log_result(out_dir, header, lines)
         return summary
@@ -288,6 +314,7 @@ class TestTimeTrainer:
         block appended to ``<out_dir>/log.txt``, where CoOp's ``parse_test_res.py --test-log``
         looks for it. Under Dassl (argtca.dassl_plugin) Dassl's logger owns log.txt and this is
         replaced by a print through it."""
-        print("\n".join(lines[:4] + [f"* output: {out_dir}"]))
+        print("\n".join(lines[:4] + [ln for ln in lines if ln.startswith("* time:")]
+                        + [f"* output: {out_dir}"]))
         with open(os.path.join(out_dir, "log.txt"), "a") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {header}\n" + "\n".join(lines) + "\n")

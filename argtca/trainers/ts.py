@@ -224,8 +224,8 @@ class TemperatureScaled:
             self.objective.capture = None
         return torch.cat([c.reshape(-1, c.shape[-1]) for c in captured]), torch.tensor(labels)
 
-    def finish(self, out_dir, records, fp, elapsed, n_new):
-        summary = super().finish(out_dir, records, fp, elapsed, n_new)
+    def finish(self, out_dir, records, fp, elapsed, n_new, timing=None):
+        summary = super().finish(out_dir, records, fp, elapsed, n_new, timing)
         info = getattr(self, "ts_info", None)
         if info is None:   # resumed with nothing left to run: the cached fit
             path = os.path.join(out_dir, "temperature.json")
