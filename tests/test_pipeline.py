@@ -95,3 +95,46 @@ def test_fast_submit_equals_call(tiny_clip, one_thread):
     views = _views(12, B=3)
     fast.prepare()
     assert torch.allclose(fast.submit(views).result(), fast(views).float(), atol=1e-6)
+
+
+def _tiny_trainer(tmp_path, workers):
+    from argtca.bench_data import make_synthetic_coop
+    from argtca.registry import TRAINER_REGISTRY
+    import argtca.trainers  # noqa: F401
+    make_synthetic_coop(str(tmp_path / "data"), n_images=6, n_classes=3, pool=6, size=(48, 36))
+    cfg = tiny_cfg(**{"TRAINER.NAME": "TPT", "DATASET.NAME": "Caltech101",
+                      "DATASET.ROOT": str(tmp_path / "data"), "OUTPUT_DIR": str(tmp_path / "out"),
+                      "TTA.N_VIEWS": 4, "TTA.ENGINE": "fast", "TTA.BATCH_IMAGES": 2,
+                      "DATALOADER.NUM_WORKERS": workers})
+    cfg.freeze()
+    return TRAINER_REGISTRY.get("TPT")(cfg)
+
+
+def test_loader_workers_start_at_start_and_continue(tmp_path):
+    """start() forks the workers at once (not at the first next()); iterating afterwards goes on
+    from them: every image once, in order. A plain iter() also starts them at once."""
+    import multiprocessing as mp
+    tr = _tiny_trainer(tmp_path, workers=2)
+    before = len(mp.active_children())
+    ld = tr.views_loader([0, 1, 2, 3, 4]).start()
+    assert len(mp.active_children()) == before + 2               # forked, nothing asked yet
+    assert [int(i) for b in ld for i in b["index"]] == [0, 1, 2, 3, 4]
+    ld2 = tr.views_loader([5])
+    it = iter(ld2)
+    assert len(mp.active_children()) == before + 4
+    assert [int(i) for b in it for i in b["index"]] == [5]
+
+
+def test_the_trainer_starts_the_workers_before_it_builds_the_model(tmp_path, monkeypatch):
+    import multiprocessing as mp
+    tr = _tiny_trainer(tmp_path, workers=2)
+    seen = []
+    build = type(tr).build_model
+
+    def build_model(self):
+        seen.append(len(mp.active_children()))   # the loader's 2 workers are up already
+        build(self)
+    monkeypatch.setattr(type(tr), "build_model", build_model)
+    before = len(mp.active_children())
+    s = tr.test()
+    assert seen == [before + 2] and s["n"] == 6

@@ -386,7 +386,12 @@ class CheckedLoader(DataLoader):
     one-line message) in the iterating process."""
 
     def __iter__(self):
-        for batch in super().__iter__():
+        # not a generator function: the workers start here, at iter(), not at the first next()
+        return self._checked(super().__iter__())
+
+    @staticmethod
+    def _checked(it):
+        for batch in it:
             if isinstance(batch, LoadFailure):
                 raise DataError(batch.message)
             yield batch

@@ -114,7 +114,6 @@ def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> b
 def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     """Run ``trainer``'s evaluation sharded over the torchrun ranks; returns the summary (every
     rank gets rank 0's). Works with any :class:`~argtca.trainers.base.TestTimeTrainer`."""
-    from argtca.engine.gpu_views import build_views_loader
     from argtca.trainers.base import set_random_seed
     from tqdm import tqdm
 
@@ -155,20 +154,22 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         n_total = len(trainer.dataset.test)
         todo = [i for i in range(n_total) if i not in done]
         mine = shard_indices(todo, rank, world)
-        # rank 0 first: a method's preparation (ArgTCA's Phase 1) may write a cache others read
-        if trainer.model is None and rank == 0:
-            trainer.build_model()
-        _barrier()
+        # the workers start before the model is built (TestTimeTrainer._test_in says why)
+        loader = trainer.views_loader(mine).start() if mine else None
         if trainer.model is None:
-            trainer.build_model()
+            # a method whose preparation writes what the others read (ArgTCA's Phase-1 cache,
+            # a fitted temperature) builds on rank 0 first; the others build at once
+            if trainer.shared_build and rank == 0:
+                trainer.build_model()
+            if trainer.shared_build:
+                _barrier()
+            if trainer.model is None:
+                trainer.build_model()
+        _barrier()   # every rank built: the loop's time counts no other rank's build
         t0 = time.time()
         share_jacobian(getattr(trainer, "engine", None), rank, world, bool(mine), trainer.device)
         clock = {}
         if mine:
-            loader = build_views_loader(trainer.run_cfg, trainer.dataset, int(cfg.SEED), mine,
-                                        trainer.batch_images, trainer.device,
-                                        int(cfg.DATALOADER.NUM_WORKERS),
-                                        int(cfg.DATALOADER.PREFETCH))
             writer = RecordWriter(os.path.join(out_dir, f"records.rank{rank}.jsonl"))
             bar = tqdm(total=len(mine), desc=f"{trainer.display_label} {trainer.dataset.name} "
                        f"[rank 0 of {world}]", disable=not (cfg.VERBOSE and rank == 0),

@@ -382,6 +382,7 @@ class ViewsLoader:
         self.overlap = bool(overlap) and maker is not None
         # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
         self.seconds = {"workers": 0.0, "views": 0.0}
+        self._started = None   # the DataLoader's iterator once start() ran
 
     def __len__(self) -> int:
         return len(self.loader)
@@ -410,8 +411,22 @@ class ViewsLoader:
         finally:
             self.seconds["workers"] += time.perf_counter() - t
 
+    def start(self) -> "ViewsLoader":
+        """Start the DataLoader's workers now (they fork and begin on their first batches); the
+        next ``iter()`` continues from them. The test loop calls it before the model is built:
+        the workers then fork from a small process without a CUDA context, and make their
+        first batches while the model loads and the per-dataset work runs."""
+        if self._started is None:
+            self._started = iter(self.loader)
+        return self
+
     def __iter__(self) -> Iterator[Dict[str, Any]]:
-        it = iter(self.loader)
+        # not a generator function: the workers start at iter() (before the engine's per-dataset
+        # work, which their start then overlaps), not at the first next()
+        it, self._started = self._started, None
+        return self._batches(iter(self.loader) if it is None else it)
+
+    def _batches(self, it) -> Iterator[Dict[str, Any]]:
         if self.device.type != "cuda":
             while True:
                 try:

@@ -173,7 +173,7 @@ def _os_error(e: OSError, path: str) -> OSError:
 def write_json(path: str, obj, **dump_kwargs) -> None:
     """Atomic JSON write (temp file + rename): a killed run never leaves a half-written file."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = path + ".tmp"
+    tmp = f"{path}.{os.getpid()}.tmp"   # one per process: ranks writing the same file never mix
     try:
         with open(tmp, "w") as f:
             json.dump(obj, f, indent=1, **dump_kwargs)

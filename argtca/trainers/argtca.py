@@ -12,6 +12,7 @@ from argtca.trainers.methods import TCA
 @TRAINER_REGISTRY.register()
 class ArgTCA(TCA):
     method, label, objective_name = "argtca", "ArgTCA", "tca"
+    shared_build = True   # Phase 1's graph cache: rank 0 trains it, the others read it
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)

@@ -68,6 +68,9 @@ class TestTimeTrainer:
     label = "TPT"
     objective_name = "tpt"
     tunes = True
+    # build_model writes files other torchrun ranks read (ArgTCA's Phase-1 cache, a fitted
+    # temperature): rank 0 builds first, the others after it; else every rank builds at once
+    shared_build = False
 
     def __init__(self, cfg, dataset=None, device=None):
         self.cfg = cfg
@@ -212,14 +215,11 @@ class TestTimeTrainer:
         for r in sorted(records, key=lambda r: r["index"]):
             running.update([r["conf"]], [r["pred"] == r["label"]])
         if todo:
+            # the loader's workers start first: they fork from a process without the model or a
+            # CUDA context and make their first batches while the model is built
+            loader = self.views_loader(todo).start()
             if self.model is None:
                 self.build_model()
-            from argtca.engine.gpu_views import build_views_loader
-            # TTA.VIEWS_DEVICE "cpu": TPT's exact PIL views; "gpu": the same transforms on the device
-            loader = build_views_loader(self.run_cfg, self.dataset, int(cfg.SEED), todo,
-                                        self.batch_images, self.device,
-                                        int(cfg.DATALOADER.NUM_WORKERS),
-                                        int(cfg.DATALOADER.PREFETCH))
             writer = RecordWriter(rec_path)
             bar = tqdm(total=n_total, initial=len(done), desc=f"{self.display_label} "
                        f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
@@ -241,6 +241,16 @@ class TestTimeTrainer:
         else:
             elapsed, timing = 0.0, None
         return self.finish(out_dir, records, fp, elapsed, len(todo), timing)
+
+    def views_loader(self, indices: List[int]):
+        """The test loop's loader over ``indices`` of the test set. ``TTA.VIEWS_DEVICE`` "cpu":
+        TPT's exact PIL views; "cpu-fast": the same draws, faster ops; "gpu": the same transforms
+        on the device (argtca/engine/gpu_views.py)."""
+        from argtca.engine.gpu_views import build_views_loader
+        cfg = self.cfg
+        return build_views_loader(self.run_cfg, self.dataset, int(cfg.SEED), indices,
+                                  self.batch_images, self.device, int(cfg.DATALOADER.NUM_WORKERS),
+                                  int(cfg.DATALOADER.PREFETCH))
 
     def _loop(self, results, writer, records, running, bar) -> None:
         """Record every (batch, probabilities) of the test loop as it comes."""

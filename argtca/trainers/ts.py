@@ -97,6 +97,7 @@ class TemperatureScaled:
     """Mix-in: ``base_node`` names the base method's config node (its prompts/objective keys)."""
 
     base_node = ""
+    shared_build = True   # temperature.json: rank 0 fits T, the others read it
 
     @property
     def node(self):
