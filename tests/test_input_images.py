@@ -5,7 +5,9 @@ import io
 import json
 import os
 import struct
+import time
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -294,3 +296,34 @@ def test_cli_truncated_image_is_one_line_and_keeps_finished_work(tmp_path, capsy
     assert err.count("\n") == 0 and f"cannot read image {bad}" in err and "truncated" in err
     recs = [json.loads(line) for line in (out / "records.jsonl").read_text().splitlines()]
     assert [r["index"] for r in recs] == [0, 1, 2, 3, 4]
+
+
+def test_cached_headers_are_checked_in_one_thread_slow_files_in_many(tmp_path, monkeypatch):
+    """Header checks of files that answer at once stay in the calling thread (threads only
+    contend for the GIL there); when the first files are slow (a cold disk), the rest go to the
+    pool. Either way every file is checked and the bad ones named."""
+    import argtca.datasets.images as images
+    f = _bad_files(tmp_path)
+    items = [Datum(str(f["good"]), 0, "a")] * 99 + [Datum(str(f["empty"]), 0, "a")]
+    pools = []
+
+    class Pool(ThreadPoolExecutor):
+        def __init__(self, n):
+            pools.append(n)
+            super().__init__(n)
+    monkeypatch.setattr(images, "ThreadPoolExecutor", Pool)
+    with pytest.raises(DataError, match=r"^1 of 100 images"):
+        check_images(items, "test split", "header", threads=8)
+    assert pools == []                           # cached: no thread pool
+    real, checked = images.image_problem, []
+
+    def slow(p, decode=False):                   # 1 ms a file, as on a cold disk
+        checked.append(p)
+        time.sleep(1e-3)
+        return real(p, decode)
+    monkeypatch.setattr(images, "image_problem", slow)
+    with pytest.raises(DataError, match=r"^1 of 100 images"):
+        check_images(items, "test split", "header", threads=8)
+    assert pools == [8] and len(checked) == 100  # 64 here, then 36 in the pool
+    check_images(items[:1], "test split", "decode", threads=8)
+    assert pools == [8]                          # one file: one thread

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 import zlib
 from concurrent.futures import ThreadPoolExecutor
 from typing import List, Optional, Sequence, Tuple
@@ -155,6 +156,12 @@ def image_problem(path: str, decode: bool = False) -> Optional[str]:
     return None
 
 
+# check_images: files checked in the calling thread first, and the time per file under which the
+# rest are checked there too (a cached header: ~35 us on a dev box; a cold disk: milliseconds)
+SERIAL_PROBE_FILES = 64
+SERIAL_SECONDS_PER_FILE = 5e-4
+
+
 def check_images(items: Sequence[Datum], what: str, mode: str = "header",
                  threads: int = 16) -> None:
     """Check every file of ``items`` (``mode`` in :data:`CHECK_MODES`); one :class:`DataError`
@@ -167,11 +174,20 @@ def check_images(items: Sequence[Datum], what: str, mode: str = "header",
     paths = [d.impath for d in items]
     decode = mode == "decode"
     n = max(1, min(int(threads), len(paths)))
-    if n == 1:
-        problems = [image_problem(p, decode) for p in paths]
-    else:
+    # a header check of cached files is bound by Python: threads then only contend for the GIL
+    # (4096 cached JPEGs: 0.14 s in one thread, 0.60 s in 16); they pay when the files wait on a
+    # disk or a network file system, and always for decoding (Pillow's decoder releases the GIL).
+    # The first files, checked in this thread, say which case this is.
+    head = 0 if decode or n == 1 else min(len(paths), SERIAL_PROBE_FILES)
+    t = time.perf_counter()
+    problems = [image_problem(p, decode) for p in paths[:head]]
+    serial = n == 1 or (head and time.perf_counter() - t <= head * SERIAL_SECONDS_PER_FILE)
+    rest = paths[head:]
+    if serial:
+        problems += [image_problem(p, decode) for p in rest]
+    elif rest:
         with ThreadPoolExecutor(n) as pool:
-            problems = list(pool.map(lambda p: image_problem(p, decode), paths, chunksize=64))
+            problems += list(pool.map(lambda p: image_problem(p, decode), rest, chunksize=64))
     bad: List[Tuple[str, str]] = [(p, why) for p, why in zip(paths, problems) if why]
     if bad:
         shown = "; ".join(f"{p} ({why})" for p, why in bad[:3])
