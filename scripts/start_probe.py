@@ -14,6 +14,7 @@ Usage: python scripts/start_probe.py OUT [N_IMAGES] [K] [B] [-- KEY VALUE ...]
 """
 from __future__ import annotations
 
+import gc
 import json
 import os
 import sys
@@ -64,6 +65,9 @@ def main() -> None:
             torch.cuda.synchronize(dev)
 
     def loader():
+        # the workers fork from this process, which holds CUDA tensors: collect the garbage
+        # first, or a worker's collector frees an inherited CUDA tensor and aborts
+        gc.collect()
         return build_views_loader(tr.run_cfg, tr.dataset, int(cfg.SEED), todo, tr.batch_images,
                                   dev, int(cfg.DATALOADER.NUM_WORKERS),
                                   int(cfg.DATALOADER.PREFETCH))
@@ -112,7 +116,7 @@ def main() -> None:
             for i, (batch, probs) in enumerate(predictions(eng, ld, clock)):
                 if i + 1 >= B:
                     break
-        del eng.submit
+        del eng.submit, batch, probs
         sync()
         res[phase] = {"prepare_s": round(clock["prepare"], 3), "batches": rows[:B]}
         print(json.dumps({phase: res[phase]}), flush=True)
