@@ -271,7 +271,8 @@ def parse_args(argv=None):
                    help="prefix sharing in the text tower (exact)")
     p.add_argument("--compile-mode", default="", help="torch.compile mode of the image tower")
     p.add_argument("--compile-text", action="store_true",
-                   help="torch.compile the text tower (final pass and recompute passes)")
+                   help="torch.compile the text tower (final pass, recompute passes and the "
+                   "Jacobian's tangent pass, all compiled in the warm-up)")
     p.add_argument("--text-attention", default="",
                    help="text tower attention: split | default | math | efficient | flash | cudnn "
                    "(empty: the engine's default, split with prefix sharing)")
@@ -384,7 +385,8 @@ def main(argv=None) -> int:
 
     engine_kw = {"grad_mode": args.grad_mode, "compile_image": args.compile == "on",
                  "text_attention": args.text_attention, "compile_text": args.compile_text,
-                 "compile_text_grad": args.compile_text, "half_image": args.half_image == "on",
+                 "compile_text_grad": args.compile_text, "compile_jacobian": args.compile_text,
+                 "half_image": args.half_image == "on",
                  "prefix_share": args.prefix == "on", "compile_mode": args.compile_mode or None}
     for K in args.classes:
         scale = args.large_scale if K >= 1000 else 1.0

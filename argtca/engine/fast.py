@@ -44,6 +44,9 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
 * ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
   ``recompute`` mode (forward and backward compiled). The kept θ0 graph of ``vjp``/``loop`` is
   never compiled (it is differentiated many times).
+* ``compile_jacobian`` (``ARGTCA_COMPILE_JACOBIAN``, off): the tangent pass that builds the
+  Jacobian at θ0 (grad mode ``jacobian``), block by block. Not implied by ``compile``: built once
+  per dataset, it costs more to compile than it saves (BENCHMARKS.md round 6).
 * ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``auto`` by default — ``jacobian`` on CUDA with one step
   and ≥ n·W test images (``n_images``) when Jᵀ fits, else ``recompute`` when ``compile_text_grad``
   is on, ``vjp`` otherwise (the fastest combinations measured, BENCHMARKS.md round 3).
@@ -103,7 +106,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                  compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None,
                  half_image: Optional[bool] = None, prefix_share: Optional[bool] = None,
                  n_images: Optional[int] = None, lean_image: Optional[bool] = None,
-                 compile_mode: Optional[str] = None):
+                 compile_mode: Optional[str] = None,
+                 compile_jacobian: Optional[bool] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         if compile is None:
@@ -124,9 +128,13 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         if prefix_share is None:
             prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
-        # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN; default: with
-        # the text tower's compilation)
-        self.compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", self.compile_text) and on_cuda
+        # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN): off unless
+        # asked, also when the towers compile. Jᵀ is built once per dataset and its compilation
+        # costs more than it saves there (an H200: ~45 s to save 1.6 s at K=101, ~43 s to save
+        # 24 s at K=1000, BENCHMARKS.md round 6); it pays only from a warm Inductor cache
+        if compile_jacobian is None:
+            compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", False)
+        self.compile_jacobian = bool(compile_jacobian) and on_cuda
         # the per-batch product cot @ Jᵀ on TF32 tensor cores (ARGTCA_JACOBIAN_TF32, on; CUDA)
         self.jacobian_tf32 = _env_flag("ARGTCA_JACOBIAN_TF32", True) and on_cuda
         grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "auto").lower()
