@@ -115,7 +115,7 @@ _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's G
 _C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
                                 # at a time) or "fast" (batched; equals the reference on CPU to 1e-5)
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
-_C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off"; ~60 s
+_C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off"; ~63 s
                                 # to compile); "auto": on when the run is long enough to pay it back
                                 # (argtca/engine/auto.py; the choice is logged). True/False = on/off
 

@@ -33,11 +33,13 @@ def test_auto_engine_is_fast_on_cuda_reference_on_cpu():
 
 
 def test_compile_auto_pays_only_for_long_gpu_view_runs():
-    # break-even = COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 60 / 0.005 = 12000 images
-    short, _ = _resolved("cuda", 11999, **{"TTA.VIEWS_DEVICE": "gpu"})
-    long_, lines = _resolved("cuda", 12001, **{"TTA.VIEWS_DEVICE": "gpu"})
+    # break-even = COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 63 / 0.0011 = 57272.7 images
+    short, _ = _resolved("cuda", 57272, **{"TTA.VIEWS_DEVICE": "gpu"})
+    long_, lines = _resolved("cuda", 57273, **{"TTA.VIEWS_DEVICE": "gpu"})
     assert (short.TTA.COMPILE, long_.TTA.COMPILE) == ("off", "on")
-    assert any("12001 images" in line and "-> on" in line for line in lines)
+    assert any("57273 images x ~1.1 ms saved > ~63 s" in line and "-> on" in line for line in lines)
+    food101, _ = _resolved("cuda", 30300, **{"TTA.VIEWS_DEVICE": "gpu"})   # eager: ~30 s faster
+    assert food101.TTA.COMPILE == "off"
     cpu_views, lines = _resolved("cuda", 10 ** 6)            # CPU views bound the speed
     assert cpu_views.TTA.COMPILE == "off" and any("CPU" in line for line in lines)
     forced, _ = _resolved("cuda", 5, **{"TTA.COMPILE": "on"})

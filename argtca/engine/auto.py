@@ -27,10 +27,13 @@ import os
 from typing import Iterator, List, Tuple
 
 # estimates (H200, ViT-B/16, K~100, GPU views; BENCHMARKS.md): compiling the image and text towers
-# takes ~60 s per dataset and saves ~5 ms of engine time per image (image tower 9.9 -> 5.8 ms,
-# text passes ~1 ms); it never pays below COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 12000 images.
-COMPILE_SECONDS = 60.0
-SAVED_SECONDS_PER_IMAGE = 5e-3
+# adds ~63 s to a run and saves ~1.1 ms per image (the CLI's defaults, K=101, 4096 images, one
+# H200, BENCHMARKS.md round 6: eager 127.3 img/s steady, first batch at 4.7 s; compiled 148.2,
+# first batch at 64.3 s); it never pays below COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 57,000
+# images. (Rounds 1-5 estimated 60 s and 5 ms, i.e. 12,000 images, from the bench's eager tower
+# before the fp16 lean tower: Food101's 30,300 images would have compiled and lost ~30 s.)
+COMPILE_SECONDS = 63.0
+SAVED_SECONDS_PER_IMAGE = 1.1e-3
 MAX_AUTO_WORKERS = 16
 
 
@@ -107,7 +110,7 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
             if views != "gpu":
                 why = f"views made on the CPU ({views}) bound the speed, compiling saves nothing"
             else:
-                why = (f"{n_images} images x ~{SAVED_SECONDS_PER_IMAGE * 1e3:.0f} ms saved "
+                why = (f"{n_images} images x ~{SAVED_SECONDS_PER_IMAGE * 1e3:.1f} ms saved "
                        f"{'>' if comp == 'on' else '<='} ~{COMPILE_SECONDS:.0f} s of compilation")
         changes[("TTA", "COMPILE")] = comp
         lines.append(f"TTA.COMPILE auto -> {comp} ({why})")

@@ -37,7 +37,7 @@ Speed knobs that never change results beyond float reordering (constructor keywo
 back to an environment variable; measured with ``python -m argtca.bench``, see BENCHMARKS.md):
 
 * ``compile`` (``ARGTCA_COMPILE``): default for the three ``torch.compile`` switches below. Off by
-  default here; ``TTA.COMPILE auto`` turns it on for runs long enough to pay its ~60 s per dataset
+  default here; ``TTA.COMPILE auto`` turns it on for runs long enough to pay its ~63 s per dataset
   (per shape) back (:mod:`argtca.engine.auto`).
 * ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower (~2x on an H200).
 * ``compile_text`` (``ARGTCA_COMPILE_TEXT``): the text tower's no-grad final pass (~2x).
@@ -130,7 +130,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
         # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN): off unless
         # asked, also when the towers compile. Jᵀ is built once per dataset and its compilation
-        # costs more than it saves there (an H200: ~45 s to save 1.6 s at K=101, ~43 s to save
+        # costs more than it saves there (an H200: ~25 s to save 1.6 s at K=101, ~43 s to save
         # 24 s at K=1000, BENCHMARKS.md round 6); it pays only from a warm Inductor cache
         if compile_jacobian is None:
             compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", False)
