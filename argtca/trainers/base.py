@@ -34,12 +34,11 @@ def timing_line(timing: Dict[str, object], n: int) -> str:
     """One line of a loop's ``timing`` (:meth:`TestTimeTrainer.finish`) over ``n`` images."""
     loop = float(timing.get("loop_s", 0.0))
     parts = [f"{n} images in {loop:.1f} s, {n / loop:.1f} img/s" if loop > 0 else f"{n} images"]
-    inner = [f"{k} {timing[k + '_s']:.1f} s" for k in ("prepare", "first_batch")
-             if k + "_s" in timing]
-    if "steady_img_per_s" in timing:
-        inner.append(f"then {timing['steady_img_per_s']:.1f} img/s")
+    labels = (("prepare_s", "prepare {:.1f} s"), ("first_batch_s", "first batch done at {:.1f} s"),
+              ("steady_img_per_s", "then {:.1f} img/s"))
+    inner = [text.format(float(timing[key])) for key, text in labels if key in timing]
     if inner:
-        parts.append("(" + ", ".join(inner).replace("first_batch", "first batch done at") + ")")
+        parts.append("(" + ", ".join(inner) + ")")
     if timing.get("ranks"):
         parts.append(f"over {len(timing['ranks'])} ranks")
     return " ".join(parts)
