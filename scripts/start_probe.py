@@ -56,7 +56,6 @@ def main() -> None:
            if dev.type == "cuda" else "cpu"}
     print(json.dumps(res), flush=True)
     from argtca.engine.auto import loop_threads
-    from argtca.engine.gpu_views import build_views_loader
     from argtca.engine.pipeline import predictions
     todo = list(range(len(tr.dataset.test)))
 
@@ -68,9 +67,7 @@ def main() -> None:
         # the workers fork from this process, which holds CUDA tensors: collect the garbage
         # first, or a worker's collector frees an inherited CUDA tensor and aborts
         gc.collect()
-        return build_views_loader(tr.run_cfg, tr.dataset, int(cfg.SEED), todo, tr.batch_images,
-                                  dev, int(cfg.DATALOADER.NUM_WORKERS),
-                                  int(cfg.DATALOADER.PREFETCH))
+        return tr.views_loader(todo)
 
     # 1. the loader alone
     with loop_threads(cfg):
