@@ -1,5 +1,5 @@
 """Where the host's time goes in the test loop (GPU views, fast engine): cProfile of the main
-thread over one bench pass. Usage: python scripts/profile_loop.py [N_IMAGES] [VIEWS]"""
+thread over one bench pass. Usage: [EAGER=1] python scripts/profile_loop.py [N_IMAGES] [VIEWS]"""
 import cProfile
 import os
 import pstats
@@ -14,7 +14,7 @@ def main():
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 768
     views = sys.argv[2] if len(sys.argv) > 2 else "gpu"
     args, dev, s = bench.script_setup(n)
-    on = dev.type == "cuda"
+    on = dev.type == "cuda" and os.environ.get("EAGER", "0") != "1"   # EAGER=1: the CLI's default
     kw = dict(compile_image=on, compile_text=on, grad_mode="jacobian")
     bench.warmup(s, kinds=("fast",), **kw)
     bench.run_pass(s, "fast", views, min(n, 128), **kw)          # loader/engine warm
