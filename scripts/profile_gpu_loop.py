@@ -45,7 +45,8 @@ def main():
     args, dev, s = bench.script_setup(n)
     data = s.data
     on = dev.type == "cuda"
-    kw = dict(compile_image=on, compile_text=on, grad_mode="jacobian")
+    comp = on and os.environ.get("EAGER", "0") != "1"   # EAGER=1: the CLI's default engine
+    kw = dict(compile_image=comp, compile_text=comp, grad_mode="jacobian")
     bench.warmup(s, kinds=("fast",), **kw)
     eng = s.engine("fast", **kw)
     from argtca.datasets import build_dataset
