@@ -161,6 +161,39 @@ def test_fast_image_tower_equals_open_clip_tower(tiny_clip):
     assert next(model.visual.parameters()).dtype == torch.float32   # the model is untouched
 
 
+def test_compiled_blocks_share_one_graph_and_equal_the_tower(tiny_clip):
+    """compile_blocks: every lean block runs through one compilation (one graph for all of
+    them, not one per block or one for the whole tower) and the outputs are the tower's."""
+    import torch._dynamo
+    from argtca.engine.towers import LeanBlock, compile_blocks, fast_image_tower
+    model, _ = tiny_clip
+    x = torch.randn(4, 3, 32, 32)
+    import copy
+    eager = fast_image_tower(model.visual, torch.float32)
+    blocks = eager.transformer.resblocks
+    g = torch.Generator().manual_seed(0)
+    for _ in range(2):   # three blocks with weights of their own
+        blk = copy.deepcopy(blocks[0])
+        with torch.no_grad():
+            for p in blk.parameters():
+                p.add_(0.05 * torch.randn(p.shape, generator=g))
+        blocks.append(blk)
+    assert len(blocks) == 3 and all(isinstance(b, LeanBlock) for b in blocks)
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = compile_blocks(copy.deepcopy(eager), backend="eager")
+    with torch.no_grad():
+        assert torch.allclose(compiled(x), eager(x), atol=1e-6)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+    assert not isinstance(compiled, torch._dynamo.eval_frame.OptimizedModule)   # not whole
+    assert len({id(b.__dict__["block_fn"]) for b in compiled.transformer.resblocks}) == 1
+    assert "block_fn" not in blocks[0].__dict__   # the compiled copy's blocks only
+    whole = compile_blocks(fast_image_tower(model.visual, torch.float32, lean_blocks=False),
+                           backend="eager")           # open_clip's blocks: the whole tower
+    assert isinstance(whole, torch._dynamo.eval_frame.OptimizedModule)
+    torch._dynamo.reset()
+
+
 @pytest.mark.parametrize("name", ["translate_x", "translate_y", "rotate"])
 def test_fast_ops_are_bit_identical_to_pil(name):
     from argtca.datasets.augmix import OpCall, apply_op, apply_op_fast

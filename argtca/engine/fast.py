@@ -178,8 +178,10 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         # torch.compile mode of the image tower (None = default; "max-autotune-no-cudagraphs"
         # lets Inductor autotune its matrix products with the bias/QuickGELU epilogues fused)
         self.compile_mode = compile_mode or os.environ.get("ARGTCA_COMPILE_MODE", "") or None
-        self._encode_image = (torch.compile(encode, dynamic=False, mode=self.compile_mode)
-                              if self.compile_image else encode)
+        if self.compile_image:   # block by block: one compilation serves the 12 blocks
+            from argtca.engine.towers import compile_blocks
+            encode = compile_blocks(encode, mode=self.compile_mode)
+        self._encode_image = encode
         compiled = (torch.compile(self.text.forward, dynamic=False)
                     if (self.compile_text or self.compile_text_grad) else None)
         self._encode_text = compiled if self.compile_text else self.text

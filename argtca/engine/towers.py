@@ -75,12 +75,31 @@ class LeanBlock(nn.Module):
     def forward(self, x: torch.Tensor, attn_mask=None, **_) -> torch.Tensor:
         if attn_mask is not None:
             raise ValueError("LeanBlock runs unmasked (image) attention only")
-        N, L, D = x.shape
-        qkv = F.linear(self.ln_1(x), self.in_w, self.in_b)
-        q, k, v = qkv.view(N, L, 3, self.heads, D // self.heads).permute(2, 0, 3, 1, 4)
-        o = F.scaled_dot_product_attention(q, k, v)                      # [N, H, L, d]
-        x = x + self.ls_1(self.out(o.transpose(1, 2).reshape(N, L, D)))
-        return x + self.ls_2(self.mlp(self.ln_2(x)))
+        return self.__dict__.get("block_fn", lean_block)(self, x)
+
+
+def lean_block(blk: LeanBlock, x: torch.Tensor) -> torch.Tensor:
+    """One :class:`LeanBlock` on ``x`` [N, L, D] (a free function: :func:`compile_blocks` compiles
+    it once for every block)."""
+    N, L, D = x.shape
+    qkv = F.linear(blk.ln_1(x), blk.in_w, blk.in_b)
+    q, k, v = qkv.view(N, L, 3, blk.heads, D // blk.heads).permute(2, 0, 3, 1, 4)
+    o = F.scaled_dot_product_attention(q, k, v)                          # [N, H, L, d]
+    x = x + blk.ls_1(blk.out(o.transpose(1, 2).reshape(N, L, D)))
+    return x + blk.ls_2(blk.mlp(blk.ln_2(x)))
+
+
+def compile_blocks(tower: nn.Module, **compile_kw) -> nn.Module:
+    """``tower`` with its :class:`LeanBlock` s run through one ``torch.compile`` of
+    :func:`lean_block` (the blocks share its code and shapes: one compilation, not the whole
+    tower's); the stem and head stay eager. A tower without lean blocks is compiled whole."""
+    blocks = getattr(getattr(tower, "transformer", None), "resblocks", None)
+    if not blocks or not all(isinstance(b, LeanBlock) for b in blocks):
+        return torch.compile(tower, dynamic=False, **compile_kw)
+    fn = torch.compile(lean_block, dynamic=False, **compile_kw)
+    for b in blocks:
+        b.__dict__["block_fn"] = fn
+    return tower
 
 
 def fast_image_tower(visual: nn.Module, dtype: torch.dtype = torch.float16,
