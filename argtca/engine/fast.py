@@ -39,7 +39,9 @@ back to an environment variable; measured with ``python -m argtca.bench``, see B
 * ``compile`` (``ARGTCA_COMPILE``): default for the three ``torch.compile`` switches below. Off by
   default here; ``TTA.COMPILE auto`` turns it on for runs long enough to pay its ~63 s per dataset
   (per shape) back (:mod:`argtca.engine.auto`).
-* ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower (~2x on an H200).
+* ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower, block by block
+  (:func:`argtca.engine.towers.compile_blocks`; the fp16 lean tower on an H200: 5.81 → 5.45 ms
+  per image, ~1.4 s to compile, BENCHMARKS.md round 6).
 * ``compile_text`` (``ARGTCA_COMPILE_TEXT``): the text tower's no-grad final pass (~2x).
 * ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
   ``recompute`` mode (forward and backward compiled). The kept θ0 graph of ``vjp``/``loop`` is
