@@ -138,3 +138,27 @@ def test_the_trainer_starts_the_workers_before_it_builds_the_model(tmp_path, mon
     before = len(mp.active_children())
     s = tr.test()
     assert seen == [before + 2] and s["n"] == 6
+
+
+def test_a_failed_build_leaves_no_workers_and_no_records(tmp_path, monkeypatch):
+    """The workers start before the model is built; when the build fails, its error reaches the
+    caller and the workers go with the loader."""
+    import gc
+    import multiprocessing as mp
+    import time
+    tr = _tiny_trainer(tmp_path, workers=2)
+    before = len(mp.active_children())
+
+    def broken(self):
+        assert len(mp.active_children()) == before + 2
+        raise ValueError("weights file x.pt: wrong width; fix it")
+    monkeypatch.setattr(type(tr), "build_model", broken)
+    with pytest.raises(ValueError, match="wrong width"):
+        tr.test()
+    gc.collect()
+    deadline = time.time() + 30
+    while len(mp.active_children()) > before and time.time() < deadline:
+        time.sleep(0.1)
+    assert len(mp.active_children()) == before
+    assert not (tmp_path / "out" / "records.jsonl").exists() or \
+        (tmp_path / "out" / "records.jsonl").read_text() == ""
