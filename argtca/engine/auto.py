@@ -30,8 +30,9 @@ from typing import Iterator, List, Tuple
 # adds ~63 s to a run and saves ~1.1 ms per image (the CLI's defaults, K=101, 4096 images, one
 # H200, BENCHMARKS.md round 6: eager 127.3 img/s steady, first batch at 4.7 s; compiled 148.2,
 # first batch at 64.3 s); it never pays below COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 57,000
-# images (a host that compiles slower, ~85 s: ~77,000). (Rounds 1-5 estimated 60 s and 5 ms, i.e. 12,000 images, from the bench's eager tower
-# before the fp16 lean tower: Food101's 30,300 images would have compiled and lost ~30 s.)
+# images (a host that compiles slower, ~85 s: ~77,000). Rounds 1-5 estimated 60 s and 5 ms, i.e.
+# 12,000 images, from the bench's eager tower before the fp16 lean tower: Food101's 30,300 images
+# would have compiled and lost ~30 s.
 COMPILE_SECONDS = 63.0
 SAVED_SECONDS_PER_IMAGE = 1.1e-3
 MAX_AUTO_WORKERS = 16
