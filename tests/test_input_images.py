@@ -3,6 +3,7 @@ files (zero-byte, non-image, truncated, decompression bomb) as one DataError lin
 at load (header check) or at view time, in the main process and from DataLoader workers."""
 import io
 import json
+import multiprocessing as mp
 import os
 import struct
 import time
@@ -226,9 +227,12 @@ def test_loader_raises_the_files_own_line_from_workers(tmp_path, workers, bad):
              Datum(str(f["good"]), 0, "a")]
     ds = TestTimeDataset(items, ViewGenerator(size=16, n_views=2), seed=0)
     seen = []
+    before = set(mp.active_children())
     with pytest.raises(DataError) as e:
         for batch in build_test_loader(ds, num_workers=workers, prefetch=1):
             seen.extend(batch["index"].tolist())
+    # the workers end with the error, though its traceback (held by e) holds the loader
+    assert not [p for p in set(mp.active_children()) - before if p.is_alive()]
     msg = str(e.value)
     assert "\n" not in msg and "Caught" not in msg and "Traceback" not in msg
     assert msg.startswith(f"cannot read image {f[bad]}: ")

@@ -389,10 +389,15 @@ class CheckedLoader(DataLoader):
         # not a generator function: the workers start here, at iter(), not at the first next()
         return self._checked(super().__iter__())
 
-    @staticmethod
-    def _checked(it):
+    def _checked(self, it):
         for batch in it:
             if isinstance(batch, LoadFailure):
+                # the pass ends here: the (persistent) workers go now, not when the error's
+                # traceback, which holds this iterator, is collected
+                stop = getattr(it, "_shutdown_workers", None)
+                if stop is not None:
+                    stop()
+                    self._iterator = None
                 raise DataError(batch.message)
             yield batch
 
