@@ -47,7 +47,7 @@ def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:
                                   f"TRAINER.CTPT.LAMBDA=25,50)")
         k, v = it.split("=", 1)
         check_opts([k, "0"], "--grid")
-        method = method_of(k)
+        method_of(k)   # fails early on a key that is no baseline's weight
         vals = [x.strip() for x in v.replace(" ", ",").split(",") if x.strip()]
         for x in vals:
             try:

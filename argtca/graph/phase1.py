@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
