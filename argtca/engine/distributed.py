@@ -156,15 +156,14 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         mine = shard_indices(todo, rank, world)
         # the workers start before the model is built (TestTimeTrainer._test_in says why)
         loader = trainer.views_loader(mine).start() if mine else None
+        # a method whose preparation writes what the others read (ArgTCA's Phase-1 cache, a
+        # fitted temperature) builds on rank 0 first; the others build at once
+        if trainer.model is None and trainer.shared_build:
+            if rank == 0:
+                trainer.build_model()
+            _barrier()
         if trainer.model is None:
-            # a method whose preparation writes what the others read (ArgTCA's Phase-1 cache,
-            # a fitted temperature) builds on rank 0 first; the others build at once
-            if trainer.shared_build and rank == 0:
-                trainer.build_model()
-            if trainer.shared_build:
-                _barrier()
-            if trainer.model is None:
-                trainer.build_model()
+            trainer.build_model()
         _barrier()   # every rank built: the loop's time counts no other rank's build
         t0 = time.time()
         share_jacobian(getattr(trainer, "engine", None), rank, world, bool(mine), trainer.device)
