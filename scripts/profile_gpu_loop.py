@@ -1,6 +1,7 @@
 """GPU timeline of the steady test loop (GPU views, fast engine, compiled): torch.profiler over
 batches [A, B) of one pass; prints the wall time, the GPU's busy time (union of kernel intervals)
-and the kernels by GPU time. Usage: [EAGER=1] python scripts/profile_gpu_loop.py [N_IMAGES] [A] [B]"""
+and the kernels by GPU time.
+Usage: [EAGER=1] python scripts/profile_gpu_loop.py [N_IMAGES] [A] [B]"""
 from __future__ import annotations
 
 import os

@@ -39,11 +39,13 @@ def main() -> None:
                 fn(x)
             torch.cuda.synchronize()
             times.append(time.perf_counter() - t)
-        return {"first_s": round(first, 2), "ms_per_image": round(1e3 * sorted(times)[reps // 2] / 16, 3)}
+        return {"first_s": round(first, 2),
+                "ms_per_image": round(1e3 * sorted(times)[reps // 2] / 16, 3)}
 
     rows = {}
     rows["eager"] = timed(fast_image_tower(model.visual, torch.float16))
-    rows["whole"] = timed(torch.compile(fast_image_tower(model.visual, torch.float16), dynamic=False))
+    rows["whole"] = timed(torch.compile(fast_image_tower(model.visual, torch.float16),
+                                        dynamic=False))
     rows["blocks"] = timed(compile_blocks(fast_image_tower(model.visual, torch.float16)))
     print(json.dumps(rows), flush=True)
 

@@ -83,7 +83,8 @@ class JacobianAtTheta0:
                             f"GiB, replaces the per-image text backward)")
 
     def needs_jacobian(self) -> bool:
-        """Whether :meth:`prepare` will compute Jᵀ (grad mode "jacobian", a step, not yet done)."""
+        """Whether :meth:`prepare` will compute Jᵀ (grad mode "jacobian", a step, not yet
+        done)."""
         return self.steps > 0 and self.grad_mode == "jacobian" and self._jt is None
 
     def jacobian_t(self) -> torch.Tensor:

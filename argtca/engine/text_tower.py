@@ -263,9 +263,10 @@ def _split_attend_jvp(q, kp, vp, ks, vs, dq, dkp, dvp, dks, dvs, mask_ss):
     tangent: primal ``q`` [P, l, H, d], ``kp``/``vp`` [n0, H, d] (the image's one prefix),
     ``ks``/``vs`` [P, Ls, H, d]; tangents ``dq`` [m, P, l, H, d], ``dkp``/``dvp`` [m, n0, H, d],
     ``dks``/``dvs`` [m, P, Ls, H, d] (``dq``, ``dks``, ``dvs`` None: zero). ``mask_ss``
-    [.., l, 1, Ls]: the suffix keys a query sees (it sees every prefix key). The prefix keys are shared by every row, so the
-    products with them are one matrix product against a block-diagonal [H·d, H·n0] matrix
-    (``torch.block_diag``, one block per head); every other product is a batched ``einsum``."""
+    [.., l, 1, Ls]: the suffix keys a query sees (it sees every prefix key). The prefix keys
+    are shared by every row, so the products with them are one matrix product against a
+    block-diagonal [H·d, H·n0] matrix (``torch.block_diag``, one block per head); every other
+    product is a batched ``einsum``."""
     n0, H, d = kp.shape
     scale = 1.0 / math.sqrt(d)
     s = torch.cat([torch.einsum("plhd,nhd->plhn", q, kp),
