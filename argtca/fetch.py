@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 __all__ = ["FetchError", "KnownFile", "KNOWN_FILES", "TCA_ATTRIBUTE_FILES", "TCA_COMMIT",
-           "downloads_dir", "cached_path", "fetch", "attribute_file_for", "fetch_split_file",
+           "downloads_dir", "cached_path", "fetch",
            "is_offline", "sha256_of"]
 
 TCA_REPO = "rhebbalaguppe/TCA_PromptWithoutPanic"
@@ -282,44 +282,3 @@ def fetch(name: str, timeout: float = TIMEOUT_S) -> Path:
             errors.append(f"{url}: {type(e).__name__}: {reason}")
     raise FetchError(f"could not fetch {kf.name} ({'; '.join(errors)}). Offline? "
                      + _manual_fix(kf))
-
-
-# ----------------------------------------------------------------------------- users
-def attribute_file_for(cfg) -> str:
-    """``DATASET.ATTRIBUTE_FILE`` when set (``builtin:`` resolved), else the TCA authors' file for
-    ``DATASET.NAME``, fetched on first use."""
-    from argtca.attributes import AttributeFileError
-    from argtca.models.clip import resolve_builtin
-    given = str(cfg.DATASET.ATTRIBUTE_FILE or "").strip()
-    if given:
-        return resolve_builtin(os.path.expanduser(given))
-    name = str(cfg.DATASET.NAME or "").strip()
-    try:
-        from argtca.datasets import resolve_dataset_class
-        name = resolve_dataset_class(name).__name__
-    except KeyError:
-        pass
-    fname = TCA_ATTRIBUTE_FILES.get(name)
-    if fname is None:
-        raise AttributeFileError(
-            f"DATASET.ATTRIBUTE_FILE is empty and dataset {name!r} has no TCA attribute file "
-            f"(known: {', '.join(sorted(TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
-            f"TCA-format JSON (class name -> space-separated attributes); for your own classes, "
-            f"make one with: python -m argtca.attributes generate --dataset {name} --root $DATA "
-            f"--out attributes.json (README 'Your own data')")
-    try:
-        return str(fetch(fname))
-    except FetchError as e:
-        raise AttributeFileError(f"{e}; or set DATASET.ATTRIBUTE_FILE /path/{fname}") from e
-
-
-def fetch_split_file(name: str, expected_at: str, hint: str) -> str:
-    """A split file missing from the data root (``expected_at``): the cached/downloaded copy.
-    Nothing is written into the data root."""
-    from argtca.datasets.base import DataError
-    if name not in KNOWN_FILES:
-        raise DataError(f"split file {expected_at} not found: {hint}")
-    try:
-        return str(fetch(name))
-    except FetchError as e:
-        raise DataError(f"split file {expected_at} not found and {e} Or: {hint}") from e

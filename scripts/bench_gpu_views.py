@@ -8,7 +8,7 @@ TPT's shape: 3 chains of depth 1-3, all 9 ops) on CUDA and prints, per maker var
 per batch and per image over ``--iters`` calls after warm-up (CUDA events), the summed kernel
 time of one call (torch.profiler) and its kernel count, and the difference to the reference
 views on this device (float16 work dtype: within its rounding; float32: bit for bit expected
-where the arithmetic is the same). Imports only ``argtca.engine.gpu_views`` and what it imports
+where the arithmetic is the same). Imports only ``argtca.views.gpu`` and what it imports
 (no open_clip). On a machine without CUDA it runs the same on the CPU (slow).
 """
 import argparse
@@ -20,9 +20,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from argtca.datasets.views import ViewGenerator  # noqa: E402
-from argtca.engine.gpu_views import GpuViewMaker  # noqa: E402
-from argtca.engine._gpu_views_reference import ReferenceGpuViewMaker, random_view_batch  # noqa: E402
+from argtca.views.cpu import ViewGenerator  # noqa: E402
+from argtca.views.gpu import GpuViewMaker  # noqa: E402
+from tests.oracles.gpu_views_reference import ReferenceGpuViewMaker, random_view_batch  # noqa: E402
 
 
 def timed(fn, batch, iters, dev):

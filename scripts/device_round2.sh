@@ -7,7 +7,7 @@ mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 nvidia-smi -L; nproc
-IMP='import time; t=time.perf_counter(); import argtca.trainers, argtca.models.clip, argtca.engine.gpu_views, argtca.engine.fast, sys; print("imports %.2f s, transformers loaded: %s" % (time.perf_counter()-t, "transformers" in sys.modules))'
+IMP='import time; t=time.perf_counter(); import argtca.trainers, argtca.models.clip, argtca.views.gpu, argtca.engine.fast, sys; print("imports %.2f s, transformers loaded: %s" % (time.perf_counter()-t, "transformers" in sys.modules))'
 for i in 1 2; do
   ARGTCA_OPEN_CLIP_TRANSFORMERS=1 $PY -c "$IMP" | sed 's/^/with transformers: /'
   $PY -c "$IMP" | sed 's/^/lean:              /'

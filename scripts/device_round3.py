@@ -14,9 +14,9 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from argtca import bench  # noqa: E402
-from argtca.bench_data import make_synthetic_coop  # noqa: E402
-from argtca.bench_trials import _phase_times as phase_times  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
+from argtca.bench.data import make_synthetic_coop  # noqa: E402
+from argtca.bench.trials import _phase_times as phase_times  # noqa: E402
 
 
 def main():
@@ -91,7 +91,7 @@ def main():
         engine_rows(setup_for(1000, 64), [c for c in combos if "efficient" not in c[0]], 2)
     if "tower" in parts or "autotune" in parts:
         s = setup_for(101, 64)
-        from argtca.bench_gpu import image_flops_per_view, matmul_peak_tflops, _median_ms
+        from argtca.bench.gpu import image_flops_per_view, matmul_peak_tflops, _median_ms
         fl = image_flops_per_view(model, args.size, dev)
         peak = matmul_peak_tflops(dev) or float("nan")
         g = torch.Generator().manual_seed(3)

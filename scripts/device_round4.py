@@ -15,8 +15,8 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from argtca import bench  # noqa: E402
-from argtca.bench_data import make_synthetic_coop  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
+from argtca.bench.data import make_synthetic_coop  # noqa: E402
 
 
 def main():
@@ -69,7 +69,7 @@ def main():
         elif p == "k1000":
             timed("K1000 compiled, 15 workers", 1000)
         elif p.startswith("attn"):   # attn101 / attn1000: engine-only ms per image by phase
-            from argtca.bench_trials import _phase_times
+            from argtca.bench.trials import _phase_times
             K = int(p[len("attn"):])
             s = setup(K)
             g = torch.Generator().manual_seed(1)
@@ -90,7 +90,7 @@ def main():
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         elif p.startswith("profile"):   # profile101 / profile1000: one engine batch by kernel
-            from argtca.bench_trials import profile_batch
+            from argtca.bench.trials import profile_batch
             K = int(p[len("profile"):])
             s = setup(K)
             bench.warmup(s, kinds=("fast",), **base)

@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from argtca import bench  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
 from argtca.engine import text_tower  # noqa: E402
 
 

@@ -23,8 +23,8 @@ agree101) $B --classes 101 --n-fast 16 --n-ref 2 --n-agree 320 --tower \
 cpufast) $B --classes 101 --n-fast 16 --n-fast-cpu ${CPU_IMAGES:-1536} --n-ref 2 --n-agree 0 \
         --skip ref-cpu ref-gpu fast-cpu fast-gpu --out "$OUT/cpufast${CPU_IMAGES:-1536}.json" 2>&1 \
         | grep -v -i -E "$F" | grep -E "cpu-fast views|host_s" | tee -a "$OUT/cpufast.log" ;;
-percore) $PY -m argtca.bench_gpu percore 2>&1 | tail -2 | tee -a "$OUT/percore.log"
-        for c in $(seq 1 15); do taskset -c $c $PY -m argtca.bench_gpu percore > "$OUT/pc$c.log" 2>&1 & done
+percore) $PY -m argtca.bench.gpu percore 2>&1 | tail -2 | tee -a "$OUT/percore.log"
+        for c in $(seq 1 15); do taskset -c $c $PY -m argtca.bench.gpu percore > "$OUT/pc$c.log" 2>&1 & done
         wait; tail -qn1 "$OUT"/pc*.log | tee -a "$OUT/percore.log" ;;
 cli12) $PY -m argtca.bench --classes 101 --n-fast 16 --n-fast-cpu 16 --n-ref 2 --n-agree 0 \
         --skip ref-cpu ref-gpu fast-cpu fast-cpufast fast-gpu --cli-gpus 1 2 --cli-images ${CLI_IMAGES:-4096} \

@@ -13,7 +13,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from argtca import bench  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
 
 
 def busy_ms(prof) -> float:
@@ -36,7 +36,7 @@ def main():
     if os.environ.get("TORCH_THREADS"):   # the main process's intra-op threads
         torch.set_num_threads(int(os.environ["TORCH_THREADS"]))
     if os.environ.get("PIN") == "0":      # no pin-memory thread in the DataLoader
-        import argtca.engine.gpu_views as gv
+        import argtca.views.gpu as gv
         orig = gv.make_loader
         gv.make_loader = lambda *a, **k: orig(*a, **dict(k, pin_memory=False))
     print(f"torch threads {torch.get_num_threads()}, pin {os.environ.get('PIN', '1')}")
@@ -51,7 +51,7 @@ def main():
     bench.warmup(s, kinds=("fast",), **kw)
     eng = s.engine("fast", **kw)
     from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     from argtca.engine.pipeline import predictions
     cfg = bench.bench_cfg(args, data, "fast", "gpu", n)
     ds = build_dataset(cfg)
@@ -61,7 +61,7 @@ def main():
     prof = profile(activities=acts)
     host = {}
     t0 = None
-    from argtca.engine.records import RecordWriter
+    from argtca.engine.run_folder import RecordWriter
     writer = RecordWriter(os.path.join(tempfile.mkdtemp(), "records.jsonl"))
     tick = time.perf_counter()
     for i, (batch, probs) in enumerate(predictions(eng, loader, host)):

@@ -7,7 +7,7 @@ import sys
 
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from argtca import bench  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
 
 
 def main():

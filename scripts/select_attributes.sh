@@ -26,4 +26,4 @@ for p in ${PL//,/ }; do   # a .py path relative to where the script was called f
   PLUGIN_ARGS+=(--plugin "$p")
 done
 DATASET=$1; shift
-exec "${PYTHON:-python}" -m argtca.select_attributes "$DATASET" ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+exec "${PYTHON:-python}" -m argtca.experiments.select_attributes "$DATASET" ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} "$@" ${EXTRA[@]+"${EXTRA[@]}"}

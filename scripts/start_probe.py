@@ -35,7 +35,7 @@ def main() -> None:
     B = int(argv[3]) if len(argv) > 3 else 10
     os.makedirs(out, exist_ok=True)
     t_start = time.perf_counter()
-    from argtca.bench_data import make_synthetic_coop
+    from argtca.bench.data import make_synthetic_coop
     from argtca.run import build_parser, build_trainer, setup_cfg
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     data = make_synthetic_coop(os.path.join(out, "data"), n, K, seed=K)

@@ -12,7 +12,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from argtca import bench  # noqa: E402
+from argtca.bench import setup as bench  # noqa: E402
 
 
 def main():
@@ -22,7 +22,7 @@ def main():
     kw = dict(compile_image=compiled, compile_text=compiled, grad_mode="jacobian")
     eng = s.engine("fast", **kw)
     from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     cfg = bench.bench_cfg(args, data, "fast", "gpu", 64)
     ds = build_dataset(cfg)
     loader = build_views_loader(cfg, ds, 1, list(range(64)), args.batch, dev, 2)

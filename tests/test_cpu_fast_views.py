@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-import argtca.datasets.views as views_mod
-from argtca.datasets.augmix import (OPS, AugMixPlan, OpCall, apply_op, apply_op_planes,
+import argtca.views.cpu as views_mod
+from argtca.views.augmix import (OPS, AugMixPlan, OpCall, apply_op, apply_op_planes,
                                     augmix_planes_into, sample_op)
-from argtca.datasets.views import FastViewGenerator, ViewGenerator
+from argtca.views.cpu import FastViewGenerator, ViewGenerator
 
 
 def _planes(img):
@@ -36,7 +36,7 @@ def _smooth_image(h, w):
 
 
 def _photo(size=224):
-    from argtca.bench_data import _jpeg_pool
+    from argtca.bench.data import _jpeg_pool
     return Image.open(io.BytesIO(_jpeg_pool(1)[0])).convert("RGB").resize((size, size))
 
 
@@ -80,7 +80,7 @@ def test_crops_within_one_level_of_pil_on_photos():
     # (8 photos x 40 crops): max 1 level, 0.022 % of the values differ, in 30 % of the crops.
     # Bounds: max 1 level, < 0.1 % of the values, and some crop does differ (else this test
     # would not be looking at the torch kernel).
-    from argtca.bench_data import _jpeg_pool
+    from argtca.bench.data import _jpeg_pool
     vg = FastViewGenerator.like(ViewGenerator(size=224, n_views=2))
     diff = total = crops_differing = 0
     for k, data in enumerate(_jpeg_pool(3)):
@@ -290,7 +290,7 @@ def test_fast_views_statistically_equal_pil_views():
     # benchmark's 300 x 225 photos at 224 px (3 photos x 16 views): mean 0.00007-0.0008 levels,
     # 0.02-0.2 % of the values off by more than float rounding (1e-3 level), max 51 levels; at
     # 64 px from a 150 x 112 photo (more reduced crops): mean 0.009-0.013, 2.0-2.4 %.
-    from argtca.bench_data import _jpeg_pool
+    from argtca.bench.data import _jpeg_pool
     lvl = 255 * torch.tensor(views_mod.CLIP_STD).view(3, 1, 1)
     cases = [(Image.open(io.BytesIO(data)).convert("RGB"), 224, 16, k)
              for k, data in enumerate(_jpeg_pool(3))]
@@ -328,7 +328,7 @@ def test_mix_equals_the_per_source_numpy_formula_up_to_float_rounding():
     # the mix sums the uint8 sources with scalar coefficients, then scales and shifts per channel;
     # the earlier formula multiplied every source by its own per-channel factor: same value, only
     # float32 rounding differs (|view| <= ~2.2: a few float32 steps of 2.4e-7)
-    from argtca.datasets.augmix import apply_chain_planes, sample_plan
+    from argtca.views.augmix import apply_chain_planes, sample_plan
     mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
     inv = (1 / (255 * np.asarray(std, dtype=np.float32))).reshape(3, 1, 1).astype(np.float32)
     shift = (np.asarray(mean, dtype=np.float32)
@@ -364,7 +364,7 @@ def test_fast_views_in_float16_are_the_float32_views_rounded_once():
 
 def test_dataset_in_float16_gets_the_same_views_from_the_fast_generator(tmp_path):
     from argtca.datasets.base import Datum
-    from argtca.datasets.views import TestTimeDataset
+    from argtca.views.cpu import TestTimeDataset
     path = tmp_path / "a.png"
     _photo(224).resize((80, 60)).save(path)
     vg = FastViewGenerator.like(ViewGenerator(size=32, n_views=5, augmix=True))

@@ -86,7 +86,7 @@ def test_host_threads_sets_and_restores():
 
 
 def test_trainer_loop_runs_under_main_threads(tmp_path, monkeypatch):
-    from argtca.bench_data import make_synthetic_coop
+    from argtca.bench.data import make_synthetic_coop
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
     root = make_synthetic_coop(str(tmp_path / "data"), 3, 2, size=(40, 30))["root"]
@@ -116,7 +116,7 @@ def test_compile_accepts_old_booleans():
 def test_fingerprint_records_the_resolved_engine(tmp_path):
     """A CPU run with the defaults records TTA.ENGINE reference, so the folder resumes under
     "auto" and under an explicit "reference" alike."""
-    from argtca.bench_data import make_synthetic_coop
+    from argtca.bench.data import make_synthetic_coop
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
     root = make_synthetic_coop(str(tmp_path / "data"), 4, 2, size=(40, 30))["root"]
@@ -196,7 +196,7 @@ def test_compiled_blocks_share_one_graph_and_equal_the_tower(tiny_clip):
 
 @pytest.mark.parametrize("name", ["translate_x", "translate_y", "rotate"])
 def test_fast_ops_are_bit_identical_to_pil(name):
-    from argtca.datasets.augmix import OpCall, apply_op, apply_op_fast
+    from argtca.views.augmix import OpCall, apply_op, apply_op_fast
     rng = np.random.default_rng(1)
     img = rng.integers(0, 256, (30, 37, 3), dtype=np.uint8)
     mags = [0.0] if name == "rotate" else [-7.0, -1.0, 0.0, 3.0, 7.0, 40.0]
@@ -215,7 +215,7 @@ def test_cpu_fast_views_statistically_equal_pil_views(tmp_path):
     # tests/test_cpu_fast_views.py). Uniform noise resized to 32 px is the worst case for the
     # resize: measured mean 0.059 levels (|delta| * 255 * std), max 8.1; plain views within one
     # level (measured max 1.0 on 6 % of the values).
-    from argtca.datasets.views import CLIP_STD, FastViewGenerator, ViewGenerator
+    from argtca.views.cpu import CLIP_STD, FastViewGenerator, ViewGenerator
     rng = np.random.default_rng(2)
     img = Image.fromarray(rng.integers(0, 256, (50, 70, 3), dtype=np.uint8))
     lvl = 255 * torch.tensor(CLIP_STD).view(3, 1, 1)
@@ -231,9 +231,9 @@ def test_cpu_fast_views_statistically_equal_pil_views(tmp_path):
 
 
 def test_cpu_fast_loader_serves_views(tmp_path):
-    from argtca.bench_data import make_synthetic_coop
+    from argtca.bench.data import make_synthetic_coop
     from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     root = make_synthetic_coop(str(tmp_path / "data"), 4, 2, size=(40, 30))["root"]
     cfg = tiny_cfg(**{"DATASET.NAME": "Caltech101", "DATASET.ROOT": str(root),
                       "TTA.N_VIEWS": 3, "TTA.VIEWS_DEVICE": "cpu-fast", "TTA.AUGMIX": "on"})
@@ -246,6 +246,6 @@ def test_cpu_fast_loader_serves_views(tmp_path):
     # view 0 identical; the random views statistically equal (torch-resized crops, float32
     # warps: measured mean 0.0006 levels, max 1.4 levels)
     assert torch.equal(a[0]["views"][:, 0], b[0]["views"][:, 0])
-    from argtca.datasets.views import CLIP_STD
+    from argtca.views.cpu import CLIP_STD
     d = (a[0]["views"] - b[0]["views"]).abs() * 255 * torch.tensor(CLIP_STD).view(3, 1, 1)
     assert d.mean() < 0.05

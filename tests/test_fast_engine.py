@@ -195,7 +195,7 @@ def test_shard_and_merge():
 
 def test_fold_rank_files_resumes(tmp_path):
     from argtca.engine.distributed import fold_rank_files
-    from argtca.engine.records import load_records, write_records
+    from argtca.engine.run_folder import load_records, write_records
     write_records(str(tmp_path / "records.jsonl"), [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
     write_records(str(tmp_path / "records.rank0.jsonl"), [{"index": 0, "pred": 0, "label": 1, "conf": .6}])
     with open(tmp_path / "records.rank1.jsonl", "w") as f:   # a torn last line (killed mid-write)
@@ -242,8 +242,8 @@ def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch, grad):
     import sys
     from pathlib import Path
 
-    from argtca.bench_data import make_synthetic_coop
-    from argtca.engine.records import load_records
+    from argtca.bench.data import make_synthetic_coop
+    from argtca.engine.run_folder import load_records
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
 

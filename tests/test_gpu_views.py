@@ -6,10 +6,13 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image
 
-from argtca.datasets.augmix import AugMixPlan, OpCall, OPS, apply_op, augmix_view
+from argtca.views.augmix import AugMixPlan, OpCall, OPS, apply_op, augmix_view
 from argtca.datasets.base import Datum
-from argtca.datasets.views import ViewGenerator
-from argtca.engine import gpu_views as G
+from argtca.views.cpu import ViewGenerator
+from argtca.views import gpu as G
+from argtca.views import gpu_host as H
+from argtca.views import loader as L
+from argtca.views import gpu_ops as O
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -26,8 +29,8 @@ def _smooth_image(w=70, h=52, seed=0):
 
 
 def _plan_from_row(row):
-    ops = row[G._OP0:G._MAG0].reshape(3, 3)
-    mags = row[G._MAG0:].reshape(3, 3)
+    ops = row[O.OP0:O.MAG0].reshape(3, 3)
+    mags = row[O.MAG0:].reshape(3, 3)
     chains = tuple(tuple(OpCall(OPS[int(o)], float(m)) for o, m in zip(ops[c], mags[c]) if o >= 0)
                    for c in range(3))
     return AugMixPlan(m=float(row[5]), weights=tuple(float(x) for x in row[6:9]), chains=chains)
@@ -39,8 +42,8 @@ def test_params_are_the_cpu_paths_draws(augmix):
     img = _smooth_image()
     vg = ViewGenerator(size=32, n_views=6, augmix=augmix)
     views = vg(img, seed=3, index=7)
-    p = G.sample_view_params(vg, img.width, img.height, seed=3, index=7).numpy()
-    assert p.shape == (5, len(G.VIEW_PARAM_COLUMNS))
+    p = H.sample_view_params(vg, img.width, img.height, seed=3, index=7).numpy()
+    assert p.shape == (5, len(O.VIEW_PARAM_COLUMNS))
     for v in range(5):
         x0, y0, x1, y1, flip = p[v, :5]
         left, top = round(x0 * img.width), round(y0 * img.height)
@@ -53,10 +56,10 @@ def test_params_are_the_cpu_paths_draws(augmix):
         assert torch.equal(views[v + 1], want), v
     if augmix:  # the plan columns are filled: weights sum to 1, every chain has 1..3 ops
         assert np.allclose(p[:, 6:9].sum(1), 1, atol=1e-6)
-        depth = (p[:, G._OP0:G._MAG0].reshape(5, 3, 3) >= 0).sum(-1)
+        depth = (p[:, O.OP0:O.MAG0].reshape(5, 3, 3) >= 0).sum(-1)
         assert depth.min() >= 1 and depth.max() <= 3
     # other index → other draws
-    q = G.sample_view_params(vg, img.width, img.height, seed=3, index=8).numpy()
+    q = H.sample_view_params(vg, img.width, img.height, seed=3, index=8).numpy()
     assert not np.allclose(p[:, :4], q[:, :4])
 
 
@@ -70,8 +73,8 @@ def test_view0_is_bit_identical_and_crops_close(tmp_path):
     img = _smooth_image()
     items = [_item(tmp_path, img)]
     vg = ViewGenerator(size=32, n_views=9, augmix=False)
-    ds = G.GpuViewDataset(items, vg, seed=1, canvas=128)      # canvas ≥ image: no resize
-    batch = G.collate_gpu_views([ds[0]])
+    ds = H.GpuViewDataset(items, vg, seed=1, canvas=128)      # canvas ≥ image: no resize
+    batch = H.collate_gpu_views([ds[0]])
     assert batch["hw"].tolist() == [[52, 70]]
     views = G.GpuViewMaker(vg)(batch)
     with Image.open(items[0].impath) as im:
@@ -125,7 +128,7 @@ def test_geometric_ops_match_pil_closely(name, mag):
     x = torch.from_numpy(np.array(img)).permute(2, 0, 1).float()[None]
     want = _pil_apply(x, name, mag)
     maker = G.GpuViewMaker(ViewGenerator(size=32, n_views=2, augmix=True))
-    A = torch.tensor([G._affine_rows(name, mag, 32)]).view(1, 2, 3)
+    A = torch.tensor([O.affine_rows(name, mag, 32)]).view(1, 2, 3)
     got = maker.warp(x, A)
     inner = (slice(None), slice(None), slice(4, -4), slice(4, -4))   # borders: fill conventions
     assert (got - want)[inner].abs().mean() < 2.0
@@ -135,17 +138,17 @@ def test_geometric_ops_match_pil_closely(name, mag):
 def test_augment_mixes_the_chains_with_the_plan_weights():
     maker = G.GpuViewMaker(ViewGenerator(size=16, n_views=2, augmix=True))
     x = _rand_u8(n=2, s=16)
-    p = torch.zeros(2, len(G.VIEW_PARAM_COLUMNS))
-    p[:, G._OP0:G._MAG0] = -1
+    p = torch.zeros(2, len(O.VIEW_PARAM_COLUMNS))
+    p[:, O.OP0:O.MAG0] = -1
     p[:, 5] = torch.tensor([0.25, 0.6])                       # m
     p[:, 6:9] = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.1, 0.8]])
     ops = {"solarize": OPS.index("solarize"), "posterize": OPS.index("posterize")}
-    p[0, G._OP0 + 0] = ops["solarize"]; p[0, G._MAG0 + 0] = 128                 # chain 0: solarize
-    p[0, G._OP0 + 3] = ops["posterize"]; p[0, G._MAG0 + 3] = 4                  # chain 1: posterize
-    p[0, G._OP0 + 6] = ops["solarize"]; p[0, G._MAG0 + 6] = 128                 # chain 2: solarize,
-    p[0, G._OP0 + 7] = ops["posterize"]; p[0, G._MAG0 + 7] = 4                  #   then posterize
+    p[0, O.OP0 + 0] = ops["solarize"]; p[0, O.MAG0 + 0] = 128                 # chain 0: solarize
+    p[0, O.OP0 + 3] = ops["posterize"]; p[0, O.MAG0 + 3] = 4                  # chain 1: posterize
+    p[0, O.OP0 + 6] = ops["solarize"]; p[0, O.MAG0 + 6] = 128                 # chain 2: solarize,
+    p[0, O.OP0 + 7] = ops["posterize"]; p[0, O.MAG0 + 7] = 4                  #   then posterize
     for c in range(3):                                                          # image 1: autocontrast
-        p[1, G._OP0 + 3 * c] = OPS.index("autocontrast")
+        p[1, O.OP0 + 3 * c] = OPS.index("autocontrast")
     got = maker.augment(x.clone(), p, p)
     sol = _pil_apply(x[:1], "solarize", 128)
     pos = _pil_apply(x[:1], "posterize", 4)
@@ -165,14 +168,14 @@ def test_views_loader_gpu_path_end_to_end(tmp_path, augmix):
              for i in range(5)]
     ds = type("D", (), {"test": items, "fine_grained": augmix})()
     cfg = tiny_cfg(**{"TTA.N_VIEWS": 8, "TTA.VIEWS_DEVICE": "gpu"})
-    loader = G.build_views_loader(cfg, ds, seed=2, indices=[4, 1, 3], batch_images=2,
+    loader = L.build_views_loader(cfg, ds, seed=2, indices=[4, 1, 3], batch_images=2,
                                   device="cpu", num_workers=0)
     batches = list(loader)
     assert [b["index"].tolist() for b in batches] == [[4, 1], [3]]
     assert batches[0]["views"].shape == (2, 8, 3, 32, 32)
     assert torch.isfinite(batches[0]["views"]).all()
     cfg.TTA.VIEWS_DEVICE = "cpu"
-    cpu = list(G.build_views_loader(cfg, ds, seed=2, indices=[4, 1, 3], batch_images=2,
+    cpu = list(L.build_views_loader(cfg, ds, seed=2, indices=[4, 1, 3], batch_images=2,
                                     device="cpu", num_workers=0))
     for b, c in zip(batches, cpu):
         assert torch.equal(b["views"][:, 0], c["views"][:, 0])          # view 0 identical
@@ -181,7 +184,7 @@ def test_views_loader_gpu_path_end_to_end(tmp_path, augmix):
         assert d < (0.35 if augmix else 0.1), d                         # random views: close
     cfg.TTA.VIEWS_DEVICE = "tpu"
     with pytest.raises(ValueError, match="VIEWS_DEVICE"):
-        G.build_views_loader(cfg, ds, 2, [0], 1, "cpu", 0)
+        L.build_views_loader(cfg, ds, 2, [0], 1, "cpu", 0)
 
 
 def test_view_maker_is_compiled_with_the_towers(tmp_path):
@@ -192,7 +195,7 @@ def test_view_maker_is_compiled_with_the_towers(tmp_path):
 
     def maker(compile=None, **opts):
         cfg = tiny_cfg(**{"TTA.N_VIEWS": 4, "TTA.VIEWS_DEVICE": "gpu", **opts})
-        return G.build_views_loader(cfg, ds, 1, [0], 1, "cpu", 0, compile=compile).maker
+        return L.build_views_loader(cfg, ds, 1, [0], 1, "cpu", 0, compile=compile).maker
     assert maker(**{"TTA.COMPILE": "on"}).compile is True
     assert maker(**{"TTA.COMPILE": "off"}).compile is False
     assert maker(**{"TTA.COMPILE": "auto"}).compile is False     # unresolved: eager
@@ -205,8 +208,8 @@ def test_vectorised_affine_matrices_equal_the_per_op_rows():
     names = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y", "rotate"]
     mags = torch.tensor([3.0, 0.021, -0.013, -4.0, 7.0, -1.0])
     ids = torch.tensor([OPS.index(n) for n in names])
-    got = G.affine_matrices(ids, mags, 32)
-    want = torch.tensor([G._affine_rows(n, float(m), 32) for n, m in zip(names, mags)]).view(-1, 2, 3)
+    got = O.affine_matrices(ids, mags, 32)
+    want = torch.tensor([O.affine_rows(n, float(m), 32) for n, m in zip(names, mags)]).view(-1, 2, 3)
     assert torch.allclose(got, want, atol=1e-6)
 
 
@@ -215,7 +218,7 @@ def test_half_precision_work_dtype_matches_float32(tmp_path):
     img = _smooth_image(90, 64, seed=5)
     items = [_item(tmp_path, img)]
     vg = ViewGenerator(size=32, n_views=12, augmix=True)
-    batch = G.collate_gpu_views([G.GpuViewDataset(items, vg, seed=4)[0]])
+    batch = H.collate_gpu_views([H.GpuViewDataset(items, vg, seed=4)[0]])
     full = G.GpuViewMaker(vg, work_dtype=torch.float32)(batch)
     try:
         half = G.GpuViewMaker(vg, work_dtype=torch.float16)(batch)

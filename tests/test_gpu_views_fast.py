@@ -1,13 +1,14 @@
 """The fused GPU view maker (run here on the CPU, float32) gives the previous implementation's
-views (``argtca.engine._gpu_views_reference``) bit for bit: every op type, chains of depth 1-3,
+views (``tests.oracles.gpu_views_reference``) bit for bit: every op type, chains of depth 1-3,
 flips, AugMix off, one view; its float16 pieces (grid, folded mixing) agree to their rounding."""
 import pytest
 import torch
 
-from argtca.datasets.augmix import OPS
-from argtca.datasets.views import ViewGenerator
-from argtca.engine import gpu_views as G
-from argtca.engine._gpu_views_reference import ReferenceGpuViewMaker, random_view_batch
+from argtca.views.augmix import OPS
+from argtca.views.cpu import ViewGenerator
+from argtca.views import gpu as G
+from argtca.views import gpu_ops as O
+from tests.oracles.gpu_views_reference import ReferenceGpuViewMaker, random_view_batch
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -21,8 +22,8 @@ def _both(batch, size, n_views, augmix=True):
                                            (32, 2, 2, 3)])
 def test_random_batches_are_bit_identical_to_the_reference(size, B, V, seed):
     batch = random_view_batch(B, V, size, seed=seed)
-    p = batch["params_cpu"].reshape(-1, len(G.VIEW_PARAM_COLUMNS))
-    ops = p[:, G._OP0:G._MAG0].reshape(-1, 3, 3)
+    p = batch["params_cpu"].reshape(-1, len(O.VIEW_PARAM_COLUMNS))
+    ops = p[:, O.OP0:O.MAG0].reshape(-1, 3, 3)
     if V > 2:   # the batch covers what it should: flips, every op at depth 0, depths 1, 2 and 3
         assert 0 < p[:, 4].sum() < p.shape[0]
         assert set(ops[:, :, 0].flatten().long().tolist()) == set(range(len(OPS)))
@@ -37,12 +38,12 @@ def test_each_op_alone_at_every_depth_is_bit_identical(name):
     """Every chain made of one op only (1-3 times), so each op's path runs on many rows."""
     batch = random_view_batch(2, 9, 32, seed=11)
     p = batch["params_cpu"]
-    ops = p[..., G._OP0:G._MAG0]
+    ops = p[..., O.OP0:O.MAG0]
     ops[ops >= 0] = float(OPS.index(name))
     if name not in ("autocontrast", "equalize"):   # magnitudes of another op: give this one's
         mags = {"posterize": 3.0, "solarize": 100.0, "rotate": -17.0, "shear_x": 0.2,
                 "shear_y": -0.15, "translate_x": -6.0, "translate_y": 5.0}[name]
-        p[..., G._MAG0:] = torch.where(ops >= 0, mags, 0.0)
+        p[..., O.MAG0:] = torch.where(ops >= 0, mags, 0.0)
     batch["params"] = p
     ref, new = _both(batch, 32, 9)
     assert torch.equal(new, ref)
@@ -61,8 +62,8 @@ def test_hand_made_chains_without_ops_keep_the_crop():
     """A chain with no op at all (not drawn by AugMix, possible in hand-made plans) is the crop."""
     batch = random_view_batch(2, 5, 24, seed=7)
     p = batch["params_cpu"]
-    p[0, :, G._OP0:G._OP0 + 3] = -1          # chain 0 of every view of image 0: empty
-    p[1, 1, G._OP0:G._MAG0] = -1             # view 2 of image 1: all chains empty
+    p[0, :, O.OP0:O.OP0 + 3] = -1          # chain 0 of every view of image 0: empty
+    p[1, 1, O.OP0:O.MAG0] = -1             # view 2 of image 1: all chains empty
     batch["params"] = p
     ref, new = _both(batch, 24, 5)
     assert torch.equal(new, ref)
@@ -92,7 +93,7 @@ def test_device_grid_is_the_reference_grid_up_to_rounding():
     names = ["rotate", "shear_x", "shear_y", "translate_x", "translate_y"] * 4
     ids = torch.tensor([OPS.index(n) for n in names])
     mags = (torch.rand(20, generator=g) - 0.5) * torch.tensor([60, 0.6, 0.6, 150, 150] * 4)
-    A = G.affine_matrices(ids, mags, 224)
+    A = O.affine_matrices(ids, mags, 224)
     ref32 = maker.grid(A, torch.float32)
     fast32 = maker.grid(A, torch.float32, exact=False)
     assert (fast32 - ref32).abs().max() < 1e-5 and not torch.equal(fast32, ref32)
@@ -114,9 +115,9 @@ def test_wide_row_gathers_and_scatters_equal_index_select_and_copy(size):
     x = torch.randint(0, 256, (9, 3, size, size), generator=g, dtype=torch.uint8)
     y = torch.randint(0, 256, (3, 3, size, size), generator=g, dtype=torch.uint8)
     rows = torch.tensor([7, 0, 4])
-    assert torch.equal(G._take_rows(x, rows), x.index_select(0, rows))
+    assert torch.equal(O.take_rows(x, rows), x.index_select(0, rows))
     want = x.clone().index_copy_(0, rows, y)
-    G._put_rows(x, rows, y)
+    O.put_rows(x, rows, y)
     assert torch.equal(x, want)
 
 
@@ -124,10 +125,10 @@ def test_int32_histograms_count_like_bincount():
     g = torch.Generator().manual_seed(1)
     flat = torch.randint(0, 256, (6, 1000), generator=g, dtype=torch.uint8)
     flat[2] = 7
-    idx = G._lut_index(flat)
+    idx = O.lut_index(flat)
     assert idx.dtype == torch.int32 and int(idx[3, 0]) == 3 * 256 + int(flat[3, 0])
     want = torch.stack([torch.bincount(r.long(), minlength=256) for r in flat]).int()
-    assert torch.equal(G._histograms(idx, 6), want)
+    assert torch.equal(O.row_histograms(idx, 6), want)
 
 
 def test_compile_failure_falls_back_to_eager(monkeypatch, capsys):
@@ -159,7 +160,7 @@ def test_full_table_lut_path_is_bit_identical(monkeypatch):
     op, one gather of the whole chains tensor; compiled on CUDA) run eagerly here."""
     batch = random_view_batch(3, 9, 32, seed=12)
     p = batch["params_cpu"]
-    p[0, :, G._OP0:G._OP0 + 3] = -1          # a chain without ops: identity rows at depth 0
+    p[0, :, O.OP0:O.OP0 + 3] = -1          # a chain without ops: identity rows at depth 0
     batch["params"] = p
     vg = ViewGenerator(size=32, n_views=9, augmix=True)
     ref = ReferenceGpuViewMaker(vg)(batch)
@@ -168,8 +169,8 @@ def test_full_table_lut_path_is_bit_identical(monkeypatch):
     monkeypatch.setattr(maker, "_compile_here", lambda dev: True)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     calls = []
-    real = G._lut_full
-    monkeypatch.setattr(G, "_lut_full", lambda *a: calls.append(a[2]) or real(*a))
+    real = O.lut_full_pass
+    monkeypatch.setattr(G, "lut_full_pass", lambda *a: calls.append(a[2]) or real(*a))
     assert torch.equal(maker(batch), ref)
     assert calls == [3, 1, 1]                  # depth 0 reads the crops (3 chains each), then chains
 
@@ -190,8 +191,8 @@ def test_compiled_warp_path_matches_the_reference_to_rounding(monkeypatch, wd):
     monkeypatch.setattr(maker, "_compile_here", lambda dev: True)
     monkeypatch.setattr(torch, "compile", lambda fn, **kw: fn)
     calls = []
-    real = G._warp_rows
-    monkeypatch.setattr(G, "_warp_rows", lambda *a: calls.append(len(a[1])) or real(*a))
+    real = O.warp_rows
+    monkeypatch.setattr(G, "warp_rows", lambda *a: calls.append(len(a[1])) or real(*a))
     got = maker(batch)
     assert len(calls) == 3 and sum(calls) > 0
     d = (got - ref).abs()

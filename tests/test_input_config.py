@@ -261,7 +261,7 @@ def test_unwritable_or_full_cache_is_one_line(tmp_path, tiny_demo, monkeypatch):
 
 def test_select_attributes_bad_input_is_one_line(capsys):
     """select_attributes reports bad input as one error line and exit 2, like argtca.run."""
-    from argtca.select_attributes import main as select_main
+    from argtca.experiments.select_attributes import main as select_main
     assert select_main(["demo", "--selectors", "no_such_selector"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error:") and "no_such_selector" in err[0]

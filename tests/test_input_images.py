@@ -17,7 +17,7 @@ from PIL import Image
 
 from argtca.datasets import DataError, Datum, build_dataset
 from argtca.datasets.images import check_images, image_problem, open_rgb, to_rgb
-from argtca.datasets.views import TestTimeDataset, ViewGenerator, build_test_loader
+from argtca.views.cpu import TestTimeDataset, ViewGenerator, build_test_loader
 from conftest import tiny_cfg
 from helpers_data import make_caltech
 
@@ -242,7 +242,7 @@ def test_loader_raises_the_files_own_line_from_workers(tmp_path, workers, bad):
 
 
 def test_gpu_views_loader_raises_the_same_line(tmp_path):
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     f = _bad_files(tmp_path)
 
     class DS:

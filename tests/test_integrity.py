@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from argtca.engine.records import (RunFolderError, check_records, load_records, write_records)
+from argtca.engine.run_folder import (RunFolderError, check_records, load_records, write_records)
 from argtca.run import main
 from helpers_data import make_caltech
 
@@ -418,7 +418,7 @@ def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
     started on one is refused on the other, naming RUN.DEVICE_TYPE."""
     from argtca.config import get_cfg_default
     from argtca.datasets.base import DatasetBase, Datum
-    from argtca.engine.records import ConfigMismatchError, check_or_write_fingerprint, run_fingerprint
+    from argtca.engine.run_folder import ConfigMismatchError, check_or_write_fingerprint, run_fingerprint
     ds = DatasetBase([Datum("/d/a.jpg", 0, "a"), Datum("/d/b.jpg", 1, "b")], ["a", "b"], root="/d")
     cfg = get_cfg_default()
     out = str(tmp_path / "run")

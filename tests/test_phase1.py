@@ -16,7 +16,7 @@ from argtca.config import get_cfg_default
 from argtca.graph import (GraphInputError, ShortClassWarning, build_graph, make_nodes,
                           run_phase1)
 from argtca.registry import SELECTOR_REGISTRY
-from argtca.select_attributes import comparison_table
+from argtca.experiments.select_attributes import comparison_table
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "tca_attributes"
 CLASSES = ["cat", "dog", "owl"]

@@ -98,7 +98,7 @@ def test_fast_submit_equals_call(tiny_clip, one_thread):
 
 
 def _tiny_trainer(tmp_path, workers):
-    from argtca.bench_data import make_synthetic_coop
+    from argtca.bench.data import make_synthetic_coop
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
     make_synthetic_coop(str(tmp_path / "data"), n_images=6, n_classes=3, pool=6, size=(48, 36))

@@ -75,7 +75,7 @@ def test_plugin_module_runs_on_the_demo_through_the_script(user_folder, tmp_path
 
 def test_plugin_as_a_file_path_in_select_attributes_and_bad_plugin(user_folder, tmp_path):
     path = user_folder / "my_selectors.py"
-    p = subprocess.run([sys.executable, "-m", "argtca.select_attributes", "demo", "--plugin",
+    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo", "--plugin",
                         str(path), "--selectors", "tca,zz_last", "--num-classes", "16",
                         "--device", "cpu", "TRAINER.ARGTCA.EMBEDDINGS", "raw"],
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
@@ -119,7 +119,7 @@ def test_entry_point_group_registers_modules_and_functions(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["first", "unregistered"]
     # and a selector lookup in the CLI finds it with no --plugin (the side-by-side table)
-    p = subprocess.run([sys.executable, "-m", "argtca.select_attributes", "demo", "--selectors",
+    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo", "--selectors",
                         "tca,zz_ep_func", "--num-classes", "16", "--device", "cpu",
                         "TRAINER.ARGTCA.EMBEDDINGS", "raw"], cwd=tmp_path, env=_env(site),
                        capture_output=True, text=True, timeout=600)

@@ -21,7 +21,7 @@ import math
 from typing import Dict, Tuple
 
 from argtca.config import get_cfg_default
-from argtca.engine.records import NON_RESULT_KEYS, flatten_cfg
+from argtca.engine.run_folder import NON_RESULT_KEYS, flatten_cfg
 
 # TPT turns AugMix on for the fine-grained sets and off for the ImageNet family; argtca's own dataset
 # classes say it with ``fine_grained``; for CoOp datasets without an argtca reader:

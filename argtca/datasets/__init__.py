@@ -1,8 +1,6 @@
-"""Datasets: CoOp's nine fine-grained sets (``coop``), the demo set (``demo``, optional) and TPT's
-test-time view generator (``views``)."""
+"""Datasets: CoOp's fine-grained sets (``coop``), SUN397 and the ImageNet family, one's own class
+folders (``imagefolder``) and the demo set (``demo``). Test-time views live in :mod:`argtca.views`."""
 from __future__ import annotations
-
-import importlib
 
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum, read_json
@@ -10,18 +8,10 @@ from . import coop  # noqa: F401  (registers the CoOp datasets)
 from . import imagenet, sun397  # noqa: F401  (registers SUN397 and ImageNet with its variants)
 from . import imagefolder  # noqa: F401  (registers ImageFolder: your own class folders)
 from .coop import COOP_DATASETS
-from .views import (TestTimeDataset, ViewGenerator, augmix_enabled, build_test_loader,
-                    build_view_generator)
-
-try:  # the demo dataset lives in its own module, written separately
-    importlib.import_module(f"{__name__}.demo")
-except ModuleNotFoundError as _e:  # only a missing demo module is tolerated, not errors in it
-    if _e.name != f"{__name__}.demo":
-        raise
+from . import demo  # noqa: F401  (registers the demo dataset)
 
 __all__ = ["DataError", "DatasetBase", "Datum", "read_json", "COOP_DATASETS", "resolve_dataset_class",
-           "build_dataset", "TestTimeDataset", "ViewGenerator", "augmix_enabled",
-           "build_test_loader", "build_view_generator"]
+           "build_dataset"]
 
 
 def resolve_dataset_class(name: str) -> type:

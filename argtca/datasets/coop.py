@@ -181,7 +181,7 @@ class JsonSplitDataset(CoOpDataset):
                             f"{', '.join(SPLITS)}")
         split_path = os.path.join(root, self.dataset_dir, self.split_file)
         if not os.path.isfile(split_path):  # not in the data root: the cached (fetched) copy
-            from ..fetch import fetch_split_file
+            from .splits import fetch_split_file
             split_path = fetch_split_file(self.split_file, split_path, self.split_missing_hint())
         return parse_split_json(split_path, self.image_path, split)
 

@@ -23,8 +23,9 @@ fingerprint (which records the *resolved* ``TTA.ENGINE``/``TTA.COMPILE``) stays 
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Iterator, List, Tuple
+
+from argtca.utils.host import MAX_AUTO_WORKERS, auto_workers, usable_cpus  # noqa: F401  (auto's API)
 
 # estimates (H200, ViT-B/16, K~100, GPU views; BENCHMARKS.md): compiling the image and text towers
 # adds ~63 s to a run and saves ~1.1 ms per image (the CLI's defaults, K=101, 4096 images, one
@@ -35,21 +36,6 @@ from typing import Iterator, List, Tuple
 # would have compiled and lost ~30 s.
 COMPILE_SECONDS = 63.0
 SAVED_SECONDS_PER_IMAGE = 1.1e-3
-MAX_AUTO_WORKERS = 16
-
-
-def usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # not Linux
-        return os.cpu_count() or 1
-
-
-def auto_workers() -> int:
-    """Loader workers per process: the usable cores shared by the processes of this node
-    (``torchrun`` sets LOCAL_WORLD_SIZE), one core left to each process, at most 16."""
-    procs = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
-    return max(1, min(usable_cpus() // procs - 1, MAX_AUTO_WORKERS))
 
 
 def main_threads(device_type: str, workers: int, value: int = -1) -> int:

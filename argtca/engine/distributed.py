@@ -32,7 +32,7 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerprint,
+from argtca.engine.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
                                    check_records, load_records, run_fingerprint, write_records)
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
@@ -114,7 +114,7 @@ def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> b
 def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     """Run ``trainer``'s evaluation sharded over the torchrun ranks; returns the summary (every
     rank gets rank 0's). Works with any :class:`~argtca.trainers.base.TestTimeTrainer`."""
-    from argtca.trainers.base import set_random_seed
+    from argtca.utils.seed import set_random_seed
     from tqdm import tqdm
 
     rank, world, local = dist_env()
@@ -148,7 +148,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         else:
             dist.broadcast_object_list(problem, src=0)
         if problem[0] is not None:
-            from argtca.engine.records import RunFolderError
+            from argtca.engine.run_folder import RunFolderError
             raise RunFolderError(problem[0])
         done = {r["index"] for r in load_records(os.path.join(out_dir, "records.jsonl"))}
         n_total = len(trainer.dataset.test)

@@ -148,7 +148,7 @@ def check_presence(datasets: Sequence[str], root: str, split: str = "test",
             pr = Presence(ds, rep.status == PRESENT,
                           "; ".join(rep.notes + [f"fix: {f}" for f in rep.fixes]))
         if pr.present and need_attributes:
-            from ..fetch import attribute_file_for
+            from ..attributes.files import attribute_file_for
             from ..select_attributes import build_cfg
             try:
                 pr.attributes = attribute_file_for(build_cfg(ds, list(opts)))

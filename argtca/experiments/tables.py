@@ -204,9 +204,9 @@ def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classe
            selectors: str = "tca,div,disc", root: str = "", out_root="output",
            opts: Sequence[str] = (), plugins: Sequence[str] = (), report_dir=None) -> int:
     """The attributes tca, div and disc pick for chosen classes, per present dataset, from the
-    Phase-1 store the runs use (``python -m argtca.select_attributes``). ``classes``: NAME
+    Phase-1 store the runs use (``python -m argtca.experiments.select_attributes``). ``classes``: NAME
     (every dataset) or DATASET:NAME; a dataset without any gets its first ``num_classes``."""
-    from .. import select_attributes
+    from argtca.experiments import select_attributes
     pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table3")
     rep = Path(report_dir) if report_dir else Path(out_root) / "report" / "table3"
     rep.mkdir(parents=True, exist_ok=True)

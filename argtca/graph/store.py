@@ -126,7 +126,7 @@ class Phase1Store:
             finally:
                 if os.path.exists(tmp):
                     os.remove(tmp)
-            from argtca.engine.records import write_json
+            from argtca.utils.io import write_json
             write_json(os.path.join(self.root, f"{key}.json"), meta)
             data["meta"] = meta
             return data, False

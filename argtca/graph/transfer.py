@@ -45,7 +45,7 @@ def resolve_sources(train_on: Sequence[str], target_file: str, target_dataset: s
                     ) -> List[Tuple[str, str]]:
     """TRAIN_ON entries -> [(label, path)] (files fetched on first use; errors name the entry)."""
     from argtca.fetch import TCA_ATTRIBUTE_FILES, fetch
-    from argtca.models.clip import resolve_builtin
+    from argtca.utils.paths import resolve_builtin
     out: List[Tuple[str, str]] = []
     for entry in train_on:
         e = str(entry).strip()

@@ -16,7 +16,7 @@ from .lean import open_clip  # open_clip without transformers' import time (lean
 from .weights import (ModelError, load_state_dict_into, normalize_state_dict,  # noqa: F401
                       read_state_dict)
 
-_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from argtca.utils.paths import resolve_builtin  # noqa: F401,E402  (re-exported: the model API)
 MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_configs")
 open_clip.add_model_config(MODEL_CONFIG_DIR)
 
@@ -29,13 +29,6 @@ BACKBONES = {
     "RN50": "RN50-quickgelu",
     "RN101": "RN101-quickgelu",
 }
-
-
-def resolve_builtin(path: str) -> str:
-    """``builtin:<relpath>`` → file inside the installed argtca package; anything else unchanged."""
-    if isinstance(path, str) and path.startswith("builtin:"):
-        return os.path.join(_PKG_DIR, path[len("builtin:"):])
-    return path
 
 
 def open_clip_name(backbone: str) -> str:

@@ -1,4 +1,31 @@
-"""The report drivers and ``python -m argtca.report``."""
+"""The report drivers and ``python -m argtca.report``: side-by-side comparison reports from run
+folders.
+
+    python -m argtca.report RUN_DIR [RUN_DIR ...] --out REPORT_DIR [--attributes-classes N]
+    python -m argtca.report output/sweep/caltech101 --out output/report/sweep_caltech101 --sweep
+    python -m argtca.report output/argtca/dtd output/ablation/dtd --out REPORT --ablation
+
+A RUN_DIR is a run folder (``summary.json``, ``records.jsonl``, argtca runs also
+``phase1.json``) or any parent of run folders (searched recursively), so runs made on different
+machines can be combined by pointing at several trees.
+
+Grouping: runs with the same display label and dataset form one cell; their seeds are averaged
+(the number of seeds is reported). When runs sharing a label differ in a config override that
+matters (not the seed, output dir, dataset or dataloader keys), the differing keys are appended
+to the label, e.g. ``ArgTCA (div) [alpha=20]``, so different settings are never averaged.
+
+Main mode writes ``table.md``/``table.csv``/``table.tex`` (Table-1 layout: an Acc and an ECE
+row per method, datasets + Average as columns; best bold, second underlined), ``runs.csv`` (one
+line per run), ``reliability.png``, ``confidence_hist.png``, ``radar_ece.png`` and
+``attributes.md``; with ``--std``, cells of several seeds read "mean ± std" and ``cells.csv``
+lists mean, std and seeds per cell. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png``
+and ``sweep.md``; ``--ablation`` writes ``ablation.md``.
+
+Run folders that cannot be used are left out and listed (stderr and ``skipped.md``): broken (a
+summary or records file that cannot be read), interrupted (records but no summary yet) and
+incomplete (a summary of fewer images than the test set, or disagreeing with its records). Two
+folders claiming the same method, dataset, seed and settings are an error naming both.
+"""
 from __future__ import annotations
 
 import argparse
@@ -7,7 +34,6 @@ import sys
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from . import __doc__ as _DOC
 from .ablation import ablation_table
 from .attributes import attribute_table
 from .runs import METRICS, ReportError, RunProblem, _warn, find_runs
@@ -37,7 +63,7 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
                 decimals: int = 2, show_std: bool = False) -> Dict[str, Path]:
     """Main comparison report; returns {name: path} of the files written. ``show_std``: cells
     of several seeds read "mean ± std" and ``cells.csv`` lists mean, std and seeds per cell."""
-    from .. import plots
+    from argtca.report import plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -93,7 +119,7 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
 def make_sweep_report(paths: Sequence, out_dir) -> Dict[str, Path]:
     """Sensitivity plots: ECE/accuracy against α (``sweep_alpha.png``) and β
     (``sweep_beta.png``) from the runs' TRAINER.ARGTCA.ALPHA/BETA overrides, plus sweep.md."""
-    from .. import plots
+    from argtca.report import plots
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -128,7 +154,7 @@ def make_ablation_report(paths: Sequence, out_dir, decimals: int = 2) -> Dict[st
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m argtca.report", description=_DOC,
+    ap = argparse.ArgumentParser(prog="python -m argtca.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR",
                     help="run folders or parents of run folders (searched recursively)")

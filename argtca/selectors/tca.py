@@ -2,7 +2,7 @@
 baseline takes them."""
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 from torch import Tensor
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from argtca.registry import SELECTOR_REGISTRY, TRAINER_REGISTRY
-from argtca.engine.records import write_json
+from argtca.utils.io import write_json
 from argtca.trainers.methods import TCA
 
 

@@ -7,27 +7,19 @@ whole evaluation and returns the summary dict.
 from __future__ import annotations
 
 import os
-import random
 import sys
 import time
 from typing import Dict, List, Optional
 
-import numpy as np
 import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.records import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
+from argtca.engine.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
                                    config_hash, write_json, flatten_cfg, load_records,
                                    run_fingerprint)
 from argtca.registry import OBJECTIVE_REGISTRY
-
-
-def set_random_seed(seed: int) -> None:
-    seed = int(seed) % (1 << 32)  # Dassl's default SEED is -1
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
+from argtca.utils.seed import set_random_seed
 
 
 def timing_line(timing: Dict[str, object], n: int) -> str:
@@ -244,8 +236,8 @@ class TestTimeTrainer:
     def views_loader(self, indices: List[int]):
         """The test loop's loader over ``indices`` of the test set. ``TTA.VIEWS_DEVICE`` "cpu":
         TPT's exact PIL views; "cpu-fast": the same draws, faster ops; "gpu": the same transforms
-        on the device (argtca/engine/gpu_views.py)."""
-        from argtca.engine.gpu_views import build_views_loader
+        on the device (argtca/views/gpu.py)."""
+        from argtca.views.loader import build_views_loader
         cfg = self.cfg
         return build_views_loader(self.run_cfg, self.dataset, int(cfg.SEED), indices,
                                   self.batch_images, self.device, int(cfg.DATALOADER.NUM_WORKERS),

@@ -5,7 +5,7 @@ import os
 from typing import List
 
 from argtca.engine.objectives import alpha_beta_for
-from argtca.engine.records import write_json
+from argtca.utils.io import write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import TestTimeTrainer
 
@@ -82,7 +82,7 @@ class TCA(TestTimeTrainer):
         """DATASET.ATTRIBUTE_FILE, or else the TCA authors' file of the dataset, fetched on first
         use into the cache (argtca.fetch)."""
         if getattr(self, "_attribute_file", None) is None:
-            from argtca.fetch import attribute_file_for
+            from argtca.attributes.files import attribute_file_for
             self._attribute_file = attribute_file_for(self.cfg)
         return self._attribute_file
 

@@ -27,7 +27,8 @@ from typing import Dict, List
 
 import torch
 
-from argtca.engine.records import config_hash, result_fingerprint, write_json
+from argtca.engine.run_folder import config_hash, result_fingerprint
+from argtca.utils.io import write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import zeroshot_cfg
 from argtca.trainers.methods import TPT, ZeroshotCLIP
@@ -163,7 +164,7 @@ class TemperatureScaled:
         return ds
 
     def _val_key(self, ds) -> Dict[str, object]:
-        from argtca.engine.records import run_fingerprint
+        from argtca.engine.run_folder import run_fingerprint
         fit_on = str(self.ts.FIT_ON)
         cfg = self.cfg if fit_on == "method" else self.run_cfg_zeroshot
         return {"fit_on": fit_on, "val": config_hash(run_fingerprint(cfg, ds, self.device.type)),
@@ -202,7 +203,7 @@ class TemperatureScaled:
 
     def val_logits(self, ds):
         """log p of every validation image under the base method (T = 1) and the labels."""
-        from argtca.engine.gpu_views import build_views_loader
+        from argtca.views.loader import build_views_loader
         from argtca.engine.reference import ReferenceEngine
         method = str(self.ts.FIT_ON) == "method"
         cfg = self.run_cfg if method else self.run_cfg_zeroshot

@@ -1,6 +1,6 @@
 """The GPU view maker as it was before the fused rewrite (kept verbatim as the reference).
 
-:class:`argtca.engine.gpu_views.GpuViewMaker` must give the same views as this class: bit for
+:class:`argtca.views.gpu.GpuViewMaker` must give the same views as this class: bit for
 bit on the CPU in float32, and within float16 rounding of the warps on CUDA. Used by
 ``tests/test_gpu_views_fast.py`` and ``scripts/bench_gpu_views.py``; nothing else imports it.
 """
@@ -12,8 +12,8 @@ import torch
 import torch.nn.functional as TF
 from torchvision.ops import roi_align
 
-from argtca.datasets.views import ViewGenerator
-from argtca.engine.gpu_view_ops import (CHAINS, DEPTH, _GEOMETRIC, _MAG0, _NCOL, _OP0, _OPS,
+from argtca.views.cpu import ViewGenerator
+from argtca.views.gpu_ops import (CHAINS, DEPTH, GEOMETRIC_OPS, MAG0, N_COLUMNS, OP0, OP_NAMES,
                                         affine_matrices)
 
 __all__ = ["ReferenceGpuViewMaker"]
@@ -56,7 +56,7 @@ class ReferenceGpuViewMaker:
         crops = self.crops(batch["canvas"].to(dev, non_blocking=True), hw, params, params_cpu)
         crops = crops.to(wd)
         if self.augmix:
-            crops = self.augment(crops, params.reshape(-1, _NCOL), params_cpu.reshape(-1, _NCOL))
+            crops = self.augment(crops, params.reshape(-1, N_COLUMNS), params_cpu.reshape(-1, N_COLUMNS))
         out[:, 1:] = self.normalize_float(crops).reshape(B, V - 1, 3, S, S)
         return out
 
@@ -98,21 +98,21 @@ class ReferenceGpuViewMaker:
         N = crops.shape[0]
         dev = crops.device
         chains = crops.unsqueeze(1).repeat(1, CHAINS, 1, 1, 1).reshape(N * CHAINS, *crops.shape[1:])
-        ops = params_cpu[:, _OP0:_MAG0].reshape(N * CHAINS, DEPTH).long()
-        mags = params_cpu[:, _MAG0:].reshape(N * CHAINS, DEPTH)
+        ops = params_cpu[:, OP0:MAG0].reshape(N * CHAINS, DEPTH).long()
+        mags = params_cpu[:, MAG0:].reshape(N * CHAINS, DEPTH)
         for d in range(DEPTH):
             col = ops[:, d]
-            geo = [k for k in range(len(_OPS)) if _OPS[k] in _GEOMETRIC]
+            geo = [k for k in range(len(OP_NAMES)) if OP_NAMES[k] in GEOMETRIC_OPS]
             gidx = torch.nonzero(torch.isin(col, torch.tensor(geo))).flatten()
             if gidx.numel():
                 A = affine_matrices(col[gidx], mags[gidx, d], self.size)
                 self._apply(chains, gidx, lambda x, A=A: self.warp(x, A.to(dev, non_blocking=True)))
             for name, fn in (("autocontrast", self.autocontrast), ("equalize", self.equalize)):
-                idx = torch.nonzero(col == _OPS.index(name)).flatten()
+                idx = torch.nonzero(col == OP_NAMES.index(name)).flatten()
                 if idx.numel():
                     self._apply(chains, idx, fn)
             for name, fn in (("posterize", self.posterize), ("solarize", self.solarize)):
-                idx = torch.nonzero(col == _OPS.index(name)).flatten()
+                idx = torch.nonzero(col == OP_NAMES.index(name)).flatten()
                 if idx.numel():
                     v = mags[idx, d].to(dev, chains.dtype, non_blocking=True).view(-1, 1, 1, 1)
                     self._apply(chains, idx, lambda x, v=v, fn=fn: fn(x, v))
@@ -179,11 +179,11 @@ class ReferenceGpuViewMaker:
 
 def random_view_batch(B: int, V: int, size: int, canvas: int = 0, seed: int = 0,
                       augmix: bool = True, device="cpu") -> Dict[str, Any]:
-    """A :func:`~argtca.engine.gpu_views.collate_gpu_views`-shaped batch with random pixels and
+    """A :func:`~argtca.views.gpu.collate_gpu_views`-shaped batch with random pixels and
     random view parameters covering every op (magnitudes wider than TPT's severity 1, so that
     rotations, shears and translations move pixels visibly), chains of depth 1-3, flips and
     crops of every scale. ``params_cpu`` is the host copy of ``params``, as the loader gives."""
-    from argtca.datasets.augmix import OPS
+    from argtca.views.augmix import OPS
     g = torch.Generator().manual_seed(seed)
     C = canvas or 2 * size
     n = V - 1
@@ -199,7 +199,7 @@ def random_view_batch(B: int, V: int, size: int, canvas: int = 0, seed: int = 0,
         h, w = hw[b].tolist()
         canvas_t[b, :, :h, :w] = img[b, :, :h, :w].to(torch.uint8)
     view0 = img[:, :, :size, :size].to(torch.uint8)
-    p = torch.zeros(B, max(n, 0), _NCOL)
+    p = torch.zeros(B, max(n, 0), N_COLUMNS)
     if n > 0:
         s = torch.rand(B, n, generator=g) * 0.9 + 0.08
         r = torch.exp(torch.rand(B, n, generator=g) * 0.58 - 0.29)
@@ -208,7 +208,7 @@ def random_view_batch(B: int, V: int, size: int, canvas: int = 0, seed: int = 0,
         y0 = torch.rand(B, n, generator=g) * (1 - bh)
         p[..., 0], p[..., 1], p[..., 2], p[..., 3] = x0, y0, x0 + bw, y0 + bh
         p[..., 4] = (torch.rand(B, n, generator=g) < 0.5).float()
-        p[..., _OP0:_MAG0] = -1
+        p[..., OP0:MAG0] = -1
         if augmix:
             p[..., 5] = torch.rand(B, n, generator=g)
             w = -torch.log(torch.rand(B, n, CHAINS, generator=g))
@@ -235,8 +235,8 @@ def random_view_batch(B: int, V: int, size: int, canvas: int = 0, seed: int = 0,
                     v = torch.zeros_like(u)
                 mag[sel] = v[sel]
             keep = torch.arange(DEPTH).view(1, 1, 1, DEPTH) < depth.unsqueeze(-1)
-            p[..., _OP0:_MAG0] = torch.where(keep, ops.float(), -1.0).reshape(B, n, -1)
-            p[..., _MAG0:] = torch.where(keep, mag, 0.0).reshape(B, n, -1)
+            p[..., OP0:MAG0] = torch.where(keep, ops.float(), -1.0).reshape(B, n, -1)
+            p[..., MAG0:] = torch.where(keep, mag, 0.0).reshape(B, n, -1)
         else:
             p[..., 5] = 1.0
     batch = {"index": torch.arange(B), "label": torch.zeros(B, dtype=torch.long),

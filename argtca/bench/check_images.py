@@ -1,4 +1,4 @@
-"""Cost of the load-time image check: ``python -m argtca.datasets.bench_check [--n 10000]``.
+"""Cost of the load-time image check: ``python -m argtca.bench.check_images [--n 10000]``.
 
 Writes ``--n`` JPEGs of ``--size`` pixels (Caltech101-like, noise + gradients, quality 90) into a
 temporary folder, then times :func:`argtca.datasets.images.check_images` in each mode ("header",
@@ -16,8 +16,8 @@ import time
 import numpy as np
 from PIL import Image
 
-from .base import Datum
-from .images import check_images
+from argtca.datasets.base import Datum
+from argtca.datasets.images import check_images
 
 
 def make_images(folder: str, n: int, size=(500, 375), seed: int = 0):

@@ -1,4 +1,4 @@
-"""Device-side pieces of the GPU views (:mod:`argtca.engine.gpu_views`): the layout of the
+"""Device-side pieces of the GPU views (:mod:`argtca.views.gpu`): the layout of the
 per-view parameter rows, PIL's affine maps, the colour-op LUTs (built per (row, channel) from
 int32 histograms / min-max / host formulas), wide-word row gathers and scatters, the mixing +
 normalising expressions, the functions the optional ``torch.compile`` path compiles, and the
@@ -11,22 +11,22 @@ from typing import List, Optional, Sequence
 import torch
 import torch.nn.functional as TF
 
-from argtca.datasets.augmix import OPS
+from argtca.views.augmix import OPS
 
 # columns of the per-view parameter rows (views 1..V-1)
-_OPS = tuple(OPS)
-_GEOMETRIC = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
+OP_NAMES = tuple(OPS)
+GEOMETRIC_OPS = ("rotate", "shear_x", "shear_y", "translate_x", "translate_y")
 CHAINS, DEPTH = 3, 3
 VIEW_PARAM_COLUMNS = (["x0", "y0", "x1", "y1", "flip", "m"] + [f"w{i}" for i in range(CHAINS)]
                       + [f"op{c}{d}" for c in range(CHAINS) for d in range(DEPTH)]
                       + [f"mag{c}{d}" for c in range(CHAINS) for d in range(DEPTH)])
-_NCOL = len(VIEW_PARAM_COLUMNS)
-_OP0 = 6 + CHAINS
-_MAG0 = _OP0 + CHAINS * DEPTH
+N_COLUMNS = len(VIEW_PARAM_COLUMNS)
+OP0 = 6 + CHAINS
+MAG0 = OP0 + CHAINS * DEPTH
 
 
 # ------------------------------------------------------------------------------ device side
-def _affine_rows(name: str, v: float, size: int) -> List[float]:
+def affine_rows(name: str, v: float, size: int) -> List[float]:
     """Input pixel-centre coords = A @ (x, y, 1) for an output pixel centre (x, y) (PIL's maps)."""
     if name == "rotate":  # PIL Image.rotate: about the centre, counter-clockwise for v > 0
         a = math.radians(v)
@@ -45,14 +45,14 @@ def _affine_rows(name: str, v: float, size: int) -> List[float]:
 
 
 def affine_matrices(op_ids: torch.Tensor, mags: torch.Tensor, size: int) -> torch.Tensor:
-    """Vectorised :func:`_affine_rows` for geometric op ids → [n, 2, 3] (float32, host)."""
+    """Vectorised :func:`affine_rows` for geometric op ids → [n, 2, 3] (float32, host)."""
     op_ids = op_ids.long()
     v = mags.double()
     n = op_ids.numel()
     A = torch.zeros(n, 6, dtype=torch.float64)
     A[:, 0] = 1.0
     A[:, 4] = 1.0
-    is_ = {name: op_ids == _OPS.index(name) for name in _GEOMETRIC}
+    is_ = {name: op_ids == OP_NAMES.index(name) for name in GEOMETRIC_OPS}
     a = torch.deg2rad(v)
     c, s_ = torch.cos(a), torch.sin(a)
     cx = size / 2.0
@@ -67,10 +67,10 @@ def affine_matrices(op_ids: torch.Tensor, mags: torch.Tensor, size: int) -> torc
 
 
 _LUT_ORDER = ("equalize", "autocontrast", "posterize", "solarize")   # row blocks of a depth's LUT
-_GEO_IDS = torch.tensor([_OPS.index(n) for n in _GEOMETRIC])
+_GEO_IDS = torch.tensor([OP_NAMES.index(n) for n in GEOMETRIC_OPS])
 
 
-def _pinned(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
+def to_device_pinned(t: torch.Tensor, dev: torch.device) -> torch.Tensor:
     """Host tensor → ``dev`` without blocking the host (pinned staging on CUDA)."""
     if dev.type != "cuda":
         return t.to(dev)
@@ -113,16 +113,16 @@ def lut_equalize(hist: torch.Tensor) -> torch.Tensor:
     return torch.where((step > 0) & (nonzero_bins > 1), lut, ident).to(torch.uint8)
 
 
-def _lut_index(flat: torch.Tensor) -> torch.Tensor:
+def lut_index(flat: torch.Tensor) -> torch.Tensor:
     """``row * 256 + value`` (int32) for uint8 rows [R, P]: the flat LUT address of every pixel,
     also its histogram bin. One kernel; 4 bytes a pixel instead of the 8 of an int64 gather."""
     off = torch.arange(0, flat.shape[0] * 256, 256, device=flat.device, dtype=torch.int32)
     return torch.add(off.view(-1, 1), flat)
 
 
-def _histograms(idx: torch.Tensor, rows: int) -> torch.Tensor:
+def row_histograms(idx: torch.Tensor, rows: int) -> torch.Tensor:
     """Per-row 256-bin histograms [rows, 256] (int32 counts, int32 atomics on CUDA) from
-    ``_lut_index`` addresses [rows, P]. (Spreading each row over 16 sub-histograms to cut
+    ``lut_index`` addresses [rows, P]. (Spreading each row over 16 sub-histograms to cut
     colliding atomics gained nothing on an H200.)"""
     ones = torch.ones(1, device=idx.device, dtype=torch.int32).expand(idx.numel())
     hist = torch.zeros(rows * 256, device=idx.device, dtype=torch.int32)
@@ -140,17 +140,17 @@ def _flat_rows(x: torch.Tensor) -> torch.Tensor:
     return x.view(x.shape[0], -1)
 
 
-def _take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+def take_rows(x: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
     """``x.index_select(0, rows)`` for contiguous uint8 ``x``, moved as wide words."""
     return _flat_rows(x).index_select(0, rows).view(torch.uint8).view(-1, *x.shape[1:])
 
 
-def _put_rows(x: torch.Tensor, rows: torch.Tensor, y: torch.Tensor) -> None:
+def put_rows(x: torch.Tensor, rows: torch.Tensor, y: torch.Tensor) -> None:
     """``x.index_copy_(0, rows, y)`` for contiguous uint8 ``x`` and ``y``, moved as wide words."""
     _flat_rows(x).index_copy_(0, rows, _flat_rows(y.contiguous()))
 
 
-def _mix(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+def mix_views(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     """``m·crop + Σ_i k_i·chain_i`` in float32 with the reference's roundings (``k_i = (1 − m)·w_i``,
     accumulated chain by chain). crops u8 [N,3,S,S], chains u8 [N,3,3,S,S], m [N,1,1,1],
     k [N,3,1,1,1]."""
@@ -160,7 +160,7 @@ def _mix(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Te
     return mix
 
 
-def _views_eager(out: torch.Tensor, view0: torch.Tensor, crops: torch.Tensor,
+def views_eager(out: torch.Tensor, view0: torch.Tensor, crops: torch.Tensor,
                  chains: Optional[torch.Tensor], m, k, mean, std,
                  fold: str = "") -> torch.Tensor:
     """All views normalised into ``out`` [B, V, 3, S, S] (ToTensor + Normalize arithmetic: /255,
@@ -186,22 +186,22 @@ def _views_eager(out: torch.Tensor, view0: torch.Tensor, crops: torch.Tensor,
         if fold != "out":
             out[:, 1:] = dst
         return out
-    x = crops.float() if chains is None else _mix(crops, chains, m, k)
+    x = crops.float() if chains is None else mix_views(crops, chains, m, k)
     torch.div(x.div_(255).sub_(mean).view(B, V - 1, *x.shape[1:]), std, out=out[:, 1:])
     return out
 
 
-def _views_fused(view0: torch.Tensor, crops: torch.Tensor, chains: torch.Tensor, m, k, mean,
+def views_fused(view0: torch.Tensor, crops: torch.Tensor, chains: torch.Tensor, m, k, mean,
                  std) -> torch.Tensor:
-    """:func:`_views_eager` as one expression (for ``torch.compile``: one fused kernel writes
+    """:func:`views_eager` as one expression (for ``torch.compile``: one fused kernel writes
     the output; same arithmetic)."""
     B = view0.shape[0]
     first = view0.float().div(255).sub(mean).div(std)
-    mix = _mix(crops, chains, m, k).div(255).sub(mean).div(std)
+    mix = mix_views(crops, chains, m, k).div(255).sub(mean).div(std)
     return torch.cat([first.unsqueeze(1), mix.view(B, -1, *mix.shape[1:])], 1)
 
 
-def _lut_full(src: torch.Tensor, table: torch.Tensor, rep: int) -> torch.Tensor:
+def lut_full_pass(src: torch.Tensor, table: torch.Tensor, rep: int) -> torch.Tensor:
     """Row ``r`` of the result = row ``r // rep`` of ``src`` (uint8 [R, 3, S, S]) through LUT
     rows ``3r + c`` of ``table`` ([R·rep·3, 256] uint8). Meant for ``torch.compile`` (the address
     is computed inside the one kernel); eager it costs an int64 address per pixel."""
@@ -211,7 +211,7 @@ def _lut_full(src: torch.Tensor, table: torch.Tensor, rep: int) -> torch.Tensor:
     return table.view(-1)[x.long() + off].view(R, *src.shape[1:])
 
 
-def _warp_rows(src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor,
+def warp_rows(src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor,
                wd: torch.dtype) -> torch.Tensor:
     """Rows ``rows`` of ``src`` (uint8 [R, 3, S, S]) warped by pixel-centre maps ``A`` [n, 2, 3]:
     bilinear, zero fill, rounded, uint8 [n, 3, S, S]. The grid is :meth:`GpuViewMaker.grid`'s
@@ -230,23 +230,23 @@ def _warp_rows(src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor,
     return y.to(wd).round().to(torch.uint8)
 
 
-class _Plan:
+class ChainPlan:
     """Everything the device work of one batch needs from ``params_cpu``, built on the host and
     sent in three copies: per depth the rows of the geometric ops with their affine maps, the
     rows of the LUT ops (blocks in ``_LUT_ORDER``) with the posterize/solarize LUTs, and the
     mixing weights."""
 
     def __init__(self, params_cpu: torch.Tensor, size: int, dev: torch.device):
-        p = params_cpu.reshape(-1, _NCOL).float()
+        p = params_cpu.reshape(-1, N_COLUMNS).float()
         N = p.shape[0]
-        ops = p[:, _OP0:_MAG0].reshape(N * CHAINS, DEPTH).long()
-        mags = p[:, _MAG0:].reshape(N * CHAINS, DEPTH)
+        ops = p[:, OP0:MAG0].reshape(N * CHAINS, DEPTH).long()
+        mags = p[:, MAG0:].reshape(N * CHAINS, DEPTH)
         ints, mats, luts, self.depths = [], [], [], []
         n_int = n_mat = n_lut = 0
         for d in range(DEPTH):
             col = ops[:, d]
             geo = torch.nonzero(torch.isin(col, _GEO_IDS)).flatten()
-            blocks = [torch.nonzero(col == _OPS.index(n)).flatten() for n in _LUT_ORDER]
+            blocks = [torch.nonzero(col == OP_NAMES.index(n)).flatten() for n in _LUT_ORDER]
             lut_rows = torch.cat(blocks)
             counts = [int(b.numel()) for b in blocks]
             ps = lut_rows[counts[0] + counts[1]:]
@@ -273,9 +273,9 @@ class _Plan:
         self.m_at, self.k_at = n_mat, n_mat + N
         mats += [m.reshape(-1), k.reshape(-1)]
         self.N = N
-        self.ints = _pinned(torch.cat(ints).long(), dev)
-        self.mats = _pinned(torch.cat(mats), dev)
-        self.luts = _pinned(torch.cat(luts), dev)
+        self.ints = to_device_pinned(torch.cat(ints).long(), dev)
+        self.mats = to_device_pinned(torch.cat(mats), dev)
+        self.luts = to_device_pinned(torch.cat(luts), dev)
 
     def rows(self, d: int, key: str) -> torch.Tensor:
         at = self.depths[d]

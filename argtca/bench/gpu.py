@@ -1,4 +1,4 @@
-"""Parts of ``python -m argtca.bench`` added in round 2 (kept out of bench.py, which was long):
+"""Parts of ``python -m argtca.bench`` that measure the GPU itself and the command line:
 
 * :func:`tower_throughput` — the image tower alone: FLOPs per view counted by PyTorch's
   ``FlopCounterMode``, the card's measured dense fp16 matrix rate (an 8192³ product on random
@@ -108,9 +108,9 @@ def tower_throughput(setup, compile_image: bool = False, reps: int = 5) -> Dict[
 def agreement(setup, n_images: int, views: str = "gpu", **engine_kw) -> Dict[str, object]:
     """Reference (one image at a time) vs fast (batched) on the same view tensors (the timed
     passes' setting; ``setup``: an :class:`argtca.bench.Setup`)."""
-    from argtca.bench import bench_cfg, pass_threads
+    from argtca.bench.setup import bench_cfg, pass_threads
     from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     from argtca.metrics import compute_metrics
     args, dev = setup.args, setup.device
     cfg = bench_cfg(args, setup.data, "fast", views, n_images)
@@ -191,7 +191,7 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
                 views: str = "gpu", extra: Optional[List[str]] = None) -> List[Dict[str, object]]:
     """``python -m argtca.run`` (1 GPU) and ``torchrun --nproc_per_node N -m argtca.run`` with the
     defaults (TTA.ENGINE auto, DATALOADER.NUM_WORKERS auto, TTA.COMPILE auto) on ``data``."""
-    from argtca.engine.records import load_records
+    from argtca.engine.run_folder import load_records
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1")
@@ -244,8 +244,8 @@ def views_per_core(n_images: int = 12, views: int = 64, size: int = 224) -> Dict
     benchmark's 300x225 JPEGs)."""
     import io
     from PIL import Image
-    from argtca.bench_data import _jpeg_pool
-    from argtca.datasets.views import FastViewGenerator, ViewGenerator
+    from argtca.bench.data import _jpeg_pool
+    from argtca.views.cpu import FastViewGenerator, ViewGenerator
     torch.set_num_threads(1)
     imgs = [Image.open(io.BytesIO(b)).convert("RGB") for b in _jpeg_pool(n_images + 1)]
     vg = ViewGenerator(size, views, augmix=True)
@@ -259,6 +259,6 @@ def views_per_core(n_images: int = 12, views: int = 64, size: int = 224) -> Dict
     return out
 
 
-if __name__ == "__main__":   # python -m argtca.bench_gpu percore
+if __name__ == "__main__":   # python -m argtca.bench.gpu percore
     if sys.argv[1:2] == ["percore"]:
         print("ms of one core per image:", views_per_core())

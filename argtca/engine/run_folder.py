@@ -27,6 +27,8 @@ import sys
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from argtca.utils.io import os_error, read_json_object, write_json  # noqa: F401  (write_json: run-folder API)
+
 # Keys that change how fast a run goes, never what it computes.
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
 # (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
@@ -104,19 +106,7 @@ def config_hash(fp: Dict[str, object]) -> str:
 
 def read_json_file(path: str, what: str, fix: str):
     """A JSON object from ``path``; RunFolderError naming the file and ``fix`` when it is not."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read()
-        obj = json.loads(raw.decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise RunFolderError(f"{path}: {what} is not UTF-8 text (byte {e.start}); {fix}") from None
-    except json.JSONDecodeError as e:
-        raise RunFolderError(f"{path}: {what} is not valid JSON ({e.msg} at line {e.lineno}); "
-                             f"{fix}") from None
-    if not isinstance(obj, dict):
-        raise RunFolderError(f"{path}: {what} must be a JSON object, got {type(obj).__name__}; "
-                             f"{fix}")
-    return obj
+    return read_json_object(path, what, fix, error=RunFolderError)
 
 
 def _has_records(out_dir: str) -> List[str]:
@@ -163,23 +153,6 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object]) -> None:
             f"set that made them) is missing, so they cannot be checked: restore config.json, or "
             f"{start_over}")
     write_json(path, want, sort_keys=True)
-
-
-def _os_error(e: OSError, path: str) -> OSError:
-    """The same OSError with the file named (a failing write() does not carry it)."""
-    return e if e.filename else OSError(e.errno, e.strerror, path)
-
-
-def write_json(path: str, obj, **dump_kwargs) -> None:
-    """Atomic JSON write (temp file + rename): a killed run never leaves a half-written file."""
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.tmp"   # one per process: ranks writing the same file never mix
-    try:
-        with open(tmp, "w") as f:
-            json.dump(obj, f, indent=1, **dump_kwargs)
-        os.replace(tmp, path)
-    except OSError as e:
-        raise _os_error(e, tmp) from None
 
 
 # ------------------------------------------------------------------------------ records
@@ -295,7 +268,7 @@ def write_records(path: str, records: Iterable[dict]) -> None:
                 f.write(json.dumps(r) + "\n")
         os.replace(tmp, path)
     except OSError as e:
-        raise _os_error(e, tmp) from None
+        raise os_error(e, tmp) from None
 
 
 class RecordWriter:
@@ -311,7 +284,7 @@ class RecordWriter:
         try:
             self.f = open(path, "a")
         except OSError as e:
-            raise _os_error(e, path) from None
+            raise os_error(e, path) from None
 
     def write(self, recs: Iterable[dict]) -> None:
         try:
@@ -321,7 +294,7 @@ class RecordWriter:
                 os.fsync(self.f.fileno())
                 self._synced = time.monotonic()
         except OSError as e:
-            raise _os_error(e, self.path) from None
+            raise os_error(e, self.path) from None
 
     def close(self):
         try:
@@ -357,7 +330,7 @@ class RunLock:
         try:
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as e:
-            raise _os_error(e, self.path) from None
+            raise os_error(e, self.path) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -377,7 +350,7 @@ class RunLock:
             os.write(fd, (json.dumps(info) + "\n").encode())
         except OSError as e:
             self.release()
-            raise _os_error(e, self.path) from None
+            raise os_error(e, self.path) from None
         return self
 
     def _locked_message(self) -> str:

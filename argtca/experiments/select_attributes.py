@@ -1,6 +1,6 @@
 """Side-by-side attribute choices of several selectors (the paper's attribute-comparison table).
 
-    python -m argtca.select_attributes DATASET [--class NAME ...] [--num-classes 5]
+    python -m argtca.experiments.select_attributes DATASET [--class NAME ...] [--num-classes 5]
         [--selectors tca,div,disc] [--device cpu|cuda] [--plugin MODULE ...] [KEY VALUE ...]
 
 DATASET is a file of configs/datasets (``caltech101``), a YAML path, or a registered dataset name;
@@ -137,7 +137,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from argtca.graph import embed_nodes, make_nodes, picked_texts, select_nodes
     from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, graph_identity
     from argtca.graph.store import default_store_dir
-    from argtca.fetch import attribute_file_for
+    from argtca.attributes.files import attribute_file_for
     from argtca.selectors import SELECTOR_REGISTRY, load_plugins
 
     load_plugins(args.plugin)

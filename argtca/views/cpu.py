@@ -22,8 +22,8 @@ from torch.utils.data import DataLoader, Dataset
 from torchvision.transforms import InterpolationMode
 
 from .augmix import OPS, augmix_planes_into, augmix_view, normalise_into, sample_plan
-from .base import DataError, Datum
-from .images import open_rgb, to_rgb
+from argtca.datasets.base import DataError, Datum
+from argtca.datasets.images import open_rgb, to_rgb
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
            "FastViewGenerator",
@@ -424,7 +424,7 @@ def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int =
     :data:`PREFETCH_BYTES` of waiting batches."""
     num_workers = int(num_workers)
     if num_workers == -1:   # DATALOADER.NUM_WORKERS -1: what the machine has
-        from argtca.engine.auto import auto_workers
+        from argtca.utils.host import auto_workers
         num_workers = auto_workers()
     if num_workers < 0 or int(batch_images) < 1:
         raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "

@@ -1,5 +1,4 @@
-"""Parts of ``python -m argtca.bench`` that time pieces rather than whole passes (split out of
-bench.py, which had grown past 600 lines):
+"""Parts of ``python -m argtca.bench`` that time pieces rather than whole passes:
 
 * :func:`variants` — engine-only time per image of the fast engine's knobs (views already on the
   device), split into image tower / tuning / final prediction.
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, List
 import torch
 
 if TYPE_CHECKING:
-    from argtca.bench import Setup
+    from argtca.bench.setup import Setup
 
 
 def _sync(device):
@@ -24,7 +23,7 @@ def _sync(device):
 
 
 def _bench_cfg(*a, **kw):
-    from argtca.bench import bench_cfg
+    from argtca.bench.setup import bench_cfg
     return bench_cfg(*a, **kw)
 
 
@@ -111,7 +110,7 @@ def variants(setup: Setup, n_batches: int = 3, compile_image: bool = False) -> L
 def input_pipeline(setup: Setup, n_images: int) -> List[Dict[str, object]]:
     """Images/s of the views loaders alone (no engine) and of the GPU view maker alone."""
     from argtca.datasets import build_dataset
-    from argtca.engine.gpu_views import build_views_loader
+    from argtca.views.loader import build_views_loader
     args, dev = setup.args, setup.device
     rows = []
     for views in ("cpu", "cpu-fast", "gpu"):

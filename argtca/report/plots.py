@@ -22,7 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.lines import Line2D
 
-from .metrics import expected_calibration_error, reliability_bins
+from argtca.metrics import expected_calibration_error, reliability_bins
 
 __all__ = ["reliability_grid", "confidence_hist_grid", "ece_radar", "sweep_plot"]
 

@@ -1,4 +1,4 @@
-"""The loader workers' side of ``TTA.VIEWS_DEVICE gpu`` (:mod:`argtca.engine.gpu_views`): each
+"""The loader workers' side of ``TTA.VIEWS_DEVICE gpu`` (:mod:`argtca.views.gpu`): each
 item is decoded once and shipped as view 0 (exactly the CPU path's), a canvas (the image resized
 so that its long side is at most ``canvas`` pixels) and the random parameters of every view,
 drawn from the same generators in the same order as the CPU path; the device makes the views.
@@ -12,11 +12,11 @@ import torch
 import torchvision.transforms.functional as F
 from PIL import Image
 
-from argtca.datasets.augmix import OPS, sample_plan
+from argtca.views.augmix import OPS, sample_plan
 from argtca.datasets.base import Datum
-from argtca.datasets.views import (TestTimeDataset, ViewGenerator, item_rngs,
+from argtca.views.cpu import (TestTimeDataset, ViewGenerator, item_rngs,
                                    random_resized_crop_params)
-from argtca.engine.gpu_view_ops import CHAINS, DEPTH, _MAG0, _NCOL, _OP0, _OPS
+from argtca.views.gpu_ops import CHAINS, DEPTH, MAG0, N_COLUMNS, OP0, OP_NAMES
 
 __all__ = ["views_device", "sample_view_params", "GpuViewDataset", "collate_gpu_views"]
 
@@ -35,11 +35,11 @@ def sample_view_params(view_gen: ViewGenerator, width: int, height: int, seed: i
     """Parameters [V-1, len(VIEW_PARAM_COLUMNS)] of the random views of item ``index``: the draws
     :meth:`ViewGenerator.__call__` makes, in its order (crop box, flip, then the AugMix plan)."""
     n = view_gen.n_views - 1
-    out = np.zeros((max(n, 0), _NCOL), dtype=np.float32)
+    out = np.zeros((max(n, 0), N_COLUMNS), dtype=np.float32)
     if n <= 0:
         return torch.from_numpy(out)
     tg, rng = item_rngs(seed, index)
-    out[:, _OP0:_MAG0] = -1
+    out[:, OP0:MAG0] = -1
     for v in range(n):
         i, j, h, w = random_resized_crop_params(width, height, view_gen.scale, view_gen.ratio, tg)
         flip = torch.rand(1, generator=tg).item() < 0.5
@@ -50,14 +50,14 @@ def sample_view_params(view_gen: ViewGenerator, width: int, height: int, seed: i
             out[v, 6:6 + CHAINS] = plan.weights
             for c, chain in enumerate(plan.chains):
                 for d, op in enumerate(chain):
-                    out[v, _OP0 + c * DEPTH + d] = _OPS.index(op.name)
-                    out[v, _MAG0 + c * DEPTH + d] = op.magnitude
+                    out[v, OP0 + c * DEPTH + d] = OP_NAMES.index(op.name)
+                    out[v, MAG0 + c * DEPTH + d] = op.magnitude
         else:
             out[v, 5] = 1.0
     return torch.from_numpy(out)
 
 
-def _to_uint8(img: Image.Image) -> torch.Tensor:
+def to_uint8(img: Image.Image) -> torch.Tensor:
     return torch.from_numpy(np.asarray(img, dtype=np.uint8).copy()).permute(2, 0, 1).contiguous()
 
 
@@ -86,9 +86,9 @@ class GpuViewDataset(TestTimeDataset):
         w, h = max(1, round(W * scale)), max(1, round(H * scale))
         small = img if (w, h) == (W, H) else img.resize((w, h), Image.BILINEAR, reducing_gap=None)
         canvas = torch.zeros(3, C, C, dtype=torch.uint8)
-        canvas[:, :h, :w] = _to_uint8(small)
+        canvas[:, :h, :w] = to_uint8(small)
         return {"index": index, "label": int(datum.label), "path": datum.impath,
-                "view0": _to_uint8(view0), "canvas": canvas,
+                "view0": to_uint8(view0), "canvas": canvas,
                 "hw": torch.tensor([h, w], dtype=torch.long),
                 "params": sample_view_params(vg, W, H, self.seed, index)}
 

@@ -1,6 +1,6 @@
 """Test-time views made on the device (``TTA.VIEWS_DEVICE gpu``), and the views loader of both paths.
 
-**Not bit-identical to the CPU path.** The CPU path (:mod:`argtca.datasets.views`) crops, flips and
+**Not bit-identical to the CPU path.** The CPU path (:mod:`argtca.views.cpu`) crops, flips and
 AugMixes every view with PIL on the full-resolution image. Here the DataLoader workers only decode
 the JPEG and ship (a) view 0, computed exactly as on the CPU (``Resize + CenterCrop``, uint8), (b)
 the image resized so its long side is at most ``canvas`` pixels (uint8, zero-padded to a square),
@@ -15,45 +15,28 @@ formulas). Resampling arithmetic differs from PIL's, and crops come from the res
 than the original file, so **the random views differ from the CPU path's pixel by pixel, and results
 agree statistically, not bit for bit.** View 0 (the one the final prediction uses) is identical.
 
-How the batch is computed (:class:`GpuViewMaker`, its pieces in :mod:`argtca.engine.gpu_view_ops`):
+How the batch is computed (:class:`GpuViewMaker`, its pieces in :mod:`argtca.views.gpu_ops`):
 uint8 crops and chains, per AugMix depth one LUT pass for every colour op and one ``grid_sample``
-for every geometric op, then one mixing + normalising pass; 1.24 ms of H200 GPU time per image at
-16 images x 64 views of 224 px (the previous per-op implementation, kept as the test reference in
-:mod:`argtca.engine._gpu_views_reference`, took 2.27 ms; ``scripts/bench_gpu_views.py``).
-
-What the loader workers ship (view 0, canvas, parameters) is made in
-:mod:`argtca.engine.gpu_views_host` (re-exported here).
-
-Entry point for the trainer loop: :func:`build_views_loader` returns an iterable of batches
-``{"index", "label", "path", "views"}`` for either path, with ``views`` already on the device
-(copied one batch ahead on a side stream when the device is CUDA).
+for every geometric op, then one mixing + normalising pass (timings: ``benchmarks/README.md``).
+What the loader workers ship (view 0, canvas, parameters) is made in :mod:`argtca.views.gpu_host`;
+the loader that feeds the test loop is :mod:`argtca.views.loader`.
 """
 from __future__ import annotations
 
-import os
-import time
-from typing import Any, Dict, Iterator, Optional, Sequence
+from typing import Any, Dict, Optional, Sequence
 
 import torch
 import torch.nn.functional as TF
-from torch.utils.data import DataLoader
 from torchvision.ops import roi_align
 
-from argtca.datasets.views import (FastViewGenerator, ViewGenerator, build_test_loader,
-                                   build_view_generator, make_loader, TestTimeDataset)
+from argtca.views.cpu import ViewGenerator
+from argtca.views.gpu_ops import (CHAINS, DEPTH, ChainPlan, lut_autocontrast, lut_equalize,
+                                  lut_full_pass, lut_index, lut_posterize_solarize, mix_views,
+                                  put_rows, row_histograms, take_rows, to_device_pinned,
+                                  views_eager, views_fused, warp_rows)
 
-from argtca.engine.gpu_view_ops import (  # noqa: F401  (some re-exported: tests, reference)
-    CHAINS, DEPTH, VIEW_PARAM_COLUMNS, _GEOMETRIC, _MAG0, _NCOL, _OP0, _OPS, _Plan, _affine_rows,
-    _histograms, _lut_full, _lut_index, _mix, _pinned, _put_rows, _take_rows, _views_eager,
-    _views_fused, _warp_rows, affine_matrices, lut_autocontrast, lut_equalize,
-    lut_posterize_solarize)
 
-# the loader workers' side (decode, view 0, canvas, parameters), re-exported here
-from argtca.engine.gpu_views_host import (  # noqa: F401,E402
-    GpuViewDataset, _to_uint8, collate_gpu_views, sample_view_params, views_device)
-
-__all__ = ["VIEW_PARAM_COLUMNS", "sample_view_params", "GpuViewDataset", "collate_gpu_views",
-           "GpuViewMaker", "build_views_loader", "ViewsLoader", "views_device"]
+__all__ = ["GpuViewMaker"]
 
 
 
@@ -74,8 +57,8 @@ class GpuViewMaker:
     ``work_dtype``: float16 on CUDA; on CUDA its grid is one broadcast sum, see :meth:`grid`);
     rows move between the two as 8-byte words; then one mixing + normalising pass written into
     the output (folded into per-(view, channel) coefficients on CUDA, see
-    :func:`~argtca.engine.gpu_view_ops._views_eager`). Same views as the previous implementation
-    (kept as :mod:`argtca.engine._gpu_views_reference`): bit for bit in float32 on the CPU; on
+    :func:`~argtca.views.gpu_ops._views_eager`). Same views as the previous implementation
+    (kept as :mod:`tests.oracles.gpu_views_reference`): bit for bit in float32 on the CPU; on
     CUDA in float16 the grid's rounding differs in rare places (2.7e-6 of the values differ by
     more than 0.01, H200).
 
@@ -92,7 +75,7 @@ class GpuViewMaker:
     """
 
     fold_mix = None    # eager mixing folded with the normalisation: "out" / "tmp" / "" (exact);
-                       # None: "out" on CUDA, exact elsewhere (see _views_eager)
+                       # None: "out" on CUDA, exact elsewhere (see views_eager)
     exact_grid = None  # the reference's grid arithmetic (see grid()); None: on the CPU only
 
     def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None,
@@ -144,20 +127,20 @@ class GpuViewMaker:
         mean, std = self._mean_std(dev)
         chains = m = k = None
         if self.augmix:
-            plan = _Plan(params_cpu, S, dev)
+            plan = ChainPlan(params_cpu, S, dev)
             chains = self.chains(crops, plan)
             m, k = plan.mix_weights()
             if self._compiled is not False and self._compile_here(dev):
                 try:
                     if self._compiled is None:
-                        self._compiled = torch.compile(_views_fused, dynamic=False)
+                        self._compiled = torch.compile(views_fused, dynamic=False)
                     return self._compiled(view0, crops, chains, m.clone(), k.clone(), mean, std)
                 except Exception as e:   # no compiler / Triton here: eager, same arithmetic
                     self._compile_failed("mixing", e)
                     self._compiled = False
         out = torch.empty(B, V, 3, S, S, device=dev)
         fold = self.fold_mix if self.fold_mix is not None else ("out" if dev.type == "cuda" else "")
-        return _views_eager(out, view0, crops, chains, m, k, mean, std, fold=fold)
+        return views_eager(out, view0, crops, chains, m, k, mean, std, fold=fold)
 
     # -- resized crop + flip ------------------------------------------------------------------
     def crops(self, canvas: torch.Tensor, hw: torch.Tensor, params: torch.Tensor,
@@ -176,8 +159,8 @@ class GpuViewMaker:
                       sampling_ratio=-1, aligned=True).round_().to(torch.uint8)
         flip = torch.nonzero(params_cpu[..., 4].reshape(-1) > 0.5).flatten()
         if flip.numel():
-            fi = _pinned(flip, x.device)
-            _put_rows(x, fi, _take_rows(x, fi).flip(-1))
+            fi = to_device_pinned(flip, x.device)
+            put_rows(x, fi, take_rows(x, fi).flip(-1))
         return x
 
     # -- AugMix ------------------------------------------------------------------------------
@@ -190,7 +173,7 @@ class GpuViewMaker:
             self._grid[key] = torch.stack([xx, yy, torch.ones_like(xx)], -1)   # [S, S, 3]
         return self._grid[key]
 
-    def chains(self, crops: torch.Tensor, plan: "_Plan") -> torch.Tensor:
+    def chains(self, crops: torch.Tensor, plan: "ChainPlan") -> torch.Tensor:
         """The three AugMix chains of every crop, [N, 3, 3, S, S] uint8. Per depth: one LUT pass
         for every colour op, one warp for every geometric op; rows whose chain has ended keep
         their values. Depth 0 (every chain has one) reads the crops directly."""
@@ -203,11 +186,11 @@ class GpuViewMaker:
             geo, lut = plan.rows(d, "geo"), plan.rows(d, "lut")
             sgeo, slut = plan.rows(d, "sgeo"), plan.rows(d, "slut")   # their rows in ``src``
             if d == 0 and plan.depths[0]["keep"][1]:
-                _put_rows(chains, plan.rows(0, "keep"), _take_rows(crops, plan.rows(0, "skeep")))
+                put_rows(chains, plan.rows(0, "keep"), take_rows(crops, plan.rows(0, "skeep")))
             counts = plan.depths[d]["counts"]
             y_geo = self._warp_compiled(src, sgeo, plan.affine(d), wd) if geo.numel() else None
             if geo.numel() and y_geo is None:
-                y_geo = (self.warp(_take_rows(src, sgeo).to(wd), plan.affine(d), exact=exact)
+                y_geo = (self.warp(take_rows(src, sgeo).to(wd), plan.affine(d), exact=exact)
                          .to(torch.uint8))
             lut_full = self._lut_full_fn(crops.device) if lut.numel() else None
             nxt = None
@@ -215,7 +198,7 @@ class GpuViewMaker:
                 # every row through one (row, channel) LUT, identity where the op is no colour
                 # op: one fixed-shape compiled gather writes the whole next chains tensor
                 ne_na = counts[0] + counts[1]
-                x = _take_rows(src, slut[:ne_na]) if ne_na else None
+                x = take_rows(src, slut[:ne_na]) if ne_na else None
                 table, _ = self._lut_tables(x, counts, plan.ps_luts(d), all_idx=False)
                 full = torch.arange(256, device=crops.device, dtype=torch.uint8).repeat(
                     N * CHAINS * 3, 1)
@@ -229,11 +212,11 @@ class GpuViewMaker:
             if nxt is not None:
                 chains = nxt
             elif lut.numel():
-                x = _take_rows(src, slut)
+                x = take_rows(src, slut)
                 table, idx = self._lut_tables(x, counts, plan.ps_luts(d))
-                _put_rows(chains, lut, table.view(-1).index_select(0, idx.view(-1)).view_as(x))
+                put_rows(chains, lut, table.view(-1).index_select(0, idx.view(-1)).view_as(x))
             if y_geo is not None:
-                _put_rows(chains, geo, y_geo)
+                put_rows(chains, geo, y_geo)
         return chains.view(N, CHAINS, *crops.shape[1:])
 
     def _lut_tables(self, x: Optional[torch.Tensor], counts: Sequence[int],
@@ -246,10 +229,10 @@ class GpuViewMaker:
         flat = x.view(x.shape[0] * 3, -1) if x is not None else None
         idx = None
         if flat is not None and (all_idx or ne):
-            idx = _lut_index(flat if all_idx else flat[:ne])
+            idx = lut_index(flat if all_idx else flat[:ne])
         parts = []
         if ne:
-            parts.append(lut_equalize(_histograms(idx[:ne], ne)))
+            parts.append(lut_equalize(row_histograms(idx[:ne], ne)))
         if na:
             parts.append(lut_autocontrast(flat[ne:ne + na]))
         if ps_luts.numel():
@@ -257,13 +240,13 @@ class GpuViewMaker:
         return (torch.cat(parts) if len(parts) > 1 else parts[0]), idx
 
     def _warp_compiled(self, src: torch.Tensor, rows: torch.Tensor, A: torch.Tensor, wd):
-        """:func:`_warp_rows` compiled (CUDA, ``compile=True``; one compilation for every row
+        """:func:`warp_rows` compiled (CUDA, ``compile=True``; one compilation for every row
         count), or None: the eager warp is used."""
         if self._compiled_warp is False or not self._compile_here(src.device):
             return None
         try:
             if self._compiled_warp is None:
-                self._compiled_warp = torch.compile(_warp_rows)
+                self._compiled_warp = torch.compile(warp_rows)
             mark = getattr(getattr(torch, "_dynamo", None), "maybe_mark_dynamic", None)
             if mark is not None:   # the row count changes with every batch and depth
                 mark(rows, 0)
@@ -275,13 +258,13 @@ class GpuViewMaker:
             return None
 
     def _lut_full_fn(self, dev: torch.device):
-        """The compiled :func:`_lut_full` on CUDA with ``compile=True`` (None otherwise, or once
+        """The compiled :func:`lut_full_pass` on CUDA with ``compile=True`` (None otherwise, or once
         compilation failed: the per-subset eager gather is used)."""
         if self._compiled_lut is False or not self._compile_here(dev):
             return None
         if self._compiled_lut is None:
             try:
-                self._compiled_lut = torch.compile(_lut_full, dynamic=False)
+                self._compiled_lut = torch.compile(lut_full_pass, dynamic=False)
             except Exception as e:
                 self._compile_failed("LUT pass", e)
                 self._compiled_lut = False
@@ -298,10 +281,10 @@ class GpuViewMaker:
         """m·crop + (1−m)·Σ_i w_i·chain_i(crop) on the uint8 value grid, [N, 3, S, S] float32
         (``crops``: 0-255 integer values, any dtype; ``params`` [N, ncol])."""
         crops = crops.round().clamp(0, 255).to(torch.uint8)
-        plan = _Plan(params_cpu, self.size, crops.device)
+        plan = ChainPlan(params_cpu, self.size, crops.device)
         chains = self.chains(crops, plan)
         m, k = plan.mix_weights()
-        return _mix(crops, chains, m, k)
+        return mix_views(crops, chains, m, k)
 
     def warp(self, x: torch.Tensor, A: torch.Tensor, exact: bool = True) -> torch.Tensor:
         """Bilinear warp of ``x`` [n, 3, S, S] (float, 0-255) by pixel-centre affine maps ``A``
@@ -336,7 +319,7 @@ class GpuViewMaker:
     def _lut_op(x: torch.Tensor, lut_fn) -> torch.Tensor:
         n, c = x.shape[:2]
         flat = x.reshape(n * c, -1).to(torch.uint8)
-        idx = _lut_index(flat)
+        idx = lut_index(flat)
         return lut_fn(flat, idx).view(-1).index_select(0, idx.view(-1)).to(x.dtype).view(x.shape)
 
     @staticmethod
@@ -346,7 +329,7 @@ class GpuViewMaker:
     @staticmethod
     def equalize(x: torch.Tensor) -> torch.Tensor:
         return GpuViewMaker._lut_op(x, lambda flat, idx: lut_equalize(
-            _histograms(idx, flat.shape[0])))
+            row_histograms(idx, flat.shape[0])))
 
     @staticmethod
     def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
@@ -357,138 +340,3 @@ class GpuViewMaker:
     def solarize(x: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:
         return GpuViewMaker._lut_op(x, lambda flat, idx: lut_posterize_solarize(
             ["solarize"] * x.shape[0], thr.reshape(-1).cpu()).to(x.device).repeat_interleave(3, 0))
-
-
-# ------------------------------------------------------------------------------ the loader
-class ViewsLoader:
-    """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
-
-    On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
-    one is processed. GPU views are made on the compute stream; ``overlap``
-    (``ARGTCA_VIEWS_OVERLAP=1``) makes them on the copy stream instead, so the views of batch n+1
-    are computed while batch n is tuned (same kernels, same numbers). Off by default: it gained
-    nothing on an H200 (64.4 vs 63.3 img/s, +0.6 GiB; the loop is bound by the host thread that
-    launches both), BENCHMARKS.md.
-    """
-
-    def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
-                 overlap: Optional[bool] = None):
-        self.loader = loader
-        self.device = torch.device(device)
-        self.maker = maker
-        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=1: make GPU views on the copy stream
-            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "0").strip().lower() in (
-                "1", "true", "yes", "on")
-        self.overlap = bool(overlap) and maker is not None
-        # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
-        self.seconds = {"workers": 0.0, "views": 0.0}
-        self._started = None   # the DataLoader's iterator once start() ran
-
-    def __len__(self) -> int:
-        return len(self.loader)
-
-    def _to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        out = dict(batch)
-        keys = ("view0", "canvas", "hw", "params") if self.maker is not None else ("views",)
-        if self.maker is not None:
-            out["params_cpu"] = batch["params"]
-        for k in keys:
-            out[k] = batch[k].to(self.device, non_blocking=True)
-        return out
-
-    def _finish(self, batch: Dict[str, Any]) -> Dict[str, Any]:
-        if self.maker is not None:
-            t = time.perf_counter()
-            batch = {"index": batch["index"], "label": batch["label"], "path": batch["path"],
-                     "views": self.maker(batch)}
-            self.seconds["views"] += time.perf_counter() - t
-        return batch
-
-    def _next(self, it):
-        t = time.perf_counter()
-        try:
-            return next(it)
-        finally:
-            self.seconds["workers"] += time.perf_counter() - t
-
-    def start(self) -> "ViewsLoader":
-        """Start the DataLoader's workers now (they fork and begin on their first batches); the
-        next ``iter()`` continues from them. The test loop calls it before the model is built:
-        the workers then fork from a small process without a CUDA context, and make their
-        first batches while the model loads and the per-dataset work runs."""
-        if self._started is None:
-            self._started = iter(self.loader)
-        return self
-
-    def __iter__(self) -> Iterator[Dict[str, Any]]:
-        # not a generator function: the workers start at iter() (before the engine's per-dataset
-        # work, which their start then overlaps), not at the first next()
-        it, self._started = self._started, None
-        return self._batches(iter(self.loader) if it is None else it)
-
-    def _batches(self, it) -> Iterator[Dict[str, Any]]:
-        if self.device.type != "cuda":
-            while True:
-                try:
-                    b = self._next(it)
-                except StopIteration:
-                    return
-                yield self._finish(self._to_device(b))
-        stream = torch.cuda.Stream(self.device)
-
-        def fetch():
-            try:
-                b = self._next(it)
-            except StopIteration:
-                return None, None
-            with torch.cuda.stream(stream):
-                b = self._to_device(b)
-                if self.overlap:   # GPU views of batch n+1 made while batch n is tuned
-                    b = self._finish(b)
-                ev = torch.cuda.Event()
-                ev.record(stream)
-            return b, ev
-
-        nxt, ev = fetch()
-        while nxt is not None:
-            cur, cur_ev = nxt, ev
-            torch.cuda.current_stream(self.device).wait_event(cur_ev)
-            for k, v in cur.items():
-                if isinstance(v, torch.Tensor) and v.device.type == "cuda":
-                    v.record_stream(torch.cuda.current_stream(self.device))
-            nxt, ev = fetch()
-            yield cur if self.overlap else self._finish(cur)
-
-
-def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
-                       device, num_workers: int, prefetch: int = 4,
-                       canvas: Optional[int] = None,
-                       compile: Optional[bool] = None) -> ViewsLoader:
-    """The loader of the test loop for ``cfg.TTA.VIEWS_DEVICE`` "cpu" (the exact PIL views of
-    :mod:`argtca.datasets.views`) or "gpu" (this module). ``cfg`` is the run configuration the
-    engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA): ``torch.compile`` the
-    view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None: as the engine's towers,
-    i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
-    device = torch.device(device)
-    view_gen = build_view_generator(cfg, dataset)
-    pin = device.type == "cuda"
-    where = views_device(cfg)
-    if where in ("cpu", "cpu-fast"):
-        if where == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
-            view_gen = FastViewGenerator.like(view_gen)
-        ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
-        if pin and str(cfg.TTA.PREC) == "amp":
-            # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower)
-            # rounds its input to fp16: rounding in the worker instead gives identical features
-            # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
-            ds.out_dtype = torch.float16
-        loader = build_test_loader(ds, int(num_workers), batch_images=batch_images,
-                                   pin_memory=pin, prefetch=prefetch)
-        return ViewsLoader(loader, device)
-    ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
-    # an unreadable file raises its one-line DataError here too, also from worker processes
-    loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
-                         pin_memory=pin, prefetch=prefetch)
-    if compile is None:
-        compile = str(cfg.TTA.get("COMPILE", "off")).lower() in ("on", "true")
-    return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)))

@@ -1,0 +1,1 @@
+"""The throughput benchmark: ``python -m argtca.bench`` (see ``benchmarks/README.md``)."""

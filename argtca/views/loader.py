@@ -1,0 +1,155 @@
+"""The test loop's views loader, for either path: exact PIL views on the CPU
+(:mod:`argtca.views.cpu`) or views made on the device (:mod:`argtca.views.gpu`).
+
+:func:`build_views_loader` returns an iterable of batches ``{"index", "label", "path", "views"}``,
+with ``views`` already on the device (copied one batch ahead on a side stream on CUDA).
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, Iterator, Optional, Sequence
+
+import torch
+from torch.utils.data import DataLoader
+
+from argtca.views.cpu import (FastViewGenerator, TestTimeDataset, build_test_loader,
+                              build_view_generator, make_loader)
+from argtca.views.gpu import GpuViewMaker
+from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
+
+__all__ = ["ViewsLoader", "build_views_loader"]
+
+
+class ViewsLoader:
+    """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
+
+    On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
+    one is processed. GPU views are made on the compute stream; ``overlap``
+    (``ARGTCA_VIEWS_OVERLAP=1``) makes them on the copy stream instead, so the views of batch n+1
+    are computed while batch n is tuned (same kernels, same numbers). Off by default: it gained
+    nothing on an H200 (64.4 vs 63.3 img/s, +0.6 GiB; the loop is bound by the host thread that
+    launches both), BENCHMARKS.md.
+    """
+
+    def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
+                 overlap: Optional[bool] = None):
+        self.loader = loader
+        self.device = torch.device(device)
+        self.maker = maker
+        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=1: make GPU views on the copy stream
+            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "0").strip().lower() in (
+                "1", "true", "yes", "on")
+        self.overlap = bool(overlap) and maker is not None
+        # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
+        self.seconds = {"workers": 0.0, "views": 0.0}
+        self._started = None   # the DataLoader's iterator once start() ran
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def _to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        out = dict(batch)
+        keys = ("view0", "canvas", "hw", "params") if self.maker is not None else ("views",)
+        if self.maker is not None:
+            out["params_cpu"] = batch["params"]
+        for k in keys:
+            out[k] = batch[k].to(self.device, non_blocking=True)
+        return out
+
+    def _finish(self, batch: Dict[str, Any]) -> Dict[str, Any]:
+        if self.maker is not None:
+            t = time.perf_counter()
+            batch = {"index": batch["index"], "label": batch["label"], "path": batch["path"],
+                     "views": self.maker(batch)}
+            self.seconds["views"] += time.perf_counter() - t
+        return batch
+
+    def _next(self, it):
+        t = time.perf_counter()
+        try:
+            return next(it)
+        finally:
+            self.seconds["workers"] += time.perf_counter() - t
+
+    def start(self) -> "ViewsLoader":
+        """Start the DataLoader's workers now (they fork and begin on their first batches); the
+        next ``iter()`` continues from them. The test loop calls it before the model is built:
+        the workers then fork from a small process without a CUDA context, and make their
+        first batches while the model loads and the per-dataset work runs."""
+        if self._started is None:
+            self._started = iter(self.loader)
+        return self
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        # not a generator function: the workers start at iter() (before the engine's per-dataset
+        # work, which their start then overlaps), not at the first next()
+        it, self._started = self._started, None
+        return self._batches(iter(self.loader) if it is None else it)
+
+    def _batches(self, it) -> Iterator[Dict[str, Any]]:
+        if self.device.type != "cuda":
+            while True:
+                try:
+                    b = self._next(it)
+                except StopIteration:
+                    return
+                yield self._finish(self._to_device(b))
+        stream = torch.cuda.Stream(self.device)
+
+        def fetch():
+            try:
+                b = self._next(it)
+            except StopIteration:
+                return None, None
+            with torch.cuda.stream(stream):
+                b = self._to_device(b)
+                if self.overlap:   # GPU views of batch n+1 made while batch n is tuned
+                    b = self._finish(b)
+                ev = torch.cuda.Event()
+                ev.record(stream)
+            return b, ev
+
+        nxt, ev = fetch()
+        while nxt is not None:
+            cur, cur_ev = nxt, ev
+            torch.cuda.current_stream(self.device).wait_event(cur_ev)
+            for k, v in cur.items():
+                if isinstance(v, torch.Tensor) and v.device.type == "cuda":
+                    v.record_stream(torch.cuda.current_stream(self.device))
+            nxt, ev = fetch()
+            yield cur if self.overlap else self._finish(cur)
+
+
+def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
+                       device, num_workers: int, prefetch: int = 4,
+                       canvas: Optional[int] = None,
+                       compile: Optional[bool] = None) -> ViewsLoader:
+    """The loader of the test loop for ``cfg.TTA.VIEWS_DEVICE`` "cpu" (the exact PIL views of
+    :mod:`argtca.views.cpu`) or "gpu" (this module). ``cfg`` is the run configuration the
+    engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA): ``torch.compile`` the
+    view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None: as the engine's towers,
+    i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
+    device = torch.device(device)
+    view_gen = build_view_generator(cfg, dataset)
+    pin = device.type == "cuda"
+    where = views_device(cfg)
+    if where in ("cpu", "cpu-fast"):
+        if where == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
+            view_gen = FastViewGenerator.like(view_gen)
+        ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
+        if pin and str(cfg.TTA.PREC) == "amp":
+            # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower)
+            # rounds its input to fp16: rounding in the worker instead gives identical features
+            # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
+            ds.out_dtype = torch.float16
+        loader = build_test_loader(ds, int(num_workers), batch_images=batch_images,
+                                   pin_memory=pin, prefetch=prefetch)
+        return ViewsLoader(loader, device)
+    ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
+    # an unreadable file raises its one-line DataError here too, also from worker processes
+    loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
+                         pin_memory=pin, prefetch=prefetch)
+    if compile is None:
+        compile = str(cfg.TTA.get("COMPILE", "off")).lower() in ("on", "true")
+    return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)))
