@@ -9,6 +9,7 @@ from PIL import Image
 
 from argtca.config import get_cfg_default
 from argtca.engine import auto
+from argtca.utils import host
 from conftest import tiny_cfg
 
 
@@ -47,12 +48,12 @@ def test_compile_auto_pays_only_for_long_gpu_view_runs():
 
 
 def test_auto_workers_share_the_cores_between_local_ranks(monkeypatch):
-    monkeypatch.setattr(auto, "usable_cpus", lambda: 32)
+    monkeypatch.setattr(host, "usable_cpus", lambda: 32)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert auto.auto_workers() == 16                          # 31, capped at 16
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert auto.auto_workers() == 15                          # 16 cores per rank, one for the rank
-    monkeypatch.setattr(auto, "usable_cpus", lambda: 2)
+    monkeypatch.setattr(host, "usable_cpus", lambda: 2)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
     assert auto.auto_workers() == 1
     cfg, lines = _resolved("cpu", 10)

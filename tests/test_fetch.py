@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from argtca import fetch
-from argtca.attributes import AttributeFileError
+from argtca.attributes import AttributeFileError, attribute_file_for
 from argtca.config import get_cfg_default
 from argtca.datasets import DataError, resolve_dataset_class
 from argtca.fetch import KNOWN_FILES, TCA_ATTRIBUTE_FILES, FetchError
@@ -103,24 +103,24 @@ def test_attribute_file_downloaded_verified_cached(monkeypatch, online, shared_d
     try:
         cfg = get_cfg_default()
         cfg.DATASET.NAME = "caltech101"          # the key works as well as the class name
-        path = Path(fetch.attribute_file_for(cfg))
+        path = Path(attribute_file_for(cfg))
         assert path == online / "attributes" / "Caltech101_2_V.json"
         assert path.read_bytes() == (src / "Caltech101_2_V.json").read_bytes()
         assert srv.requests == ["/Caltech101_2_V.json"]
         # the ImageNet variants share ImageNet's file
         cfg.DATASET.NAME = "ImageNetA"
-        assert Path(fetch.attribute_file_for(cfg)).name == "ImageNet_2_V.json"
+        assert Path(attribute_file_for(cfg)).name == "ImageNet_2_V.json"
         assert _files(online) == ["Caltech101_2_V.json", "ImageNet_2_V.json"]
     finally:
         srv.close()
     # server gone: the cache answers, without a request
     cfg.DATASET.NAME = "Caltech101"
-    assert Path(fetch.attribute_file_for(cfg)) == path
+    assert Path(attribute_file_for(cfg)) == path
     # an explicit path wins and is not fetched
     mine = online.parent / "mine.json"
     mine.write_text('{"a": "b"}')
     cfg.DATASET.ATTRIBUTE_FILE = str(mine)
-    assert fetch.attribute_file_for(cfg) == str(mine)
+    assert attribute_file_for(cfg) == str(mine)
 
 
 def test_checksum_mismatch_caches_nothing(monkeypatch, online, shared_data, tmp_path):
@@ -175,7 +175,7 @@ def test_server_down_and_offline_say_what_to_copy_where(monkeypatch, online):
     cfg = get_cfg_default()
     cfg.DATASET.NAME = "SUN397"
     with pytest.raises(AttributeFileError) as e:
-        fetch.attribute_file_for(cfg)
+        attribute_file_for(cfg)
     msg = str(e.value)
     dest = online / "attributes" / "SUN397_2_V.json"
     for part in ("SUN397_2_V.json", str(dest), "Offline?", "DATASET.ATTRIBUTE_FILE",
@@ -202,7 +202,7 @@ def test_unknown_dataset_needs_explicit_file():
     cfg.DATASET.NAME = "Demo"
     cfg.DATASET.ATTRIBUTE_FILE = ""
     with pytest.raises(AttributeFileError, match="DATASET.ATTRIBUTE_FILE"):
-        fetch.attribute_file_for(cfg)
+        attribute_file_for(cfg)
 
 
 # ----------------------------------------------------------------------------- split files

@@ -16,7 +16,7 @@ import os
 from typing import Dict, List, Sequence
 
 from argtca.datasets import resolve_dataset_class
-from argtca.fetch import TCA_ATTRIBUTE_FILES, FetchError, fetch
+from argtca import fetch
 from argtca.utils.paths import resolve_builtin
 
 __all__ = ["AttributeFileError", "load_attributes", "attribute_file_hash", "normalize_attribute",
@@ -175,15 +175,15 @@ def attribute_file_for(cfg) -> str:
         name = resolve_dataset_class(name).__name__
     except KeyError:
         pass
-    fname = TCA_ATTRIBUTE_FILES.get(name)
+    fname = fetch.TCA_ATTRIBUTE_FILES.get(name)
     if fname is None:
         raise AttributeFileError(
             f"DATASET.ATTRIBUTE_FILE is empty and dataset {name!r} has no TCA attribute file "
-            f"(known: {', '.join(sorted(TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
+            f"(known: {', '.join(sorted(fetch.TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
             f"TCA-format JSON (class name -> space-separated attributes); for your own classes, "
             f"make one with: python -m argtca.attributes generate --dataset {name} --root $DATA "
             f"--out attributes.json (README 'Your own data')")
     try:
-        return str(fetch(fname))
-    except FetchError as e:
+        return str(fetch.fetch(fname))
+    except fetch.FetchError as e:
         raise AttributeFileError(f"{e}; or set DATASET.ATTRIBUTE_FILE /path/{fname}") from e

@@ -141,7 +141,7 @@ def check_presence(datasets: Sequence[str], root: str, split: str = "test",
         elif not os.path.isdir(root):
             pr = Presence(ds, False, f"data root {root} does not exist")
         else:
-            from ..select_attributes import build_cfg
+            from .select_attributes import build_cfg
             name = str(build_cfg(ds, []).DATASET.NAME)
             rep = check_dataset(resolve_dataset_class(name), root, split=split,
                                 open_images=False)
@@ -149,7 +149,7 @@ def check_presence(datasets: Sequence[str], root: str, split: str = "test",
                           "; ".join(rep.notes + [f"fix: {f}" for f in rep.fixes]))
         if pr.present and need_attributes:
             from ..attributes.files import attribute_file_for
-            from ..select_attributes import build_cfg
+            from .select_attributes import build_cfg
             try:
                 pr.attributes = attribute_file_for(build_cfg(ds, list(opts)))
             except (ValueError, OSError) as e:   # AttributeFileError / FetchError are ValueErrors

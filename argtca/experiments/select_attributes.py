@@ -23,7 +23,7 @@ from argtca.errors import print_bad_input
 
 __all__ = ["comparison_table", "build_cfg", "main"]
 
-_REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def comparison_table(classes: Sequence[str], selections: Mapping[str, Mapping[str, Sequence[str]]],
