@@ -118,3 +118,123 @@ def test_two_processes_needing_the_same_graph_train_it_once(tmp_path):
     key = results[0]["key"]
     assert files == [f"{key}.json", f"{key}.lock", f"{key}.pt"]      # no temporary left over
     assert torch.load(store / f"{key}.pt", weights_only=True)["h"].shape == (8, 16)
+
+
+# --- integrity: a stored entry is reused only when its content is what was written -------------
+
+def _toy_entry(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return {"h0": torch.randn(64, 32, generator=g), "h": torch.randn(64, 32, generator=g),
+            "attention": None, "attention_incoming": None, "loss_curve": [0.5, 0.25],
+            "seconds": 1.0, "meta": {"device": "cpu"}}
+
+
+def _flip_tensor_bytes(pt_path, n=2048):
+    """Flip n bytes inside the largest stored tensor record, leaving the zip directory and the
+    metadata record untouched (torch.load still reads the file, without complaint)."""
+    import zipfile
+    with zipfile.ZipFile(pt_path) as z:
+        info = max((i for i in z.infolist() if "/data/" in i.filename), key=lambda i: i.file_size)
+        assert info.compress_type == zipfile.ZIP_STORED and info.file_size >= n
+    raw = bytearray(Path(pt_path).read_bytes())
+    # the local header is 30 bytes + name + extra; the record's data follows it
+    name_len = int.from_bytes(raw[info.header_offset + 26:info.header_offset + 28], "little")
+    extra_len = int.from_bytes(raw[info.header_offset + 28:info.header_offset + 30], "little")
+    start = info.header_offset + 30 + name_len + extra_len
+    for i in range(start, start + n):
+        raw[i] ^= 0x5A
+    Path(pt_path).write_bytes(bytes(raw))
+
+
+def _store_once(tmp_path):
+    from argtca.graph.store import Phase1Store, store_key
+    store = Phase1Store(str(tmp_path / "store"))
+    payload = {"dataset": "toy", "m": 4}
+    key = store_key(payload, "toy")
+    calls = []
+
+    def compute():
+        calls.append(1)
+        return _toy_entry()
+    logs = []
+    entry, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is False and calls == [1]
+    return store, key, payload, compute, calls, entry
+
+
+def test_intact_entry_is_reused_and_carries_its_content_hash(tmp_path):
+    import hashlib
+    store, key, payload, compute, calls, entry = _store_once(tmp_path)
+    # the hash, worked out here independently over the stored values in key order
+    h = hashlib.sha256()
+    for name, t in (("attention", None), ("attention_incoming", None), ("h", entry["h"]),
+                    ("h0", entry["h0"]), ("loss_curve", [0.5, 0.25]), ("seconds", 1.0)):
+        if isinstance(t, torch.Tensor):
+            h.update(f"{name}|tensor|{t.dtype}|{tuple(t.shape)}|".encode())
+            h.update(t.contiguous().numpy().tobytes())
+        else:
+            h.update(f"{name}|json|{json.dumps(t, separators=(',', ':'))}|".encode())
+    assert entry["meta"]["sha256"] == h.hexdigest()
+    assert json.loads((tmp_path / "store" / f"{key}.json").read_text())["sha256"] == h.hexdigest()
+    logs = []
+    again, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is True and calls == [1] and logs == []
+    assert torch.equal(again["h"], entry["h"])
+
+
+def test_entry_with_flipped_bytes_is_rebuilt_not_reused(tmp_path):
+    store, key, payload, compute, calls, entry = _store_once(tmp_path)
+    path = store.path(key)
+    _flip_tensor_bytes(path)
+    # the damage is invisible to torch.load: the file still reads, with different numbers
+    damaged = torch.load(path, weights_only=True)
+    assert not torch.equal(damaged["h"], entry["h"]) or not torch.equal(damaged["h0"], entry["h0"])
+    assert store.load(key, payload) is None
+    logs = []
+    rebuilt, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is False and calls == [1, 1]
+    assert len(logs) == 1 and "failed its content check" in logs[0] and "rebuilding" in logs[0]
+    assert key in logs[0]
+    assert torch.equal(rebuilt["h"], entry["h"]) and torch.equal(rebuilt["h0"], entry["h0"])
+    # the replacement is whole again and reused from now on
+    logs.clear()
+    _, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is True and calls == [1, 1] and logs == []
+
+
+def test_entry_with_a_changed_loss_curve_or_no_hash_is_rebuilt(tmp_path):
+    store, key, payload, compute, calls, _ = _store_once(tmp_path)
+    path = store.path(key)
+    data = torch.load(path, weights_only=True)
+    data["loss_curve"] = [0.5, 0.125]             # same shape, other number: meta left as written
+    torch.save(data, path)
+    logs = []
+    _, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is False and calls == [1, 1] and "failed its content check" in logs[0]
+    # an entry written without a hash (by an older argtca) cannot be verified: rebuilt, saying so
+    data = torch.load(path, weights_only=True)
+    meta = json.loads(data["meta"])
+    del meta["sha256"]
+    data["meta"] = json.dumps(meta)
+    torch.save(data, path)
+    logs.clear()
+    _, reused = store.get_or_compute(key, payload, compute, log=logs.append)
+    assert reused is False and calls == [1, 1, 1] and "no content hash" in logs[0]
+
+
+def test_cli_run_rebuilds_a_damaged_stored_graph(data, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    root, attr = data
+    assert main(_argtca(root, attr, tmp_path / "a", "TRAINER.ARGTCA.SELECTOR", "div")) == 0
+    first = json.loads((tmp_path / "a" / "phase1.json").read_text())
+    key = first["store_key"]
+    capsys.readouterr()
+    _flip_tensor_bytes(tmp_path / "cache" / "phase1" / f"{key}.pt", n=256)
+    assert main(_argtca(root, attr, tmp_path / "b", "TRAINER.ARGTCA.SELECTOR", "div")) == 0
+    out = capsys.readouterr().out
+    assert "reused stored graph" not in out
+    assert f"stored graph {key}" in out and "failed its content check" in out
+    second = json.loads((tmp_path / "b" / "phase1.json").read_text())
+    assert second["reused"] is False
+    assert second["selected_by_index"] == first["selected_by_index"]
