@@ -5,7 +5,8 @@ setup(
     version="0.1.0",
     description="Calibrated test-time adaptation of CLIP: ArgTCA, TCA, TPT, C-TPT, O-TPT, A-TPT",
     packages=find_packages(include=["argtca", "argtca.*"]),
-    package_data={"argtca": ["demo/assets/*", "models/model_configs/*.json"]},
+    package_data={"argtca": ["demo/assets/*", "models/model_configs/*.json",
+                            "report/reference/*.csv"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[

@@ -29,6 +29,7 @@ folders claiming the same method, dataset, seed and settings are an error naming
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import sys
 from pathlib import Path
@@ -36,10 +37,106 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .ablation import ablation_table
 from .attributes import attribute_table
-from .runs import METRICS, ReportError, RunProblem, _warn, find_runs
+from .identity import canonical, real_weights, short_hash
+from .reference import (REFERENCE_BACKBONE, comparison_markdown, full_test_size, reference_for,
+                        zeroshot_warning)
+from .runs import METRICS, ReportError, Run, RunProblem, _warn, find_runs
 from .sweep import _sweep_markdown, sweep_points
 from .tables import (build_table, cells_csv, group_runs, runs_csv, table_csv, table_latex,
                      table_markdown)
+
+REPORT_RECORD = "report.json"   # which runs a report folder's report covers
+DEFAULT_PARENT = Path("output") / "report"
+
+
+def runs_identity(runs: Sequence[Run]) -> List[str]:
+    """One line per run (method, dataset, settings, seed; not its folder), sorted."""
+    return sorted({short_hash(r.identity, 16) + f":seed{r.seed}" for r in runs})
+
+
+def report_key(runs: Sequence[Run], mode: str = "table") -> str:
+    """A short hash of a report's kind and its runs' identities."""
+    return short_hash(canonical({"mode": mode, "runs": runs_identity(runs)}))
+
+
+def default_report_dir(runs: Sequence[Run], mode: str = "table", parent=None,
+                       prefix: str = "") -> Path:
+    """``<parent>/<prefix-><hash8>``: the same runs always get the same folder, other runs
+    another."""
+    name = f"{prefix}-{report_key(runs, mode)}" if prefix else report_key(runs, mode)
+    return Path(parent if parent is not None else DEFAULT_PARENT) / name
+
+
+MODE_FILES = {"table": "table.md", "sweep": "sweep.md", "ablation": "ablation.md"}
+
+
+def claim_report_dir(out: Path, runs: Sequence[Run], mode: str, force: bool) -> None:
+    """Refuse to write over a report of other runs (unless ``force``); record these runs.
+
+    ``report.json`` lists, per kind of report (table, sweep, ablation), the runs it covers. A
+    report of a subset of these runs is updated (the same experiment with more seeds or datasets
+    finished); one of other runs, or report files without that record (an older report), is
+    refused."""
+    record = out / REPORT_RECORD
+    mine = runs_identity(runs)
+    reports: Dict[str, Any] = {}
+    if record.is_file():
+        try:
+            reports = json.loads(record.read_text()).get("reports") or {}
+        except (OSError, ValueError, AttributeError):
+            reports = {}
+    if out.is_dir() and not force:
+        old = reports.get(mode)
+        if old is None and (out / MODE_FILES[mode]).is_file():
+            old = {}
+        if old is not None and not set(old.get("runs") or ["?"]) <= set(mine):
+            raise ReportError(
+                f"{out} holds a {mode} report of other runs ({MODE_FILES[mode]}; its runs are "
+                f"listed in {REPORT_RECORD}); not overwritten: pass --force to replace it, or "
+                f"another --out (without --out the folder is named by a hash of the runs)")
+    out.mkdir(parents=True, exist_ok=True)
+    reports[mode] = {"key": report_key(runs, mode), "runs": mine,
+                     "folders": sorted(str(r.path) for r in runs)}
+    record.write_text(json.dumps({"reports": reports}, indent=1) + "\n")
+
+
+def _qualifies(r: Run) -> bool:
+    """A run whose numbers can be compared with published ones: default settings of its
+    method, the full published test split, CLIP's published weights, the paper's backbone."""
+    st = r.settings
+    full = full_test_size(r.dataset_key)
+    return (not r.variant and real_weights(st.get("MODEL.PRETRAINED"))
+            and str(st.get("MODEL.BACKBONE.NAME")) == REFERENCE_BACKBONE
+            and str(st.get("DATASET.SPLIT")) == "test"
+            and int(st.get("DATASET.NUM_IMAGES", -1) or -1) <= 0
+            and full is not None and r.summary.get("n") == full)
+
+
+def reference_section(cells: Dict, datasets, metrics: Sequence[str], decimals: int = 2
+                      ) -> Tuple[str, List[str]]:
+    """The "Against published numbers" Markdown section and the zero-shot warnings."""
+    rows, warnings = [], []
+    for (lab, dk), c in cells.items():
+        if not c.runs or not all(_qualifies(r) for r in c.runs):
+            continue
+        r0 = c.runs[0]
+        for m in metrics:
+            ref = reference_for(r0.method, r0.selector, m, dk)
+            if ref is None or math.isnan(c.mean(m)):
+                continue
+            rows.append((lab, m, dk, c.mean(m), ref[0], ref[1], ref[2]))
+            if r0.method == "zeroshot" and m == "accuracy":
+                w = zeroshot_warning(c.dataset, c.mean(m), ref[0], ref[1])
+                if w:
+                    warnings.append(w)
+    order = {dk: i for i, (dk, _) in enumerate(datasets)}
+    rows.sort(key=lambda x: (order.get(x[2], 0)))
+    labels = list(dict.fromkeys(lab for (lab, _) in cells))
+    rows.sort(key=lambda x: (labels.index(x[0]), list(metrics).index(x[1])))
+    md = comparison_markdown(rows, dict(datasets), decimals)
+    if md and warnings:
+        md += "\n" + "\n".join(f"**Warning**: {w}." for w in warnings) + "\n"
+    return md, warnings
 
 
 def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path]) -> None:
@@ -58,20 +155,24 @@ def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path
     written["skipped.md"] = path
 
 
-def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
+def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
                 metrics: Sequence[str] = ("accuracy", "ece"), n_bins: int = 20,
-                decimals: int = 2, show_std: bool = False) -> Dict[str, Path]:
+                decimals: int = 2, show_std: bool = False, force: bool = False,
+                default_parent=None, prefix: str = "") -> Dict[str, Path]:
     """Main comparison report; returns {name: path} of the files written. ``show_std``: cells
-    of several seeds read "mean ± std" and ``cells.csv`` lists mean, std and seeds per cell."""
+    of several seeds read "mean ± std" and ``cells.csv`` lists mean, std and seeds per cell.
+    ``out_dir`` None: ``<default_parent>/<prefix->hash8`` named by the runs; a folder holding
+    a report of other runs is refused unless ``force``."""
     from argtca.report import plots
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     problems: List[RunProblem] = []
     runs = find_runs(paths, problems)
     labels, datasets, cells = group_runs(runs)
     table = build_table(labels, datasets, cells, metrics, decimals, show_std)
-    written: Dict[str, Path] = {}
+    out = Path(out_dir) if out_dir is not None else default_report_dir(
+        runs, "table", default_parent, prefix)
+    claim_report_dir(out, runs, "table", force)
+    written: Dict[str, Path] = {"report.json": out / REPORT_RECORD}
     write_skipped(out, problems, written)
     for r in runs:   # a damaged records.jsonl leaves that run out of the plots only
         try:
@@ -84,7 +185,10 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
         (out / name).write_text(text)
         written[name] = out / name
 
-    write("table.md", table_markdown(table))
+    ref_md, ref_warnings = reference_section(cells, datasets, metrics, decimals)
+    for w in ref_warnings:
+        _warn(w)
+    write("table.md", table_markdown(table) + ("\n" + ref_md if ref_md else ""))
     write("table.csv", table_csv(table))
     write("table.tex", table_latex(table))
     write("runs.csv", runs_csv(runs))
@@ -95,17 +199,22 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
     names = [d for _, d in datasets]
     grid: Dict[Tuple[str, str], Any] = {}
     notes: Dict[Tuple[str, str], str] = {}
+    eces: Dict[Tuple[str, str], float] = {}
     for (lab, dk), c in cells.items():
         rec = c.pooled_records()
         if rec is not None:
             grid[(lab, dict(datasets)[dk])] = rec
+            # the table's number: the mean over seeds of each run's ECE
+            eces[(lab, dict(datasets)[dk])] = c.mean("ece")
             with_rec = sum(r.records() is not None for r in c.runs)
             if with_rec > 1:
-                notes[(lab, dict(datasets)[dk])] = f"({with_rec} seeds pooled)"
+                notes[(lab, dict(datasets)[dk])] = f"(mean of {with_rec} seeds)"
     rows = [lab for lab in labels if any((lab, d) in grid for d in names)]
     if rows:
         written["reliability.png"] = plots.reliability_grid(
-            grid, rows, names, out / "reliability.png", n_bins=n_bins, notes=notes)
+            grid, rows, names, out / "reliability.png", n_bins=n_bins, notes=notes, eces=eces,
+            suptitle="Reliability diagrams (bars: the records of every seed pooled; ECE: mean "
+                     "over seeds, as in table.md)")
         written["confidence_hist.png"] = plots.confidence_hist_grid(
             grid, rows, names, out / "confidence_hist.png", n_bins=n_bins)
     else:
@@ -116,39 +225,42 @@ def make_report(paths: Sequence, out_dir, attributes_classes: int = 10,
     return written
 
 
-def make_sweep_report(paths: Sequence, out_dir) -> Dict[str, Path]:
+def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
+                      default_parent=None, prefix: str = "sweep") -> Dict[str, Path]:
     """Sensitivity plots: ECE/accuracy against α (``sweep_alpha.png``) and β
     (``sweep_beta.png``) from the runs' TRAINER.ARGTCA.ALPHA/BETA overrides, plus sweep.md."""
     from argtca.report import plots
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     problems: List[RunProblem] = []
     runs = find_runs(paths, problems)
-    written: Dict[str, Path] = {}
-    write_skipped(out, problems, written)
-    both = {}
-    for param, sym, fname in (("ALPHA", "α", "sweep_alpha.png"), ("BETA", "β", "sweep_beta.png")):
-        series = sweep_points(runs, param)
-        both[sym] = series
-        if series:
-            written[fname] = plots.sweep_plot(series, sym, out / fname,
-                                              title=f"Sensitivity to {sym}")
+    out = Path(out_dir) if out_dir is not None else default_report_dir(
+        runs, "sweep", default_parent, prefix)
+    both = {sym: sweep_points(runs, param) for param, sym in (("ALPHA", "α"), ("BETA", "β"))}
     if not any(both.values()):
         raise ReportError(f"no tca/argtca runs under {', '.join(map(str, paths))}; "
                           "run scripts/sweep.sh first")
+    claim_report_dir(out, runs, "sweep", force)
+    written: Dict[str, Path] = {"report.json": out / REPORT_RECORD}
+    write_skipped(out, problems, written)
+    for sym, fname in (("α", "sweep_alpha.png"), ("β", "sweep_beta.png")):
+        if both[sym]:
+            written[fname] = plots.sweep_plot(both[sym], sym, out / fname,
+                                              title=f"Sensitivity to {sym}")
     (out / "sweep.md").write_text(_sweep_markdown(both))
     written["sweep.md"] = out / "sweep.md"
     return written
 
 
-def make_ablation_report(paths: Sequence, out_dir, decimals: int = 2) -> Dict[str, Path]:
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+def make_ablation_report(paths: Sequence, out_dir=None, decimals: int = 2, force: bool = False,
+                         default_parent=None, prefix: str = "ablation") -> Dict[str, Path]:
     problems: List[RunProblem] = []
     runs = find_runs(paths, problems)
-    (out / "ablation.md").write_text(ablation_table(runs, decimals))
-    written = {"ablation.md": out / "ablation.md"}
+    out = Path(out_dir) if out_dir is not None else default_report_dir(
+        runs, "ablation", default_parent, prefix)
+    text = ablation_table(runs, decimals)
+    claim_report_dir(out, runs, "ablation", force)
+    (out / "ablation.md").write_text(text)
+    written = {"report.json": out / REPORT_RECORD, "ablation.md": out / "ablation.md"}
     write_skipped(out, problems, written)
     return written
 
@@ -158,7 +270,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("runs", nargs="+", metavar="RUN_DIR",
                     help="run folders or parents of run folders (searched recursively)")
-    ap.add_argument("--out", required=True, help="report folder (created)")
+    ap.add_argument("--out", default=None,
+                    help="report folder (created; one holding a report of other runs is refused "
+                         "unless --force). Default: output/report/<hash of the runs>")
+    ap.add_argument("--force", action="store_true",
+                    help="replace a report of other runs in --out")
     ap.add_argument("--attributes-classes", type=int, default=10,
                     help="sample classes shown in attributes.md (default 10)")
     ap.add_argument("--metrics", default="accuracy,ece",
@@ -173,13 +289,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         written: Dict[str, Path] = {}
         if a.sweep:
-            written.update(make_sweep_report(a.runs, a.out))
+            written.update(make_sweep_report(a.runs, a.out, a.force))
         if a.ablation:
-            written.update(make_ablation_report(a.runs, a.out, a.decimals))
+            written.update(make_ablation_report(a.runs, a.out, a.decimals, a.force))
         if not (a.sweep or a.ablation):
             metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
             written.update(make_report(a.runs, a.out, a.attributes_classes, metrics,
-                                       a.n_bins, a.decimals, a.std))
+                                       a.n_bins, a.decimals, a.std, a.force))
     except ReportError as e:
         print(f"report: error: {e}", file=sys.stderr)
         return 2
@@ -193,7 +309,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "skipped.md" in written:
         n = Path(written["skipped.md"]).read_text().count("\n| ") - 1
         print(f"left out: {n} run folder(s), listed in {written['skipped.md']}")
-    print("wrote: " + ", ".join(str(p) for p in written.values()))
+    print("wrote: " + ", ".join(str(Path(p).resolve()) for p in written.values()))
     return 0
 
 

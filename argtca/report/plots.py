@@ -73,13 +73,16 @@ def _empty(ax, title: str) -> None:
 def reliability_grid(cells: Mapping[Tuple[str, str], Cell], rows: Sequence[str],
                      cols: Sequence[str], path, n_bins: int = 20,
                      notes: Optional[Mapping[Tuple[str, str], str]] = None,
-                     suptitle: str = "Reliability diagrams") -> Path:
+                     suptitle: str = "Reliability diagrams",
+                     eces: Optional[Mapping[Tuple[str, str], float]] = None) -> Path:
     """``cells[(row, col)] = (conf, correct)``; rows are methods, cols datasets.
 
     Blue bars: accuracy of each equal-width confidence bin. Red hatched bars: the gap between the
     bin's accuracy and its mean confidence (drawn over the blue bar, hence purple, where the
     bin is under-confident). Dashed black line: perfect calibration. The title
-    of each panel gives the ECE (%) of the panel's samples; ``notes[(row, col)]`` is appended.
+    of each panel gives the ECE (%) of the panel's samples, or ``eces[(row, col)]`` where given
+    (the caller's aggregation, e.g. the mean over seeds a table shows; the suptitle should say
+    which); ``notes[(row, col)]`` is appended.
     """
     fig, axes = _grid_figure(len(rows), len(cols))
     width = 1.0 / n_bins
@@ -110,7 +113,9 @@ def reliability_grid(cells: Mapping[Tuple[str, str], Cell], rows: Sequence[str],
                    align="edge", color=GAP_COLOR, alpha=0.35, hatch="///",
                    edgecolor=GAP_COLOR, linewidth=0.4, zorder=3)
             ax.plot([0, 1], [0, 1], ls="--", color="k", lw=1.1, zorder=4)
-            ece = 100 * expected_calibration_error(conf, correct, n_bins)
+            ece = (eces or {}).get((r, c))
+            if ece is None:
+                ece = 100 * expected_calibration_error(conf, correct, n_bins)
             note = (notes or {}).get((r, c), "")
             ax.set_title(f"{head}ECE {ece:.2f}%" + (f" {note}" if note else ""), fontsize=9)
     _label_grid(axes, rows, cols, "accuracy")

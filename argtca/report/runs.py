@@ -2,7 +2,6 @@
 unfinished ones apart (listed and skipped, never fatal for the other runs)."""
 from __future__ import annotations
 
-import functools
 import json
 import math
 import re
@@ -12,6 +11,10 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from .identity import (LABEL_KEYS, PROTOCOL_KEYS, canonical, config_default, fmt_value,
+                       is_dataset_key, is_hash_key, protocol_of, same_value, settings_of,
+                       short_hash, short_name)
 
 MISSING = "–"
 METHOD_ORDER = ["zeroshot", "zeroshot_ts", "tpt", "tpt_ts", "ctpt", "otpt", "atpt", "tca", "argtca"]
@@ -31,10 +34,6 @@ DATASET_ALIASES = {"pets": "oxfordpets", "cars": "stanfordcars", "flowers": "oxf
                    "oxfordflowers102": "oxfordflowers", "food": "food101",
                    "aircraft": "fgvcaircraft", "sun": "sun397", "dtd": "describabletextures",
                    "ucf": "ucf101", "sketch": "imagenetsketch"}
-# overrides that never make two runs different methods
-IGNORED_OVERRIDES = ("SEED", "OUTPUT_DIR", "USE_CUDA", "VERBOSE", "TRAINER.NAME",
-                     "TRAINER.ARGTCA.SELECTOR")
-IGNORED_PREFIXES = ("DATASET.", "DATALOADER.")
 REQUIRED_SUMMARY_KEYS = ("method", "dataset", "seed", "accuracy", "ece")
 
 
@@ -56,29 +55,6 @@ def _dataset_rank(key: str) -> int:
     return DATASET_ORDER.index(k) if k in DATASET_ORDER else len(DATASET_ORDER)
 
 
-@functools.lru_cache(maxsize=None)
-def _config_default(key: str) -> Any:
-    """Default value of a dotted config key (None when unknown or the config is unavailable)."""
-    try:
-        from ..config import get_cfg_default
-    except Exception:  # pragma: no cover - config always importable in the package
-        return None
-    node: Any = get_cfg_default()
-    for part in key.split("."):
-        if not hasattr(node, "get") or part not in node:
-            return None
-        node = node[part]
-    return node
-
-
-def _fmt_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return str(v)
-    if isinstance(v, (int, float)):
-        return f"{v:g}"
-    return str(v)
-
-
 # ----------------------------------------------------------------------------- runs
 @dataclass
 class Run:
@@ -87,6 +63,7 @@ class Run:
     summary: Dict[str, Any]
     variant: Tuple[Tuple[str, Any], ...] = ()      # set by group_runs
     _records: Any = field(default=None, repr=False)
+    _settings: Optional[Dict[str, Any]] = field(default=None, repr=False)
 
     @property
     def method(self) -> str:
@@ -109,7 +86,8 @@ class Run:
     def label(self) -> str:
         if not self.variant:
             return self.base_label
-        parts = ", ".join(f"{k.split('.')[-1].lower()}={_fmt_value(v)}" for k, v in self.variant)
+        parts = ", ".join(f"{short_name(k)}={v if isinstance(v, str) else fmt_value(v)}"
+                          for k, v in self.variant)
         return f"{self.base_label} [{parts}]"
 
     @property
@@ -129,9 +107,30 @@ class Run:
         return dict(self.summary.get("overrides") or {})
 
     def override(self, key: str) -> Any:
-        """The run's value of a config key: its override, else the config default."""
-        ov = self.overrides
-        return ov[key] if key in ov else _config_default(key)
+        """The run's value of a config key: its fingerprint's, else its override, else the
+        config default."""
+        return self.settings.get(key, config_default(key))
+
+    @property
+    def settings(self) -> Dict[str, Any]:
+        """Everything that can change this run's numbers except the seed (see
+        :mod:`argtca.report.identity`): ``config.json`` over the summary's overrides over the
+        defaults. A folder without ``config.json`` (written before fingerprints) is read from its
+        summary alone; its test set is then unknown."""
+        if self._settings is None:
+            self._settings = settings_of(_read_config(self.path), self.overrides)
+        return self._settings
+
+    @property
+    def identity(self) -> str:
+        """Method, dataset and settings (not the seed), as text: equal for runs that may be
+        averaged over seeds."""
+        return canonical(dict(self.settings, **{"report.label": self.base_label,
+                                                "report.dataset": self.dataset_key}))
+
+    @property
+    def protocol(self) -> Tuple[Tuple[str, str], ...]:
+        return protocol_of(self.settings)
 
     def metric(self, name: str) -> float:
         v = self.summary.get(name)
@@ -193,12 +192,19 @@ class RunProblem:
 RUN_MARKERS = ("summary.json", "records.jsonl", "config.json")
 
 
+def _read_config(d: Path) -> Dict[str, Any]:
+    """The run's fingerprint (``config.json``), {} when absent or unreadable (the run folder's
+    own checks name a damaged one when the run is resumed)."""
+    try:
+        cfg = json.loads((d / "config.json").read_bytes().decode("utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
 def _expected_images(d: Path) -> Optional[int]:
     """The test-set size the run's fingerprint names (None when unknown)."""
-    try:
-        n = json.loads((d / "config.json").read_bytes().decode("utf-8")).get("TEST_SET.N_IMAGES")
-    except (OSError, ValueError, AttributeError):
-        return None
+    n = _read_config(d).get("TEST_SET.N_IMAGES")
     return int(n) if isinstance(n, int) else None
 
 
@@ -233,7 +239,8 @@ def _read_run(d: Path) -> Tuple[Optional[Run], Optional[RunProblem]]:
         idx = records.get("index")
         k = len(records["conf"])
         if idx is not None and len(np.unique(idx)) != k:
-            return None, RunProblem(d, "incomplete", f"records.jsonl holds {k - len(np.unique(idx))}"
+            return None, RunProblem(d, "incomplete", f"records.jsonl holds "
+                                    f"{k - len(np.unique(idx))}"
                                     f" repeated image indices (two runs wrote the folder at "
                                     f"once?); {again}")
         if k != n:
@@ -338,36 +345,74 @@ def duplicate_error(what: str, a: Run, b: Run) -> ReportError:
 
 
 def _relevant_overrides(run: Run) -> Dict[str, Any]:
-    return {k: v for k, v in run.overrides.items()
-            if k not in IGNORED_OVERRIDES and not k.startswith(IGNORED_PREFIXES)}
+    """The run's settings that differ from the defaults, except the ones the label names and
+    the dataset's own (name, root, attribute file, test set)."""
+    return {k: v for k, v in run.settings.items()
+            if k not in LABEL_KEYS and not is_dataset_key(k)
+            and not same_value(v, config_default(k))}
+
+
+def _differing(runs: Sequence[Run], keys) -> List[str]:
+    keys = sorted(keys)
+    return [k for k in keys if any(not same_value(r.settings.get(k), runs[0].settings.get(k))
+                                   for r in runs[1:])]
+
+
+def _shown_value(k: str, values: Sequence[Any]) -> Dict[str, str]:
+    """Label text per value of ``k``: a file or folder by its name when the names tell the values
+    apart, a long hash by its first 8 characters."""
+    text = {canonical({"v": v}): fmt_value(v) for v in values}
+    if all(isinstance(v, str) and "/" in v for v in values if v):
+        short = {c: t.rstrip("/").rsplit("/", 1)[-1] for c, t in text.items()}
+        if len(set(short.values())) == len(short):
+            text = short
+    if is_hash_key(k):
+        text = {c: t[:8] for c, t in text.items()}
+    return text
 
 
 def _assign_variants(runs: Sequence[Run]) -> None:
-    """Set ``run.variant`` to the overrides in which runs of the same base label differ (those
-    where the run has the config default are left out, so the default run keeps its label)."""
+    """Set ``run.variant`` so that runs of different settings never share a label (and so a
+    cell). Per display label: a protocol key (split, subset, backbone, weights) that differs
+    anywhere in the report, a key that differs between runs of the label, or a dataset key
+    (attribute file, test set, ...) that differs between runs of the label on one dataset is
+    appended as ``[key=value]``, except where the run has the config default (so the default
+    run keeps its plain label). Should two settings still read alike, a short hash of the
+    settings tells them apart."""
+    runs = list(runs)
+    if not runs:
+        return
+    all_keys = set().union(*(r.settings for r in runs)) - LABEL_KEYS
+    protocol = set(_differing(runs, [k for k in PROTOCOL_KEYS if k in all_keys]))
     by_label: Dict[str, List[Run]] = {}
     for r in runs:
         by_label.setdefault(r.base_label, []).append(r)
     for group in by_label.values():
-        rel = [_relevant_overrides(r) for r in group]
-        keys = sorted(set().union(*rel))
-        varying = []
-        for k in keys:
-            first = group[0].override(k)
-            if any(not _same(r.override(k), first) for r in group[1:]):
-                varying.append(k)
-        for r in group:   # a run at the config default keeps the plain label for that key
-            r.variant = tuple((k, r.override(k)) for k in varying
-                              if _config_default(k) is None or not _same(r.override(k),
-                                                                         _config_default(k)))
-
-
-def _same(a: Any, b: Any) -> bool:
-    num = (int, float)
-    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) \
-            and not isinstance(b, bool):
-        return float(a) == float(b)
-    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+        global_keys = [k for k in all_keys if not is_dataset_key(k)]
+        varying = set(_differing(group, global_keys)) | protocol
+        per_ds: Dict[str, set] = {}
+        by_ds: Dict[str, List[Run]] = {}
+        for r in group:
+            by_ds.setdefault(r.dataset_key, []).append(r)
+        for dk, rs in by_ds.items():
+            per_ds[dk] = set(_differing(rs, [k for k in all_keys if is_dataset_key(k)]))
+        shown = {k: _shown_value(k, [r.settings.get(k) for r in group])
+                 for k in varying | set().union(*per_ds.values())}
+        for r in group:
+            keys = sorted(varying | per_ds[r.dataset_key],
+                          key=lambda k: (k not in PROTOCOL_KEYS, k))
+            r.variant = tuple(
+                (k, shown[k][canonical({"v": r.settings.get(k)})]) for k in keys
+                if not same_value(r.settings.get(k), config_default(k)))
+    # the safety net: one label + dataset = one set of settings
+    cells: Dict[Tuple[str, str], Dict[str, List[Run]]] = {}
+    for r in runs:
+        cells.setdefault((r.label, r.dataset_key), {}).setdefault(r.identity, []).append(r)
+    for ids in cells.values():
+        if len(ids) > 1:
+            for ident, rs in ids.items():
+                for r in rs:
+                    r.variant = r.variant + (("settings", f"#{short_hash(ident)}"),)
 
 
 def _value_key(v: Any):
@@ -381,3 +426,7 @@ def _method_sort_key(run: Run):
     s = run.selector or ""
     sr = SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER else len(SELECTOR_ORDER)
     return (mr, sr, s, run.base_label, tuple((k, _value_key(v)) for k, v in run.variant))
+
+
+def _same(a: Any, b: Any) -> bool:
+    return same_value(a, b)

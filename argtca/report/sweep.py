@@ -5,8 +5,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .runs import (MISSING, ReportError, Run, _config_default, _dataset_rank, _method_sort_key,
-                   _relevant_overrides, duplicate_error)
+from .identity import canonical, config_default, fmt_value, short_name
+from .runs import (MISSING, ReportError, Run, _dataset_rank, _differing, _method_sort_key,
+                   duplicate_error)
 from .tables import Cell
 
 
@@ -19,7 +20,8 @@ def sweep_points(runs: Sequence[Run], param: str
     """ECE/accuracy against ``param`` ("ALPHA" or "BETA") for the tca/argtca runs, as
     ``{dataset: {line label: {"x", "ece", "ece_std", "acc", "acc_std", "n_seeds"}}}``.
 
-    One line per method label (without variant suffix) and dataset. The other parameter is held
+    One line per method label (without variant suffix), dataset and other settings (runs that
+    differ in any other key are separate lines, named by the keys). The other parameter is held
     at the value that has the most distinct ``param`` values in that line (ties: the config
     default), and the line label says which (e.g. ``ArgTCA (div) (β=35)``). Seeds are averaged
     (std over seeds when more than one)."""
@@ -30,8 +32,21 @@ def sweep_points(runs: Sequence[Run], param: str
                                          _method_sort_key(r)[:4])):
         if _trainer_node(r.method):
             groups.setdefault((r.dataset, r.base_label), []).append(r)
-    out: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
+    lines: Dict[Tuple[str, str], List[Run]] = {}
     for (ds, lab), rs in groups.items():
+        node = _trainer_node(rs[0].method)
+        swept = (f"TRAINER.{node}.ALPHA", f"TRAINER.{node}.BETA")
+        sig = {id(r): canonical({k: v for k, v in r.settings.items() if k not in swept})
+               for r in rs}
+        keys = [k for k in _differing(rs, set().union(*(r.settings for r in rs)))
+                if k not in swept]
+        for r in rs:
+            name = lab + (" [" + ", ".join(f"{short_name(k)}={fmt_value(r.settings.get(k))}"
+                                           for k in keys) + "]" if keys else "")
+            lines.setdefault((ds, name + "\0" + sig[id(r)]), []).append(r)
+    out: Dict[str, Dict[str, Dict[str, np.ndarray]]] = {}
+    for (ds, key), rs in lines.items():
+        lab = key.split("\0")[0]
         node = _trainer_node(rs[0].method)
         pk, ok = f"TRAINER.{node}.{param}", f"TRAINER.{node}.{other}"
         by_other: Dict[float, Dict[float, List[Run]]] = {}
@@ -42,7 +57,7 @@ def sweep_points(runs: Sequence[Run], param: str
                 raise ReportError(f"{r.path / 'summary.json'}: {pk}={r.override(pk)!r}, "
                                   f"{ok}={r.override(ok)!r} are not numbers") from None
             by_other.setdefault(xo, {}).setdefault(xp, []).append(r)
-        default_other = _config_default(ok)
+        default_other = config_default(ok)
         fixed = max(by_other, key=lambda o: (len(by_other[o]), o == default_other, -o))
         pts = by_other[fixed]
         xs = sorted(pts)
@@ -50,7 +65,7 @@ def sweep_points(runs: Sequence[Run], param: str
         for x in xs:
             seen: Dict[int, Run] = {}
             for r in pts[x]:
-                if r.seed in seen and _relevant_overrides(r) == _relevant_overrides(seen[r.seed]):
+                if r.seed in seen:
                     raise duplicate_error(f"sweep {ds} / {lab} / {param}={x:g} / seed {r.seed}",
                                           seen[r.seed], r)
                 seen.setdefault(r.seed, r)

@@ -10,8 +10,14 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .identity import (LABEL_KEYS, PROTOCOL_KEYS, config_default, fmt_value, is_dataset_key,
+                       real_weights, same_value, short_name)
 from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
                    _method_sort_key, duplicate_error)
+
+AGGREGATION = ("Cells: the mean over seeds of each run's metric (with --std: ± the sample "
+               "standard deviation over seeds); the reliability diagrams draw the records of "
+               "every seed pooled, and their ECE titles are the same per-seed means.")
 
 
 # ----------------------------------------------------------------------------- cells
@@ -87,6 +93,10 @@ class ResultsTable:
     # mean over datasets, when every dataset of the row has the same seeds)
     stds: Dict[Tuple[str, str, str], float] = field(default_factory=dict)
     show_std: bool = False
+    # what the runs share (split, images, backbone, weights, non-default keys) and warnings that
+    # the table is no real result: printed above the table
+    header: List[str] = field(default_factory=list)
+    protocol_groups: int = 1    # rows are ranked only against rows of the same protocol
 
     @property
     def columns(self) -> List[str]:
@@ -149,20 +159,128 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
             per = [values.get((lab, m, dk), math.nan) for dk, _ in datasets]
             values[(lab, m, AVERAGE)] = float(np.mean(per)) if not any(
                 math.isnan(x) for x in per) else math.nan
+    # rows of another split, subset, backbone or weights are never ranked against each other
+    protocol = {lab: next(c.runs[0].protocol for (l2, _), c in cells.items() if l2 == lab)
+                for lab in labels if any(l2 == lab for l2, _ in cells)}
     marks: Dict[Tuple[str, str, str], str] = {}
     for m in metrics:
         higher = METRICS[m][1]
         for col in [dk for dk, _ in datasets] + [AVERAGE]:
-            shown = {lab: round(values.get((lab, m, col), math.nan), decimals) for lab in labels}
-            shown = {k: v for k, v in shown.items() if not math.isnan(v)}
-            ranked = sorted(set(shown.values()), reverse=higher)
-            for lab, v in shown.items():
-                if v == ranked[0]:
-                    marks[(lab, m, col)] = "best"
-                elif len(ranked) > 1 and v == ranked[1]:
-                    marks[(lab, m, col)] = "second"
+            for group in set(protocol.values()):
+                shown = {lab: round(values.get((lab, m, col), math.nan), decimals)
+                         for lab in labels if protocol.get(lab) == group}
+                shown = {k: v for k, v in shown.items() if not math.isnan(v)}
+                ranked = sorted(set(shown.values()), reverse=higher)
+                for lab, v in shown.items():
+                    if v == ranked[0]:
+                        marks[(lab, m, col)] = "best"
+                    elif len(ranked) > 1 and v == ranked[1]:
+                        marks[(lab, m, col)] = "second"
+    runs = [r for c in cells.values() for r in c.runs]
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
-                        decimals, _seed_stds(labels, datasets, cells, metrics), show_std)
+                        decimals, _seed_stds(labels, datasets, cells, metrics), show_std,
+                        table_header(runs, labels, datasets), len(set(protocol.values())))
+
+
+def _fmt_key(k: str, v) -> str:
+    return f"{k}={fmt_value(v)}"
+
+
+def not_real_reasons(runs: Sequence[Run]) -> List[str]:
+    """Why these runs cannot be compared with published numbers (empty when they can be)."""
+    from .reference import full_test_size
+    why: List[str] = []
+    weights = sorted({str(r.settings.get("MODEL.PRETRAINED")) for r in runs
+                      if not real_weights(r.settings.get("MODEL.PRETRAINED"))})
+    if weights:
+        why.append(f"weights {', '.join(weights)} (not CLIP's published weights: set "
+                   f"MODEL.PRETRAINED openai or a weights file)")
+    subset = sorted({int(r.settings.get("DATASET.NUM_IMAGES", -1)) for r in runs
+                     if int(r.settings.get("DATASET.NUM_IMAGES", -1) or -1) > 0})
+    if subset:
+        why.append(f"DATASET.NUM_IMAGES {', '.join(map(str, subset))} (a subset of the "
+                   f"test split)")
+    splits = sorted({str(r.settings.get("DATASET.SPLIT")) for r in runs} - {"test"})
+    if splits:
+        why.append(f"split {', '.join(splits)} (published numbers are on the test split)")
+    demo = sorted({r.dataset for r in runs if str(r.dataset_key).lower() == "demo"})
+    if demo:
+        why.append("the embedded demo dataset (synthetic images, a tiny CLIP)")
+    short = sorted({f"{r.dataset} {r.summary.get('n')} of {full_test_size(r.dataset_key)}"
+                    for r in runs if full_test_size(r.dataset_key) and isinstance(
+                        r.summary.get("n"), int) and r.summary["n"] != full_test_size(
+                        r.dataset_key) and not subset})
+    if short:
+        why.append(f"test sets of another size than the published split ({'; '.join(short)} "
+                   f"images: other data or split files)")
+    return why
+
+
+def table_header(runs: Sequence[Run], labels: Sequence[str],
+                 datasets: Sequence[Tuple[str, str]]) -> List[str]:
+    """Lines above the table: what every run shares (split, images per dataset, views, backbone,
+    weights, every other non-default key), the settings only some rows have, how cells are
+    aggregated, and a warning when the table is no real result (demo, subset, other weights)."""
+    if not runs:
+        return []
+    lines = []
+
+    def shared(k):
+        v = runs[0].settings.get(k)
+        return v if all(same_value(r.settings.get(k), v) for r in runs[1:]) else _VARIES
+
+    main = [("DATASET.SPLIT", "split"), ("TTA.N_VIEWS", "views"),
+            ("MODEL.BACKBONE.NAME", "backbone"), ("MODEL.PRETRAINED", "weights"),
+            ("RUN.DEVICE_TYPE", "device")]
+    parts = []
+    varies = []
+    for k, name in main:
+        v = shared(k)
+        if v is _VARIES:
+            varies.append(name)
+        elif v is not None:
+            parts.append(f"{name} {fmt_value(v)}")
+    names = dict(datasets)
+    sizes = []
+    for dk, _ in datasets:
+        ns = sorted({r.summary.get("n") for r in runs if r.dataset_key == dk
+                     and isinstance(r.summary.get("n"), int)})
+        sizes.append(f"{names[dk]} {'/'.join(map(str, ns)) or '?'}")
+    parts.append("test images: " + ", ".join(sizes))
+    lines.append("Every run: " + " · ".join(parts) + ".")
+    if varies:
+        lines.append(f"Differ between rows (named in the row labels): {', '.join(varies)}.")
+    shown = {k for k, _ in main} | LABEL_KEYS
+    keys = sorted(set().union(*(r.settings for r in runs)))
+    common = [k for k in keys if k not in shown and not is_dataset_key(k)
+              and shared(k) is not _VARIES and not same_value(shared(k), config_default(k))
+              and config_default(k) is not None]
+    if common:
+        lines.append("Non-default settings of every run: "
+                     + ", ".join(_fmt_key(k, shared(k)) for k in common) + ".")
+    per_row = []
+    for lab in labels:
+        rs = [r for r in runs if r.label == lab]
+        if not rs:
+            continue
+        variant = {k for r in rs for k, _ in r.variant}
+        own = [k for k in keys if k not in shown and k not in common and k not in variant
+               and not is_dataset_key(k) and config_default(k) is not None
+               and all(same_value(r.settings.get(k), rs[0].settings.get(k)) for r in rs)
+               and not same_value(rs[0].settings.get(k), config_default(k))]
+        if own:
+            per_row.append(f"{lab}: " + ", ".join(_fmt_key(k, rs[0].settings.get(k))
+                                                  for k in own))
+    if per_row:
+        lines.append("Non-default settings of some rows only: " + "; ".join(per_row) + ".")
+    lines.append(AGGREGATION)
+    why = not_real_reasons(runs)
+    if why:
+        lines.append("**Not comparable with published numbers**: " + "; ".join(why) + ".")
+    return lines
+
+
+_VARIES = object()
 
 
 def _seed_stds(labels, datasets, cells, metrics) -> Dict[Tuple[str, str, str], float]:
@@ -223,11 +341,13 @@ def _direction_note(t: ResultsTable) -> str:
 
 def table_markdown(t: ResultsTable) -> str:
     head = ["Method", "Metric"] + t.headers
-    lines = ["| " + " | ".join(head) + " |",
+    lines = [x for h in t.header for x in (h, "")]
+    lines += ["| " + " | ".join(head) + " |",
              "|" + "|".join([":---", ":---"] + ["---:"] * len(t.columns)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in _table_rows(t, "md")]
     lines += ["", f"Acc, ECE, AdaECE and MCE in %. Per column, best (**bold**) and second best "
-                  f"(<u>underlined</u>) = {_direction_note(t)}. Average = mean over the "
+                  f"(<u>underlined</u>) = {_direction_note(t)}{_protocol_note(t)}. Average = "
+                  f"mean over the "
                   f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
               "", t.seed_note()]
     if t.show_std and t.stds and any(not math.isnan(v) for v in t.stds.values()):
@@ -235,6 +355,11 @@ def table_markdown(t: ResultsTable) -> str:
                       "marks compare the means. Average's std: over seeds, of each seed's "
                       "mean over the datasets."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _protocol_note(t: ResultsTable) -> str:
+    return (", among rows of the same " + "/".join(short_name(k) for k in PROTOCOL_KEYS)
+            if t.protocol_groups > 1 else "")
 
 
 def table_csv(t: ResultsTable) -> str:

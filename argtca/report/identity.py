@@ -1,0 +1,163 @@
+"""What makes two runs the same experiment: every configuration key that can change a number.
+
+A run folder's ``config.json`` (its fingerprint, :func:`argtca.engine.run_folder.run_fingerprint`)
+holds every result-defining key plus the test set and the device type. The report groups runs by
+that fingerprint minus the seed, so runs of another split, subset, attribute file, backbone or
+weights never share a cell. The keys that cannot change a number are listed in one place,
+:data:`argtca.engine.run_folder.NON_RESULT_KEYS`; every other key of ``argtca/config.py`` is
+classified here (:data:`RESULT_KEYS`, :data:`RESULT_KEY_PREFIXES`), and a test fails for a new key
+that is in neither.
+
+Keys are compared in three ways:
+
+* **dataset keys** (:func:`is_dataset_key`: the dataset's name, root, attribute and split files,
+  the test-set hashes) differ between datasets by nature; they are compared between runs of one
+  dataset only;
+* **protocol keys** (:data:`PROTOCOL_KEYS`: split, subset size, backbone, weights) decide whether
+  two rows may be ranked against each other at all;
+* every other key is compared between runs of one method.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import math
+from typing import Any, Dict, Tuple
+
+from ..engine.run_folder import NON_RESULT_KEYS, flatten_cfg
+
+# Keys of argtca/config.py that change what a run computes (besides NON_RESULT_KEYS). SEED is one
+# (it draws the views) but is the axis the report averages over, never part of a cell's identity.
+RESULT_KEYS = frozenset({
+    "SEED",
+    "DATASET.ROOT", "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
+    "DATASET.ATTRIBUTE_FILE", "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
+    # the engine, batch size, compilation and where views are made change floating-point
+    # rounding (fast vs reference engine, GPU vs CPU augmentations): kept apart like the
+    # fingerprint keeps them apart
+    "TTA.N_VIEWS", "TTA.AUGMIX", "TTA.AUGMIX_SEVERITY", "TTA.VIEWS_DEVICE", "TTA.SELECTION_P",
+    "TTA.STEPS", "TTA.LR", "TTA.WEIGHT_DECAY", "TTA.N_CTX", "TTA.CTX_INIT", "TTA.CTX_CHECKPOINT",
+    "TTA.CTX_CHECKPOINT_EPOCH", "TTA.PREC", "TTA.LOSS_SCALE", "TTA.ENGINE", "TTA.BATCH_IMAGES",
+    "TTA.COMPILE",
+    "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED",
+    "TRAINER.NAME",
+})
+# whole nodes whose every key is a method's or the input pipeline's hyper-parameter
+RESULT_KEY_PREFIXES = ("INPUT.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.", "TRAINER.TS.",
+                       "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.", "TRAINER.TCA.",
+                       "TRAINER.ARGTCA.")
+# keys only the fingerprint has (not config keys): the test set, the device type and the sha256
+# of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
+FILE_HASH_PREFIX = "FILE_SHA256."
+FINGERPRINT_PREFIXES = ("TEST_SET.", "RUN.", FILE_HASH_PREFIX)
+
+# rows differing in one of these are different experiments: never ranked against each other
+PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")
+# keys that differ between datasets by nature
+DATASET_KEYS = frozenset({"DATASET.ROOT", "DATASET.NAME", "DATASET.ATTRIBUTE_FILE",
+                          "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE"})
+# keys the display label already names (method, selector)
+LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR"})
+# short names in row labels and table headers (others: the key's last part, lower case)
+SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
+               "DATASET.ATTRIBUTE_FILE": "attributes", "DATASET.ROOT": "data root",
+               "MODEL.BACKBONE.NAME": "backbone", "MODEL.PRETRAINED": "weights",
+               "TEST_SET.ITEMS_SHA256": "test images", "TEST_SET.CLASSNAMES_SHA256": "class names",
+               "TEST_SET.N_IMAGES": "test size", "RUN.DEVICE_TYPE": "device",
+               "TTA.N_VIEWS": "views"}
+
+
+def is_result_key(key: str) -> bool:
+    """A config key classified as changing numbers (explicitly, never by default)."""
+    return key in RESULT_KEYS or key.startswith(RESULT_KEY_PREFIXES)
+
+
+def is_dataset_key(key: str) -> bool:
+    if key.startswith(FILE_HASH_PREFIX):   # the content of a dataset's file is the dataset's
+        role = key[len(FILE_HASH_PREFIX):]
+        return role in DATASET_KEYS or role.startswith("DATASET.")
+    return key in DATASET_KEYS or key.startswith("TEST_SET.")
+
+
+def is_hash_key(key: str) -> bool:
+    return key.startswith(FILE_HASH_PREFIX) or key.endswith("_SHA256")
+
+
+@functools.lru_cache(maxsize=1)
+def default_settings() -> Dict[str, Any]:
+    from ..config import get_cfg_default
+    return flatten_cfg(get_cfg_default())
+
+
+def config_default(key: str) -> Any:
+    """argtca/config.py's default of a flat key (None for keys it does not have)."""
+    return default_settings().get(key)
+
+
+def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:
+    """A run's identity: argtca's defaults, then the summary's overrides, then its fingerprint
+    (``config.json``; older run folders may lack it or some of its keys), without the seed and
+    the keys that cannot change a number."""
+    out = dict(default_settings())
+    out.update(overrides)
+    out.update(config)
+    return {k: _plain(v) for k, v in sorted(out.items())
+            if k != "SEED" and k not in NON_RESULT_KEYS}
+
+
+def _plain(v: Any) -> Any:
+    return list(v) if isinstance(v, tuple) else v
+
+
+def same_value(a: Any, b: Any) -> bool:
+    num = (int, float)
+    if isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool) \
+            and not isinstance(b, bool):
+        return float(a) == float(b) or (math.isnan(float(a)) and math.isnan(float(b)))
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def canonical(settings: Dict[str, Any]) -> str:
+    """Settings as text in which equal values are equal (1 and 1.0 alike)."""
+    def norm(v):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return v
+        return float(v)
+    return json.dumps({k: norm(v) if not isinstance(v, list) else [norm(x) for x in v]
+                       for k, v in settings.items()}, sort_keys=True, default=str)
+
+
+def short_hash(text: str, n: int = 8) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:n]
+
+
+def short_name(key: str) -> str:
+    if key.startswith(FILE_HASH_PREFIX):
+        return short_name(key[len(FILE_HASH_PREFIX):]) + " sha256"
+    return SHORT_NAMES.get(key, key.split(".")[-1].lower())
+
+
+def fmt_value(v: Any) -> str:
+    if v is None:
+        return "unknown"
+    if isinstance(v, bool):
+        return str(v)
+    if isinstance(v, (int, float)):
+        return f"{v:g}"
+    if isinstance(v, list):
+        return "x".join(fmt_value(x) for x in v) if all(
+            isinstance(x, (int, float)) for x in v) else str(v)
+    s = str(v)
+    return s if s else '""'
+
+
+def real_weights(pretrained: Any) -> bool:
+    """CLIP's published weights: the open_clip tag ``openai`` or a weights file (not ``random``,
+    not the demo's built-in CLIP)."""
+    p = str(pretrained or "")
+    return p == "openai" or (p not in ("", "random") and not p.startswith("builtin:"))
+
+
+def protocol_of(settings: Dict[str, Any]) -> Tuple[Tuple[str, str], ...]:
+    return tuple((k, fmt_value(settings.get(k))) for k in PROTOCOL_KEYS)
