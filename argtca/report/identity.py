@@ -43,8 +43,10 @@ RESULT_KEYS = frozenset({
     "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED",
     "TRAINER.NAME",
 })
-# whole nodes whose every key is a method's or the input pipeline's hyper-parameter
-RESULT_KEY_PREFIXES = ("INPUT.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.", "TRAINER.TS.",
+# whole nodes whose every key is a method's or the input pipeline's hyper-parameter, or (fast
+# engine) sets floating-point paths: fp16 copies, TF32, chunk sizes, compiled kernels round
+# differently, so the fingerprint keeps such runs apart and the report does too
+RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.", "TRAINER.TS.",
                        "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.", "TRAINER.TCA.",
                        "TRAINER.ARGTCA.")
 # keys only the fingerprint has (not config keys): the test set, the device type and the sha256
@@ -69,8 +71,10 @@ SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
 
 
 def is_result_key(key: str) -> bool:
-    """A config key classified as changing numbers (explicitly, never by default)."""
-    return key in RESULT_KEYS or key.startswith(RESULT_KEY_PREFIXES)
+    """A config key classified as changing numbers (explicitly, never by default);
+    NON_RESULT_KEYS wins over a node prefix."""
+    return key not in NON_RESULT_KEYS and (key in RESULT_KEYS
+                                           or key.startswith(RESULT_KEY_PREFIXES))
 
 
 def is_dataset_key(key: str) -> bool:

@@ -371,6 +371,10 @@ def _shown_value(k: str, values: Sequence[Any]) -> Dict[str, str]:
     return text
 
 
+def _sub_key(r: Run, keys) -> Tuple[str, str]:
+    return r.dataset_key, canonical({k: r.settings.get(k) for k in keys})
+
+
 def _assign_variants(runs: Sequence[Run]) -> None:
     """Set ``run.variant`` so that runs of different settings never share a label (and so a
     cell). Per display label: a protocol key (split, subset, backbone, weights) that differs
@@ -390,16 +394,18 @@ def _assign_variants(runs: Sequence[Run]) -> None:
     for group in by_label.values():
         global_keys = [k for k in all_keys if not is_dataset_key(k)]
         varying = set(_differing(group, global_keys)) | protocol
-        per_ds: Dict[str, set] = {}
-        by_ds: Dict[str, List[Run]] = {}
+        # dataset keys: compared between runs of one dataset whose other settings are equal (a
+        # subset of another size has another test-set hash by nature)
+        per_ds: Dict[Tuple[str, str], set] = {}
+        by_ds: Dict[Tuple[str, str], List[Run]] = {}
         for r in group:
-            by_ds.setdefault(r.dataset_key, []).append(r)
-        for dk, rs in by_ds.items():
-            per_ds[dk] = set(_differing(rs, [k for k in all_keys if is_dataset_key(k)]))
+            by_ds.setdefault(_sub_key(r, varying), []).append(r)
+        for sub, rs in by_ds.items():
+            per_ds[sub] = set(_differing(rs, [k for k in all_keys if is_dataset_key(k)]))
         shown = {k: _shown_value(k, [r.settings.get(k) for r in group])
                  for k in varying | set().union(*per_ds.values())}
         for r in group:
-            keys = sorted(varying | per_ds[r.dataset_key],
+            keys = sorted(varying | per_ds[_sub_key(r, varying)],
                           key=lambda k: (k not in PROTOCOL_KEYS, k))
             r.variant = tuple(
                 (k, shown[k][canonical({"v": r.settings.get(k)})]) for k in keys
@@ -416,6 +422,12 @@ def _assign_variants(runs: Sequence[Run]) -> None:
 
 
 def _value_key(v: Any):
+    """Numbers (also as label text, e.g. "8") in numeric order, before other values."""
+    if isinstance(v, str):
+        try:
+            v = float(v)
+        except ValueError:
+            pass
     return (0, float(v), "") if isinstance(v, (int, float)) and not isinstance(v, bool) \
         else (1, 0.0, str(v))
 
