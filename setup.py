@@ -11,7 +11,7 @@ setup(
     python_requires=">=3.10",
     install_requires=[
         "torch>=2.1", "torchvision", "open_clip_torch>=3.0", "torch_geometric>=2.5",
-        "yacs", "numpy", "pillow", "tqdm", "matplotlib",
+        "yacs", "numpy", "pillow", "tqdm", "matplotlib", "filelock>=3.12",
     ],
     extras_require={
         "test": ["pytest"],

@@ -1,14 +1,19 @@
 """Command line, with CoOp train.py's flags:
 
     python -m argtca.run --root $DATA --dataset-config-file configs/datasets/caltech101.yaml \
-        --config-file configs/trainers/tpt.yaml --output-dir output/tpt/caltech101/seed1 --seed 1 \
-        [KEY VALUE ...]
+        --config-file configs/trainers/tpt.yaml --seed 1 [KEY VALUE ...]
+
+The run folder is output/<method>/<dataset>/<hash8>/seed<N>, hash8 naming every setting that can
+change a number (config, test set, device, input file contents; <hash8>/settings.json says which):
+the same command resumes or re-reads its folder, other settings get another one. --output-dir
+names the folder instead; a folder holding records of other settings is then refused.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import Dict
 
 from argtca.config import METHOD_TO_TRAINER, ConfigError, check_cfg_values, get_cfg_default
 from argtca.errors import print_bad_input
@@ -19,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m argtca.run", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--root", default="", help="data root (CoOp layout); $DATA in the scripts")
-    p.add_argument("--output-dir", default="", help="output directory (default output/<method>/...)")
+    p.add_argument("--output-dir", default="", help="output directory (default "
+                   "output/<method>/<dataset>/<hash8>/seed<N>, hash8 naming the settings)")
     p.add_argument("--dataset-config-file", default="", help="configs/datasets/<name>.yaml")
     p.add_argument("--config-file", default="", help="configs/trainers/<method>.yaml")
     p.add_argument("--trainer", default="", help="trainer name (ZeroshotCLIP, TPT, CTPT, OTPT, "
@@ -121,11 +127,30 @@ def setup_cfg(args):
     return cfg
 
 
-def build_trainer(cfg):
+def build_trainer(cfg, plugins=()):
+    """The trainer of ``cfg``; ``plugins`` (the ``--plugin`` modules, imported) are read by the run,
+    so their files enter its fingerprint by content."""
     import argtca.trainers  # noqa: F401  (registration)
     if not cfg.TRAINER.NAME:
         raise SystemExit("error: no trainer: pass --trainer or a --config-file that sets TRAINER.NAME")
-    return TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg)
+    trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg)
+    trainer.plugin_files = plugin_files(plugins)
+    return trainer
+
+
+def plugin_files(names) -> Dict[str, str]:
+    """module name -> source file of each imported ``--plugin`` (a .py path or a module name)."""
+    out: Dict[str, str] = {}
+    for name in names or ():
+        name = str(name).strip()
+        if name.endswith(".py") or os.path.sep in name:
+            path = os.path.abspath(os.path.expanduser(name))
+        else:
+            path = getattr(sys.modules.get(name), "__file__", None) or ""
+        if path and os.path.isfile(path):
+            out[os.path.splitext(os.path.basename(path))[0] if path.endswith(".py") and
+                os.path.basename(path) != "__init__.py" else name] = path
+    return out
 
 
 # Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
@@ -161,6 +186,8 @@ def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     debug = bool(os.environ.get("ARGTCA_DEBUG"))
+    from argtca.utils.console import quiet_third_party_warnings
+    quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on
     trainer = None
     try:
         if args.plugin:
@@ -170,7 +197,7 @@ def main(argv=None) -> int:
             cfg = setup_cfg(args)
         except AssertionError as e:  # yacs asserts on unknown keys given on the command line
             raise KeyError(f"{e}; every key and its default is in argtca/config.py") from e
-        trainer = build_trainer(cfg)
+        trainer = build_trainer(cfg, args.plugin)
         from argtca.engine.distributed import distributed_test, world_size
         # under torchrun the test set is sharded over ranks and the records merged in index order
         distributed_test(trainer) if world_size() > 1 else trainer.test()

@@ -424,6 +424,8 @@ def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
     out = str(tmp_path / "run")
     os.makedirs(out)
     check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cuda"))
+    write_records(os.path.join(out, "records.jsonl"),
+                  [{"index": 0, "path": "/d/a.jpg", "label": 0, "pred": 0, "conf": 0.9}])
     check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cuda"))   # same device: accepted
     with pytest.raises(ConfigMismatchError, match="RUN.DEVICE_TYPE"):
         check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cpu"))

@@ -183,6 +183,7 @@ class JsonSplitDataset(CoOpDataset):
         if not os.path.isfile(split_path):  # not in the data root: the cached (fetched) copy
             from .splits import fetch_split_file
             split_path = fetch_split_file(self.split_file, split_path, self.split_missing_hint())
+        self.split_path = split_path   # hashed into the run's fingerprint (trainers/base.py)
         return parse_split_json(split_path, self.image_path, split)
 
 

@@ -41,8 +41,8 @@ class Demo(DatasetBase):
         self.split = split
         self.dataset_path = str(root)
         self.image_path = os.path.join(self.dataset_path, IMAGE_DIR)
-        items, classnames = parse_split_json(os.path.join(self.dataset_path, SPLIT_FILE),
-                                             self.image_path, split)
+        self.split_path = os.path.join(self.dataset_path, SPLIT_FILE)   # in the run fingerprint
+        items, classnames = parse_split_json(self.split_path, self.image_path, split)
         if list(classnames) != list(CLASSNAMES):
             raise DataError(f"{self.dataset_path}/{SPLIT_FILE} names classes {classnames[:4]}..., "
                             f"not the generator's {list(CLASSNAMES[:4])}...: the cache folder is "

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 import time
 from typing import Dict, Iterable, List, Sequence, Tuple
 
@@ -33,7 +32,7 @@ import torch
 import torch.distributed as dist
 
 from argtca.engine.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
-                                   check_records, load_records, run_fingerprint, write_records)
+                                   check_records, load_records, write_records)
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
            "share_jacobian", "distributed_test"]
@@ -115,7 +114,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     """Run ``trainer``'s evaluation sharded over the torchrun ranks; returns the summary (every
     rank gets rank 0's). Works with any :class:`~argtca.trainers.base.TestTimeTrainer`."""
     from argtca.utils.seed import set_random_seed
-    from tqdm import tqdm
+    from argtca.utils.console import progress
 
     rank, world, local = dist_env()
     cfg = trainer.cfg
@@ -132,13 +131,13 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     try:
         set_random_seed(int(cfg.SEED))
         out_dir = trainer.output_dir()
-        fp = run_fingerprint(cfg, trainer.dataset, trainer.device.type)
+        fp = trainer.fingerprint()   # config + test set + device + input file contents
         problem = [None]
         if rank == 0:   # rank 0 holds the folder's lock for the job; its refusals reach every rank
             try:
                 os.makedirs(out_dir, exist_ok=True)
                 lock = RunLock(out_dir).acquire()
-                check_or_write_fingerprint(out_dir, fp)
+                check_or_write_fingerprint(out_dir, fp, trainer.input_paths)
                 check_records(fold_rank_files(out_dir), trainer.dataset,
                               os.path.join(out_dir, "records.jsonl"))
             except Exception as e:
@@ -170,9 +169,8 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         clock = {}
         if mine:
             writer = RecordWriter(os.path.join(out_dir, f"records.rank{rank}.jsonl"))
-            bar = tqdm(total=len(mine), desc=f"{trainer.display_label} {trainer.dataset.name} "
-                       f"[rank 0 of {world}]", disable=not (cfg.VERBOSE and rank == 0),
-                       dynamic_ncols=True, file=sys.stdout)
+            bar = progress(len(mine), 0, f"{trainer.display_label} {trainer.dataset.name} "
+                           f"[rank 0 of {world}]", enabled=bool(cfg.VERBOSE and rank == 0))
             from argtca.engine.auto import loop_threads
             from argtca.engine.pipeline import predictions
             try:

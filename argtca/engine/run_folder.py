@@ -8,9 +8,16 @@ the metrics of an uninterrupted run. What protects a run folder:
   test set (number of images, a hash of the (relative path, label) list and of the class names).
   A folder made with another fingerprint is refused, naming the differing keys; records without a
   ``config.json`` are refused (nothing says what made them).
-* **one writer**: :class:`RunLock` holds an OS lock (``flock``) on ``run.lock`` while a run writes;
+* **inputs by content**: the sha256 of every input file (weights, attribute, split and plug-in
+  files, ...) is part of the fingerprint: a file replaced at the same path is refused on resume,
+  naming it and both hashes. Files a run derives and re-reads (``temperature.json``) are noted in
+  ``derived.json`` and checked the same way.
+* **a run that recorded nothing** (it stopped before its first image, e.g. weights not found)
+  does not block a corrected command: its folder is taken over, saying so.
+* **one writer**: :class:`RunLock` holds a lock (``filelock``) on ``run.lock`` while a run writes;
   a second run on the same folder is refused naming the first (pid, host, start, command). The
-  kernel drops the lock when the process dies, so a killed run never blocks its resume.
+  lock dies with the run's main process (never held by its loader workers), so a killed run
+  never blocks its resume.
 * **records checked when read** (:func:`load_records`, :func:`check_records`): a torn last line
   (a kill mid-write) is dropped and the file repaired; a bad line anywhere else is an error naming
   the line; an image index recorded twice keeps one copy (an error if the copies disagree); every
@@ -18,6 +25,7 @@ the metrics of an uninterrupted run. What protects a run folder:
   dataset's item at that index."""
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import math
@@ -33,7 +41,11 @@ from argtca.utils.io import os_error, read_json_object, write_json  # noqa: F401
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
 # (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
 NON_RESULT_KEYS = {"OUTPUT_DIR", "VERBOSE", "DATALOADER.NUM_WORKERS", "DATALOADER.PREFETCH",
-                   "DATALOADER.MAIN_THREADS", "USE_CUDA", "DATASET.CHECK_IMAGES"}
+                   "DATALOADER.MAIN_THREADS", "USE_CUDA", "DATASET.CHECK_IMAGES",
+                   "RUN.REQUIRE_CUDA",   # whether a run without CUDA may start at all
+                   # the GPU views made on another stream: the same kernels, bit-identical views.
+                   # The other TTA.FAST knobs change floating-point rounding: they stay in
+                   "TTA.FAST.VIEWS_OVERLAP"}
 
 
 class RunFolderError(RuntimeError):
@@ -49,6 +61,8 @@ class RunLockedError(RunFolderError):
 
 
 RECORD_KEYS = ("index", "pred", "label", "conf")
+# fingerprint keys holding the sha256 of an input file: FILE_SHA256.<role> (e.g. MODEL.PRETRAINED)
+INPUT_HASH_PREFIX = "FILE_SHA256."
 TEST_SET_KEYS = ("TEST_SET.N_IMAGES", "TEST_SET.ITEMS_SHA256", "TEST_SET.CLASSNAMES_SHA256")
 
 
@@ -90,18 +104,29 @@ def data_fingerprint(dataset) -> Dict[str, object]:
             "TEST_SET.CLASSNAMES_SHA256": _sha(list(dataset.classnames))}
 
 
-def run_fingerprint(cfg, dataset, device_type: Optional[str] = None) -> Dict[str, object]:
+def run_fingerprint(cfg, dataset, device_type: Optional[str] = None,
+                    inputs: Optional[Dict[str, str]] = None) -> Dict[str, object]:
     """The fingerprint stored in ``config.json``: result-defining config keys plus the test set,
-    and (when given) the device type the run computes on (cuda: fp16 autocast; cpu: fp32)."""
+    (when given) the device type the run computes on (cuda: fp16 autocast; cpu: fp32) and the
+    sha256 of every input file (``inputs``: role -> sha256, stored as ``FILE_SHA256.<role>``)."""
     fp = result_fingerprint(cfg)
     fp.update(data_fingerprint(dataset))
     if device_type is not None:
         fp["RUN.DEVICE_TYPE"] = str(device_type)
+    for role, digest in (inputs or {}).items():
+        fp[INPUT_HASH_PREFIX + role] = str(digest)
     return dict(sorted(fp.items()))
 
 
 def config_hash(fp: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def experiment_hash(fp: Dict[str, object]) -> str:
+    """Eight hex digits naming an experiment: the run fingerprint without the seed (the seeds of
+    one experiment share a folder ``<hash>/seed<N>``; any other difference gives another)."""
+    rest = {k: v for k, v in fp.items() if k != "SEED"}
+    return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 
 def read_json_file(path: str, what: str, fix: str):
@@ -117,33 +142,86 @@ def _has_records(out_dir: str) -> List[str]:
     return [p for p in paths if os.path.isfile(p) and os.path.getsize(p) > 0]
 
 
-def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object]) -> None:
-    """Compare ``fp`` with ``out_dir/config.json`` (refusing a different one, naming the keys), or
-    write it for a fresh folder. Records without a ``config.json`` are refused."""
+def has_records(out_dir: str) -> bool:
+    return bool(_has_records(out_dir))
+
+
+def _diff(old: Dict[str, object], new: Dict[str, object]) -> List[str]:
+    return [f"{k}: {old.get(k)!r} -> {new.get(k)!r}"
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def _changed_inputs(old: Dict[str, object], new: Dict[str, object],
+                    paths: Dict[str, str]) -> List[str]:
+    """One phrase per input file whose content differs from the one the records were made from."""
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if not k.startswith(INPUT_HASH_PREFIX) or old.get(k) == new.get(k):
+            continue
+        role = k[len(INPUT_HASH_PREFIX):]
+        where = paths.get(role, role)
+        if k not in old:
+            out.append(f"{role} {where} (sha256 {new[k]}) was not read by the run that made "
+                       f"these records")
+        elif k not in new:
+            out.append(f"{role} {where} read by the run that made these records (sha256 "
+                       f"{old[k]}) is not read now")
+        else:
+            out.append(f"{role} {where} changed since these records were made (sha256 "
+                       f"{old[k]} then, {new[k]} now)")
+    return out
+
+
+# files a run derives from its settings before its first record; stale once config.json changes
+DERIVED_FILES = ("temperature.json", "phase1.json", "summary.json", "derived.json")
+
+
+def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
+                               paths: Optional[Dict[str, str]] = None) -> None:
+    """Compare ``fp`` with ``out_dir/config.json`` (refusing a different one, naming the keys, or
+    for an input file its path and both sha256), or write it for a fresh folder. A folder whose
+    run wrote no record yet (it stopped before its first image) is taken over, saying so.
+    Records without a ``config.json`` are refused. ``paths``: role -> path of each input file."""
     path = os.path.join(out_dir, "config.json")
     want = json.loads(json.dumps(fp, default=str))
     start_over = f"delete {out_dir} (or pass another --output-dir) to start over"
     if os.path.isfile(path):
-        old = read_json_file(path, "the run's configuration fingerprint",
-                             f"it records what made the records next to it; restore it, or "
-                             f"{start_over}")
+        found = _has_records(out_dir)
+        try:
+            old = read_json_file(path, "the run's configuration fingerprint",
+                                 f"it records what made the records next to it; restore it, or "
+                                 f"{start_over}")
+        except RunFolderError:
+            if found:
+                raise
+            old = None   # a damaged fingerprint of a run that recorded nothing: nothing to keep
+        if old is not None and not found and old != want:
+            old = None
+        if old is None:
+            _replace_unstarted(out_dir, path, want)
+            return
         cmp = dict(old)
         if not any(k in old for k in TEST_SET_KEYS):
             # written before the fingerprint covered the test set: every reused record is still
             # checked against the dataset's item at its index (check_records)
             cmp.update({k: want[k] for k in TEST_SET_KEYS if k in want})
+        if not any(k.startswith(INPUT_HASH_PREFIX) for k in old):
+            # written before input files were hashed: what made these records cannot be checked
+            # any more; from now on the folder records (and checks) them
+            cmp.update({k: v for k, v in want.items() if k.startswith(INPUT_HASH_PREFIX)})
         if cmp != want:
-            diff = [f"{k}: {cmp.get(k)!r} -> {want.get(k)!r}"
-                    for k in sorted(set(cmp) | set(want)) if cmp.get(k) != want.get(k)]
+            files = _changed_inputs(cmp, want, paths or {})
+            diff = [d for d in _diff(cmp, want) if not d.startswith(INPUT_HASH_PREFIX)]
             data = any(k in TEST_SET_KEYS for k in set(cmp) ^ set(want)) or any(
                 cmp.get(k) != want.get(k) for k in TEST_SET_KEYS)
             why = ("the test set changed since these records were made (split file, image list "
                    "or class names): " if data else "")
+            parts = files + diff
             raise ConfigMismatchError(
                 f"{out_dir} holds results of a different configuration ({why}"
-                f"{'; '.join(diff[:6])}{' ...' if len(diff) > 6 else ''}); use another "
+                f"{'; '.join(parts[:6])}{' ...' if len(parts) > 6 else ''}); use another "
                 f"--output-dir or delete {out_dir} to start over")
-        if old != want:   # add the test-set keys to an older fingerprint
+        if old != want:   # add the test-set keys / input hashes to an older fingerprint
             write_json(path, want, sort_keys=True)
         return
     found = _has_records(out_dir)
@@ -153,6 +231,62 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object]) -> None:
             f"set that made them) is missing, so they cannot be checked: restore config.json, or "
             f"{start_over}")
     write_json(path, want, sort_keys=True)
+
+
+def _replace_unstarted(out_dir: str, path: str, want: Dict[str, object]) -> None:
+    """The folder of a run that stopped before its first record (e.g. weights not found): its
+    settings are replaced by this run's, and what it derived from them is removed."""
+    stale = [n for n in DERIVED_FILES if os.path.isfile(os.path.join(out_dir, n))]
+    for n in stale:
+        try:
+            os.remove(os.path.join(out_dir, n))
+        except OSError as e:
+            raise os_error(e, os.path.join(out_dir, n)) from None
+    what = "config.json" + (f" (and {', '.join(stale)}, removed)" if stale else "")
+    print(f"argtca: {out_dir} held no records (its run stopped before its first image): its "
+          f"{what} of other settings is replaced by this run's", file=sys.stderr, flush=True)
+    write_json(path, want, sort_keys=True)
+
+
+# ------------------------------------------------------------------------------ derived files
+DERIVED_LEDGER = "derived.json"
+
+
+def record_derived(out_dir: str, name: str) -> str:
+    """Note the sha256 of ``out_dir/name`` (a file the run derived and will re-read, e.g.
+    ``temperature.json``) in ``derived.json``; returns the hash."""
+    from argtca.utils.hashing import file_sha256
+    digest = file_sha256(os.path.join(out_dir, name))
+    ledger = os.path.join(out_dir, DERIVED_LEDGER)
+    data = {}
+    if os.path.isfile(ledger):
+        try:
+            data = read_json_object(ledger, "hashes of derived files", "", error=ValueError)
+        except ValueError:
+            data = {}
+    data[name] = digest
+    write_json(ledger, data, sort_keys=True)
+    return digest
+
+
+def check_derived(out_dir: str, name: str, fix: str) -> Optional[str]:
+    """The sha256 of ``out_dir/name`` when it is the file this folder's run derived (or when no
+    hash was noted: older folders); None when the file is absent. RunFolderError naming the file
+    and both hashes when it was changed since."""
+    from argtca.utils.hashing import file_sha256
+    p = os.path.join(out_dir, name)
+    if not os.path.isfile(p):
+        return None
+    digest = file_sha256(p)
+    ledger = os.path.join(out_dir, DERIVED_LEDGER)
+    if os.path.isfile(ledger):
+        data = read_json_file(ledger, "the hashes of the files this run derived", fix)
+        noted = data.get(name)
+        if noted is not None and noted != digest:
+            raise RunFolderError(f"{p} changed since this run wrote it (sha256 {noted} then, "
+                                 f"{digest} now): the records were made with the file as "
+                                 f"written; {fix}")
+    return digest
 
 
 # ------------------------------------------------------------------------------ records
@@ -312,53 +446,95 @@ class RecordWriter:
 LOCK_NAME = "run.lock"
 
 
+def _pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host runs (a zombie, killed but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OSError):   # someone else's process: alive
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
 class RunLock:
-    """``with RunLock(out_dir):`` — an exclusive ``flock`` on ``out_dir/run.lock`` while a run
-    writes the folder. The file holds the owner's pid, host, start time and command, which the
-    error of a second run names. The kernel releases the lock when the owner exits or dies; the
-    file itself stays (removing it would race with a new owner)."""
+    """``with RunLock(out_dir):`` — an exclusive lock (``filelock``) on ``out_dir/run.lock`` while a
+    run writes the folder. The file holds the owner's pid, host, start time and command, which the
+    error of a second run names.
+
+    The lock belongs to the run's main process: filelock closes its descriptor in forked
+    children (loader workers fork after the lock is taken), so the lock ends with the main
+    process even while its workers linger. A lock still held although the pid it names is dead
+    (on this host) is taken over, saying so: its holder is an orphan of that run. The file itself
+    stays (removing it would race with a new owner)."""
 
     def __init__(self, out_dir: str):
         self.path = os.path.join(out_dir, LOCK_NAME)
-        self.fd: Optional[int] = None
+        self.lock = None
+
+    def _try(self):
+        from filelock import FileLock, Timeout
+        lock = FileLock(self.path, timeout=0)
+        try:
+            lock.acquire()
+        except Timeout:
+            return None
+        except OSError as e:
+            if e.errno in (errno.ENOLCK, errno.ENOSYS, errno.EOPNOTSUPP):   # some network mounts
+                print(f"warning: cannot lock {self.path} ({e.strerror}): one writer per folder "
+                      f"is not enforced on this file system", file=sys.stderr)
+                return False
+            raise os_error(e, self.path) from None
+        return lock
 
     def acquire(self) -> "RunLock":
-        try:
-            import fcntl
-        except ImportError:    # no flock (Windows): one writer is not enforced
+        lock = self._try()
+        if lock is None:
+            info = self._owner()
+            pid = info.get("pid")
+            if (isinstance(pid, int) and info.get("host") == socket.gethostname()
+                    and pid != os.getpid() and not _pid_alive(pid)):
+                # the named run is dead and something it started holds the lock: a new file
+                print(f"argtca: {os.path.dirname(self.path) or '.'}: the run that held it (pid "
+                      f"{pid}, started {info.get('started', '?')}) is no longer running; "
+                      f"taking over its lock", file=sys.stderr, flush=True)
+                try:
+                    os.remove(self.path)
+                except FileNotFoundError:
+                    pass
+                except OSError as e:
+                    raise os_error(e, self.path) from None
+                lock = self._try()
+            if lock is None:
+                raise RunLockedError(self._locked_message())
+        if lock is False:
             return self
-        try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError as e:
-            raise os_error(e, self.path) from None
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            raise RunLockedError(self._locked_message()) from None
-        except OSError as e:   # a file system without locks (some network mounts)
-            os.close(fd)
-            print(f"warning: cannot lock {self.path} ({e.strerror}): one writer per folder is not "
-                  f"enforced on this file system", file=sys.stderr)
-            return self
-        self.fd = fd
+        self.lock = lock
         info = {"pid": os.getpid(), "host": socket.gethostname(),
                 "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
                 "command": " ".join([os.path.basename(sys.executable)] + sys.argv)}
-        try:
-            os.ftruncate(fd, 0)
-            os.write(fd, (json.dumps(info) + "\n").encode())
+        try:   # another descriptor on the file: writing it leaves the lock as it is
+            with open(self.path, "w") as f:
+                f.write(json.dumps(info) + "\n")
         except OSError as e:
             self.release()
             raise os_error(e, self.path) from None
         return self
 
-    def _locked_message(self) -> str:
+    def _owner(self) -> dict:
         try:
             with open(self.path) as f:
                 info = json.loads(f.read() or "{}")
         except (OSError, ValueError):
             info = {}
+        return info if isinstance(info, dict) else {}
+
+    def _locked_message(self) -> str:
+        info = self._owner()
         who = (f"pid {info.get('pid', '?')} on {info.get('host', '?')}, started "
                f"{info.get('started', '?')}: {info.get('command', '?')}") if info else \
             "another process (it has not recorded its details yet)"
@@ -367,9 +543,9 @@ class RunLock:
                 f"or reuses its records) or pass another --output-dir")
 
     def release(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)   # closing the descriptor drops the flock
-            self.fd = None
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     def __enter__(self) -> "RunLock":
         return self.acquire()

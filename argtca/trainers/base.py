@@ -7,7 +7,6 @@ whole evaluation and returns the summary dict.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from typing import Dict, List, Optional
 
@@ -15,10 +14,12 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
-                                   config_hash, write_json, flatten_cfg, load_records,
-                                   run_fingerprint)
-from argtca.registry import OBJECTIVE_REGISTRY
+from argtca.engine.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
+                                     check_or_write_fingerprint, check_records, config_hash,
+                                     experiment_hash, flatten_cfg, load_records, run_fingerprint,
+                                     write_json)
+from argtca.engine import fast as _fast, reference as _reference  # noqa: F401  (registration)
+from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
 from argtca.utils.seed import set_random_seed
 
 
@@ -36,9 +37,34 @@ def timing_line(timing: Dict[str, object], n: int) -> str:
     return " ".join(parts)
 
 
-def default_output_dir(cfg, method: str, dataset_key: str, selector: Optional[str] = None) -> str:
-    parts = ["output", method, dataset_key] + ([selector] if selector else []) + [f"seed{cfg.SEED}"]
-    return os.path.join(*parts)
+def default_output_dir(method: str, dataset_key: str, fingerprint: Dict[str, object],
+                       root: str = "output") -> str:
+    """``<root>/<method>/<dataset>/<hash8>/seed<N>``: ``hash8`` names every setting that can
+    change a number (the run fingerprint without the seed: config keys, test set, device type,
+    input file contents), so runs of other settings never share a folder and the same settings
+    always find theirs (to resume or re-read). The seeds of one experiment are siblings."""
+    return os.path.join(root, method, dataset_key, experiment_hash(fingerprint),
+                        f"seed{fingerprint.get('SEED', 1)}")
+
+
+def readable_settings(cfg, fingerprint: Dict[str, object], paths: Dict[str, str]) -> dict:
+    """What an experiment folder ``<hash8>/`` stands for, for people: the keys that differ from
+    the defaults (the seed aside) and the input files with their sha256."""
+    default = flatten_cfg(get_cfg_default())
+    flat = flatten_cfg(cfg)
+    return {"experiment": experiment_hash(fingerprint),
+            "overrides": {k: v for k, v in sorted(flat.items())
+                          if default.get(k) != v and k != "SEED" and k not in NON_RESULT_KEYS},
+            "inputs": {role: {"path": paths.get(role, ""), "sha256": v}
+                       for role, v in input_hashes(fingerprint).items()},
+            "test_set": {k: v for k, v in fingerprint.items() if k.startswith("TEST_SET.")},
+            "device_type": fingerprint.get("RUN.DEVICE_TYPE")}
+
+
+def input_hashes(fingerprint: Dict[str, object]) -> Dict[str, str]:
+    """role -> sha256 of the input files of a fingerprint."""
+    n = len(INPUT_HASH_PREFIX)
+    return {k[n:]: str(v) for k, v in fingerprint.items() if k.startswith(INPUT_HASH_PREFIX)}
 
 
 def zeroshot_cfg(cfg):
@@ -73,6 +99,8 @@ class TestTimeTrainer:
         self.dataset = dataset
         self.build_data_loader()
         self.resolve_auto()
+        from argtca.models.clip import check_before_run   # INPUT.SIZE; no CUDA: warn or refuse
+        check_before_run(self.run_cfg, self.device, len(self.dataset.test))
         self.load_initial_context()
         self.model = None
 
@@ -141,22 +169,17 @@ class TestTimeTrainer:
         self.engine = self.build_engine()
 
     def build_engine(self):
-        kind = str(self.cfg.TTA.ENGINE).lower()
-        if kind == "reference":
-            from argtca.engine.reference import ReferenceEngine
-            return ReferenceEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                                   self.device)
-        if kind == "fast":
-            from argtca.engine.fast import FastEngine
-            from argtca.engine.distributed import world_size
-            world = max(1, world_size())                             # images of this rank
-            eng = FastEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                             self.device, compile=str(self.cfg.TTA.COMPILE).lower() in ("on", "true"),
-                             n_images=-(-len(self.dataset.test) // world))
-            if eng.grad_mode_why and self.cfg.get("VERBOSE", True):
-                print(f"argtca: {eng.grad_mode_why}", flush=True)
-            return eng
-        raise ValueError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: use 'auto', 'reference' or 'fast'")
+        """The registered engine ``TTA.ENGINE`` (resolved by :meth:`resolve_auto`), built on the
+        configuration the engine sees; its settings come from that configuration."""
+        from argtca.engine.distributed import world_size
+        world = max(1, world_size())
+        eng = ENGINE_REGISTRY.get(self.cfg.TTA.ENGINE)(
+            self.model, self.text_encoder, self.objective, self.run_cfg, self.device,
+            n_images=-(-len(self.dataset.test) // world))                  # images of this rank
+        why = getattr(eng, "grad_mode_why", "")
+        if why and self.cfg.get("VERBOSE", True):
+            print(f"argtca: {why}", flush=True)
+        return eng
 
     @property
     def run_cfg(self):
@@ -172,29 +195,96 @@ class TestTimeTrainer:
     def display_label(self) -> str:
         return self.label
 
+    # files given on the command line that the run reads (``--plugin`` modules): role -> path
+    plugin_files: Dict[str, str] = {}
+
+    def input_files(self) -> Dict[str, str]:
+        """role -> path of every file this run reads that can change a number: the weights file,
+        CoOp's context checkpoint, the split and class-name files, the attribute file (methods
+        that read one expose ``attribute_file``) and plug-in modules. Each enters the fingerprint
+        by its sha256 (argtca/utils/hashing.py)."""
+        cfg = self.cfg
+        files: Dict[str, str] = {}
+        weights = os.path.expanduser(str(cfg.MODEL.PRETRAINED))
+        if os.path.isfile(weights):
+            files["MODEL.PRETRAINED"] = weights
+        coop = getattr(self, "coop_context", None)
+        if coop is not None:
+            files["TTA.CTX_CHECKPOINT"] = str(coop["file"])
+        split = getattr(self.dataset, "split_path", "")
+        if split and os.path.isfile(split):
+            files["SPLIT_FILE"] = str(split)
+        node = cfg.DATASET.get("IMAGEFOLDER", None)
+        root = getattr(self.dataset, "root", "") or ""
+        for key in ("SPLIT_FILE", "CLASSNAMES"):
+            value = os.path.expanduser(str(node.get(key, "") if node is not None else "").strip())
+            path = value if os.path.isabs(value) else os.path.join(root, value)
+            if value and os.path.isfile(path):
+                files[f"DATASET.IMAGEFOLDER.{key}"] = path
+        try:
+            attributes = getattr(self, "attribute_file", None)
+        except Exception:   # noqa: BLE001 (resolved and reported by the method at load time)
+            attributes = None
+        if attributes and os.path.isfile(str(attributes)):
+            files["DATASET.ATTRIBUTE_FILE"] = str(attributes)
+        for name, path in sorted(self.plugin_files.items()):
+            files[f"PLUGIN.{name}"] = path
+        return files
+
+    def fingerprint(self) -> Dict[str, object]:
+        """The run fingerprint (config.json): result-defining keys, the test set, the device
+        type and the sha256 of each input file; computed once (the inputs are hashed then)."""
+        if getattr(self, "_fingerprint", None) is None:
+            from argtca.utils.hashing import file_sha256
+            paths = self.input_files()
+            hashes = {}
+            for role, path in paths.items():
+                try:
+                    hashes[role] = file_sha256(path)
+                except OSError as e:
+                    raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
+            self.input_paths = paths
+            self._fingerprint = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
+        return self._fingerprint
+
     def output_dir(self) -> str:
+        """``--output-dir`` when given (another run's settings there are refused); otherwise
+        ``output/<method>/<dataset>/<hash8>/seed<N>`` (:func:`default_output_dir`)."""
         if self.cfg.OUTPUT_DIR and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR:
             return self.cfg.OUTPUT_DIR
-        return default_output_dir(self.cfg, self.method, self.dataset.key or self.dataset.name,
-                                  self.selector)
+        return default_output_dir(self.method, self.dataset.key or self.dataset.name,
+                                  self.fingerprint())
+
+    @property
+    def explicit_output_dir(self) -> bool:
+        return bool(self.cfg.OUTPUT_DIR) and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR
 
     # ---------------------------------------------------------------- the loop
     def test(self) -> Dict[str, object]:
         cfg = self.cfg
         set_random_seed(int(cfg.SEED))
         out_dir = self.output_dir()
+        print(f"argtca: run folder {os.path.abspath(out_dir)}", flush=True)
         os.makedirs(out_dir, exist_ok=True)
-        # one writer per folder: a second run here is refused; the kernel frees the lock on death
+        if not self.explicit_output_dir:   # what the experiment folder <hash8>/ stands for
+            self.write_settings(os.path.dirname(out_dir))
+        # one writer per folder: a second run here is refused; the lock dies with this process
         with RunLock(out_dir):
             return self._test_in(out_dir)
 
+    def write_settings(self, exp_dir: str) -> None:
+        path = os.path.join(exp_dir, "settings.json")
+        if not os.path.isfile(path):   # the same content for every seed: written once
+            write_json(path, readable_settings(self.cfg, self.fingerprint(), self.input_paths),
+                       default=str)
+
     def _test_in(self, out_dir: str) -> Dict[str, object]:
         from argtca.metrics import RunningCalibration
-        from tqdm import tqdm
+        from argtca.utils.console import progress
 
         cfg = self.cfg
-        fp = run_fingerprint(cfg, self.dataset, self.device.type)   # config + test set + device
-        check_or_write_fingerprint(out_dir, fp)
+        fp = self.fingerprint()   # config + test set + device + input file contents
+        check_or_write_fingerprint(out_dir, fp, self.input_paths)
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)
         check_records(records, self.dataset, rec_path)   # each one is the dataset's item
@@ -212,9 +302,8 @@ class TestTimeTrainer:
             if self.model is None:
                 self.build_model()
             writer = RecordWriter(rec_path)
-            bar = tqdm(total=n_total, initial=len(done), desc=f"{self.display_label} "
-                       f"{self.dataset.name}", disable=not cfg.VERBOSE, dynamic_ncols=True,
-                       file=sys.stdout)
+            bar = progress(n_total, len(done), f"{self.display_label} {self.dataset.name}",
+                           enabled=bool(cfg.VERBOSE))   # stderr; lines per 10 % in a log
             t0 = time.time()
             from argtca.engine.auto import loop_threads
             from argtca.engine.pipeline import loop_timing, predictions
@@ -258,7 +347,10 @@ class TestTimeTrainer:
 
     @property
     def batch_images(self) -> int:
-        return int(self.cfg.TTA.BATCH_IMAGES) if str(self.cfg.TTA.ENGINE) == "fast" else 1
+        """Images per loader batch: ``TTA.BATCH_IMAGES`` for an engine that tunes them together
+        (its registered class's ``batched``), else 1."""
+        batched = ENGINE_REGISTRY.get(self.cfg.TTA.ENGINE).batched
+        return int(self.cfg.TTA.BATCH_IMAGES) if batched else 1
 
     def make_records(self, batch, probs: torch.Tensor) -> List[dict]:
         conf, pred = probs.max(-1)
@@ -291,7 +383,9 @@ class TestTimeTrainer:
             "n": len(records), "accuracy": m["accuracy"], "ece": m["ece"], "adaece": m["adaece"],
             "mce": m["mce"], "nll": m["nll"], "brier": m["brier"],
             "backbone": self.cfg.MODEL.BACKBONE.NAME, "pretrained": self.cfg.MODEL.PRETRAINED,
-            "config_hash": config_hash(fp),
+            "config_hash": config_hash(fp), "experiment": experiment_hash(fp),
+            "inputs": {role: {"path": getattr(self, "input_paths", {}).get(role, ""),
+                              "sha256": digest} for role, digest in input_hashes(fp).items()},
             "overrides": {k: v for k, v in flat.items() if default.get(k) != v and k != "OUTPUT_DIR"},
             "trainer_cfg": {k: v for k, v in flat.items()
                             if k.startswith(f"TRAINER.{type(self).__name__.upper()}.")},
@@ -316,6 +410,6 @@ class TestTimeTrainer:
         looks for it. Under Dassl (argtca.dassl_plugin) Dassl's logger owns log.txt and this is
         replaced by a print through it."""
         print("\n".join(lines[:4] + [ln for ln in lines if ln.startswith("* time:")]
-                        + [f"* output: {out_dir}"]))
+                        + [f"* output: {os.path.abspath(out_dir)}"]))
         with open(os.path.join(out_dir, "log.txt"), "a") as f:
             f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {header}\n" + "\n".join(lines) + "\n")

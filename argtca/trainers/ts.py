@@ -27,8 +27,9 @@ from typing import Dict, List
 
 import torch
 
-from argtca.engine.run_folder import config_hash, result_fingerprint
-from argtca.utils.io import write_json
+from argtca.engine.run_folder import (RunFolderError, check_derived, config_hash, has_records,
+                                     record_derived, result_fingerprint)
+from argtca.utils.io import read_json_object, write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import zeroshot_cfg
 from argtca.trainers.methods import TPT, ZeroshotCLIP
@@ -179,26 +180,48 @@ class TemperatureScaled:
             return {"fit": "fixed", "T": float(self.ts.T)}
         ds = self.val_dataset()
         key = self._val_key(ds)
-        path = os.path.join(self.output_dir(), "temperature.json")
-        if os.path.isfile(path):
-            import json
-            try:
-                with open(path) as f:
-                    old = json.load(f)
-                if old.get("key") == key and float(old["T"]) > 0:
-                    return old
-            except (ValueError, KeyError, TypeError, OSError):
-                pass   # a broken cache is refitted and rewritten
+        out_dir = self.output_dir()
+        path = os.path.join(out_dir, "temperature.json")
+        old = self._read_temperature(out_dir)
+        if old is not None and old.get("key") == key:
+            return old
+        if has_records(out_dir):
+            # images are already recorded with the T of that file: another T would mix two
+            # calibrations in one run
+            what = ("is missing" if not os.path.isfile(path) else
+                    "is unreadable or was fitted on another validation set")
+            raise RunFolderError(
+                f"{path} {what}, but {out_dir} holds records made with the temperature it held: "
+                f"restore it, or delete {out_dir} (or pass another --output-dir) to start over")
         logits, labels = self.val_logits(ds)
         T = fit_temperature(logits, labels)
         info = {"fit": "val", "fit_on": key["fit_on"], "split": str(self.ts.VAL_SPLIT),
                 "n_val": int(labels.numel()), "T": T, "nll_val_T1": nll(logits, labels, 1.0),
                 "nll_val": nll(logits, labels, T), "key": key}
         write_json(path, info)
+        info["sha256"] = record_derived(out_dir, "temperature.json")   # checked when re-read
         if self.cfg.VERBOSE:
             print(f"argtca: temperature T={T:.4f} fitted on {info['n_val']} {info['split']} images "
                   f"({info['fit_on']} outputs; val NLL {info['nll_val_T1']:.4f} -> "
                   f"{info['nll_val']:.4f})", flush=True)
+        return info
+
+    @staticmethod
+    def _read_temperature(out_dir: str):
+        """``temperature.json`` of ``out_dir`` with its sha256 (checked against the hash noted
+        when it was written), or None when it is absent or unreadable."""
+        fix = (f"restore it, or delete {out_dir} (or pass another --output-dir) to start over")
+        digest = check_derived(out_dir, "temperature.json", fix)
+        if digest is None:
+            return None
+        try:
+            info = read_json_object(os.path.join(out_dir, "temperature.json"), "", "")
+            T = float(info["T"])
+        except (ValueError, KeyError, TypeError, OSError):
+            return None
+        if not (T > 0 and math.isfinite(T)):
+            return None
+        info["sha256"] = digest
         return info
 
     def val_logits(self, ds):
@@ -227,16 +250,19 @@ class TemperatureScaled:
         return torch.cat([c.reshape(-1, c.shape[-1]) for c in captured]), torch.tensor(labels)
 
     def finish(self, out_dir, records, fp, elapsed, n_new, timing=None):
-        summary = super().finish(out_dir, records, fp, elapsed, n_new, timing)
         info = getattr(self, "ts_info", None)
-        if info is None:   # resumed with nothing left to run: the cached fit
-            path = os.path.join(out_dir, "temperature.json")
-            if os.path.isfile(path):
-                import json
-                with open(path) as f:
-                    info = json.load(f)
+        if info is None:   # resumed with nothing left to run: the fit the records were made with
+            if str(self.ts.FIT) == "fixed":
+                info = {"fit": "fixed", "T": float(self.ts.T)}   # T is in the fingerprint
             else:
-                info = {"fit": "fixed", "T": float(self.ts.T)}
+                info = self._read_temperature(out_dir)
+                if info is None:
+                    path = os.path.join(out_dir, "temperature.json")
+                    raise RunFolderError(
+                        f"{path} is missing or unreadable: it holds the temperature the records "
+                        f"of {out_dir} were made with; restore it, or delete {out_dir} (or pass "
+                        f"another --output-dir) to start over")
+        summary = super().finish(out_dir, records, fp, elapsed, n_new, timing)
         summary["temperature"] = {k: v for k, v in info.items() if k != "key"}
         summary["trainer_cfg"].update({f"TRAINER.TS.{k}": v for k, v in self.ts.items()})
         write_json(os.path.join(out_dir, "summary.json"), summary)
