@@ -11,9 +11,16 @@ from ast import literal_eval
 
 from yacs.config import CfgNode as CN
 
+from argtca.registry import ENGINE_REGISTRY, TRAINER_REGISTRY
+
+# keys that take "auto", "on" or "off": YAML reads a bare on/off as a bool (and older configs wrote
+# ``TTA.COMPILE True``), so a bool given for one of them is read as "on"/"off"
+SWITCH_KEYS = ("TTA.COMPILE", "TTA.FAST.COMPILE_IMAGE", "TTA.FAST.COMPILE_TEXT",
+               "TTA.FAST.COMPILE_TEXT_GRAD")
+
 
 def _as_switch(value):
-    """``TTA.COMPILE``: a bool (older configs: ``TTA.COMPILE True``) -> "on"/"off"."""
+    """A bool (or "True"/"False") -> "on"/"off"; anything else unchanged."""
     if isinstance(value, str) and value.strip() in ("True", "False"):
         value = value.strip() == "True"
     if isinstance(value, bool):
@@ -45,9 +52,13 @@ class _Config(CN):
         inp = cfg_other.get("INPUT") if hasattr(cfg_other, "get") else None
         if hasattr(inp, "get") and "SIZE" in inp:
             inp["SIZE"] = _as_size_pair(inp["SIZE"])
-        tta = cfg_other.get("TTA") if hasattr(cfg_other, "get") else None
-        if hasattr(tta, "get") and "COMPILE" in tta:
-            tta["COMPILE"] = _as_switch(tta["COMPILE"])
+        for key in SWITCH_KEYS:
+            *path, last = key.split(".")
+            node = cfg_other
+            for part in path:
+                node = node.get(part) if hasattr(node, "get") else None
+            if hasattr(node, "get") and last in node:
+                node[last] = _as_switch(node[last])
         return super().merge_from_other_cfg(cfg_other)
 
     def merge_from_list(self, cfg_list):
@@ -55,7 +66,7 @@ class _Config(CN):
         for i in range(0, len(cfg_list) - 1, 2):
             if cfg_list[i] == "INPUT.SIZE":
                 cfg_list[i + 1] = _as_size_pair(cfg_list[i + 1])
-            elif cfg_list[i] == "TTA.COMPILE":
+            elif cfg_list[i] in SWITCH_KEYS:
                 cfg_list[i + 1] = _as_switch(cfg_list[i + 1])
         return super().merge_from_list(cfg_list)
 
@@ -115,16 +126,34 @@ _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's G
 _C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
                                 # at a time) or "fast" (batched; equals the reference on CPU to 1e-5)
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
-_C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off"; ~63 s
-                                # to compile); "auto": on when the run is long enough to pay it back
+_C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off");
+                                # "auto": on when the run is long enough to pay compiling back
                                 # (argtca/engine/auto.py; the choice is logged). True/False = on/off
+# The fast engine's speed knobs (argtca/engine/fast.py says what each does and why; what each buys:
+# benchmarks/README.md#fast-engine-knobs). None changes the maths; all but VIEWS_OVERLAP change
+# floating-point rounding, so they are in the run's fingerprint. "auto": the engine chooses.
+_C.TTA.FAST = CN()
+_C.TTA.FAST.GRAD_MODE = "auto"          # step-1 gradient: jacobian, vjp, loop, recompute
+_C.TTA.FAST.TEXT_ATTENTION = "auto"     # text tower: split, efficient, math, flash, cudnn, default
+_C.TTA.FAST.PREFIX_SHARE = True         # SOS + context computed once per image for all prompts
+_C.TTA.FAST.HALF_IMAGE = True           # fp16 autocast: the image tower from an fp16 copy
+_C.TTA.FAST.LEAN_IMAGE = True           # ... with lean SDPA blocks (argtca/engine/towers.py)
+_C.TTA.FAST.COMPILE_IMAGE = "auto"      # torch.compile the image tower; "auto": as TTA.COMPILE
+_C.TTA.FAST.COMPILE_TEXT = "auto"       # ... the text tower's no-grad pass; "auto": as TTA.COMPILE
+_C.TTA.FAST.COMPILE_TEXT_GRAD = "auto"  # ... its passes with gradient; "auto": as TTA.COMPILE
+_C.TTA.FAST.COMPILE_JACOBIAN = False    # ... the tangent pass building Jᵀ (once per dataset)
+_C.TTA.FAST.COMPILE_MODE = ""           # torch.compile mode of the image tower ("": default)
+_C.TTA.FAST.JACOBIAN_TF32 = True        # grad mode jacobian: cot @ Jᵀ on TF32 tensor cores
+_C.TTA.FAST.IMAGE_CHUNK = -1            # views per image-tower call; -1: BATCH_IMAGES x N_VIEWS
+_C.TTA.FAST.TEXT_TOKENS = 65536         # prompt tokens per text-tower call with gradient
+_C.TTA.FAST.VIEWS_OVERLAP = False       # GPU views of batch n+1 made while batch n tunes
 
 _C.DATALOADER = CN()
 _C.DATALOADER.NUM_WORKERS = -1  # -1: what the machine has (usable cores - 1, at most 16)
 _C.DATALOADER.PREFETCH = 4
 # torch's CPU threads in the main process during the test loop: -1 = 1 on CUDA with loader workers
 # (the main process only drives the device; idle OpenMP threads spinning against the workers
-# halved the loop's speed: BENCHMARKS.md round 4), torch's default otherwise; 0 = torch's default
+# halved the loop's speed), torch's default otherwise; 0 = torch's default
 _C.DATALOADER.MAIN_THREADS = -1
 
 # ----------------------------------------------------------------------------- model
@@ -231,8 +260,12 @@ CFG_CHOICES = {
     "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
     "TTA.VIEWS_DEVICE": ("cpu", "cpu-fast", "gpu"),
     "TTA.PREC": ("amp", "fp32"),
-    "TTA.ENGINE": ("auto", "reference", "fast"),
     "TTA.COMPILE": ("auto", "on", "off"),
+    "TTA.FAST.GRAD_MODE": ("auto", "vjp", "loop", "recompute", "jacobian"),
+    "TTA.FAST.TEXT_ATTENTION": ("auto", "split", "efficient", "default", "math", "flash", "cudnn"),
+    "TTA.FAST.COMPILE_IMAGE": ("auto", "on", "off"),
+    "TTA.FAST.COMPILE_TEXT": ("auto", "on", "off"),
+    "TTA.FAST.COMPILE_TEXT_GRAD": ("auto", "on", "off"),
     "TRAINER.TCA.ENTROPY_INPUT": ("prob", "logprob"),
     "TRAINER.TS.FIT": ("val", "fixed"),
     "TRAINER.TS.FIT_ON": ("method", "zeroshot"),
@@ -257,18 +290,31 @@ def _get(cfg, key: str):
 _MISSING = object()
 
 
+def _trainer_tunes(name):
+    """The ``tunes`` of the registered trainer ``name`` (a trainer or method name); None when no
+    trainer of that name is registered (yet)."""
+    name = "" if name is _MISSING else str(name or "").strip()
+    name = METHOD_TO_TRAINER.get(name.lower(), name)
+    if not name or name not in TRAINER_REGISTRY:
+        return None
+    return bool(getattr(TRAINER_REGISTRY.get(name), "tunes", True))
+
+
 def check_cfg_values(cfg, tunes=None) -> None:
     """Refuse out-of-range values before anything is loaded; one :class:`ConfigError` line listing
     every bad key with its value and the allowed range.
 
     ``tunes``: whether the run tunes prompts (every method but zero-shot CLIP); ``None`` reads it
-    from ``TRAINER.NAME``. Tuned runs need ``TTA.STEPS >= 1`` and ``TTA.N_VIEWS >= 2`` (the
-    confident-view selection needs views to choose from); zero-shot ignores both. Keys a
-    configuration lacks (e.g. a Dassl config without argtca's nodes) are skipped.
+    from the ``tunes`` of the trainer ``TRAINER.NAME`` names. Tuned runs need ``TTA.STEPS >= 1``
+    and ``TTA.N_VIEWS >= 2`` (the confident-view selection needs views to choose from); zero-shot
+    ignores both. ``TTA.ENGINE`` is "auto" or a registered engine. Names are looked up in the
+    registries as they stand: before the trainers and engines are imported (``argtca.trainers``
+    imports both), only the checks that hold for every trainer and engine run; the trainer runs
+    this again, with its own ``tunes``, before it loads anything. Keys a configuration lacks
+    (e.g. a Dassl config without argtca's nodes) are skipped.
     """
     if tunes is None:
-        name = str(_get(cfg, "TRAINER.NAME") or "").strip().lower()
-        tunes = name not in ("", "zeroshotclip", "zeroshot", "zeroshotts", "zeroshot_ts")
+        tunes = _trainer_tunes(_get(cfg, "TRAINER.NAME"))
     errors = []
 
     def num(key, ok, allowed, integer=False):
@@ -284,6 +330,10 @@ def check_cfg_values(cfg, tunes=None) -> None:
         v = _get(cfg, key)
         if v is not _MISSING and v not in choices:
             errors.append(f"{key}={v!r} (allowed: {', '.join(choices)})")
+    engine = _get(cfg, "TTA.ENGINE")
+    engines = ("auto",) + tuple(n.lower() for n in ENGINE_REGISTRY.registered_names())
+    if engine is not _MISSING and len(engines) > 1 and engine not in engines:
+        errors.append(f"TTA.ENGINE={engine!r} (allowed: {', '.join(engines)})")
     aug = _get(cfg, "TTA.AUGMIX")
     if aug is not _MISSING and not isinstance(aug, bool) and str(aug).strip().lower() not in _AUGMIX:
         errors.append(f"TTA.AUGMIX={aug!r} (allowed: auto, on, off)")
@@ -321,6 +371,9 @@ def check_cfg_values(cfg, tunes=None) -> None:
         True)
     num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
     num("TTA.BATCH_IMAGES", lambda v: v >= 1, ">= 1", True)
+    num("TTA.FAST.IMAGE_CHUNK", lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for BATCH_IMAGES "
+        "x N_VIEWS (at most 2048)", True)
+    num("TTA.FAST.TEXT_TOKENS", lambda v: v >= 1, ">= 1", True)
     num("DATALOADER.NUM_WORKERS", lambda v: v >= -1, ">= 0 (0 loads in the main process), or -1 "
         "for what the machine has", True)
     num("DATALOADER.PREFETCH", lambda v: v >= 1, ">= 1", True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Dict, List, Optional
 
 __all__ = ["Registry", "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY",
-           "OBJECTIVE_REGISTRY"]
+           "OBJECTIVE_REGISTRY", "ENGINE_REGISTRY"]
 
 
 class Registry:
@@ -61,3 +61,7 @@ TRAINER_REGISTRY = Registry("TRAINER")
 DATASET_REGISTRY = Registry("DATASET")
 SELECTOR_REGISTRY = Registry("SELECTOR")
 OBJECTIVE_REGISTRY = Registry("OBJECTIVE")
+# test-time engines (``TTA.ENGINE``): classes built as ``cls(model, text_encoder, objective, cfg,
+# device, n_images=...)``; a class attribute ``batched`` says whether the loader feeds it
+# ``TTA.BATCH_IMAGES`` images at a time (else one)
+ENGINE_REGISTRY = Registry("ENGINE")

@@ -274,12 +274,15 @@ def test_checkpoint_roundtrip_and_errors(tmp_path):
 
 
 def test_ece_matches_hand_computation():
-    from argtca.demo.evaluate import ece_score
+    """The demo's evaluation uses the runs' ECE (argtca.metrics), in percent."""
+    from argtca.demo.evaluate import metrics
     conf = torch.tensor([0.9, 0.92, 0.5, 0.51, 1.0])
-    correct = torch.tensor([1, 0, 1, 1, 1])
+    probs = torch.stack([conf, 1 - conf], 1)                 # class 0 is every prediction
+    labels = torch.tensor([0, 1, 0, 0, 0])
     # bins (0.85,0.9]:{0.9} (0.9,0.95]:{0.92} (0.45,0.5]:{0.5} (0.5,0.55]:{0.51} (0.95,1]:{1.0}
     want = (abs(0.9 - 1) + abs(0.92 - 0) + abs(0.5 - 1) + abs(0.51 - 1) + 0) / 5
-    assert ece_score(conf, correct) == pytest.approx(want)
+    got = metrics(probs, labels)
+    assert got["ece"] == pytest.approx(100 * want) and got["accuracy"] == pytest.approx(80.0)
 
 
 def test_shipped_weights_reproduce_recorded_zero_shot(demo_env):

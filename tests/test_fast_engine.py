@@ -231,11 +231,10 @@ def _tiny_dataset_cfg(root, out, engine):
 
 
 @pytest.mark.parametrize("grad", ["", "jacobian"])
-def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch, grad):
+def test_two_gloo_processes_equal_one_process(tmp_path, grad):
     """torchrun-style: 2 CPU ranks (gloo) shard 7 images; merged records == one-process records.
     With the Jacobian at θ0, each rank computes half of its n·W rows and they all-gather."""
     engine = "fast"
-    monkeypatch.setenv("ARGTCA_FAST_GRAD", grad)
     import json
     import socket
     import subprocess
@@ -249,6 +248,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, monkeypatch, grad):
 
     make_synthetic_coop(str(tmp_path / "data"), n_images=7, n_classes=3, pool=7, size=(48, 36))
     over = _tiny_dataset_cfg(tmp_path / "data", tmp_path / "one", engine)
+    over["TTA.FAST.GRAD_MODE"] = grad or "auto"
     cfg = tiny_cfg(**over)
     cfg.freeze()
     tr = TRAINER_REGISTRY.get("TPT")(cfg)

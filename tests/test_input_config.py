@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import argtca.trainers  # noqa: F401  (registers the trainers and engines the checks look up)
 from argtca.attributes import AttributeFileError, load_attributes
 from argtca.config import CFG_CHOICES, ConfigError, check_cfg_values, get_cfg_default
 from argtca.demo import generator as G

@@ -173,8 +173,7 @@ def test_split_attention_engine_equals_reference(tiny_clip, grad_mode):
     assert torch.allclose(fast(views), alone, atol=1e-5, rtol=1e-4)
 
 
-def test_default_text_attention_follows_the_grad_mode(tiny_clip, monkeypatch):
-    monkeypatch.delenv("ARGTCA_TEXT_ATTENTION", raising=False)
+def test_default_text_attention_follows_the_grad_mode(tiny_clip):
     model, tok = tiny_clip
     enc = _encoder(tiny_clip)
 

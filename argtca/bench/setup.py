@@ -8,16 +8,22 @@ import argparse
 import os
 import tempfile
 import time
-from typing import Dict
+from typing import Dict, Optional
 
 import torch
 
 from argtca.bench.data import make_synthetic_coop
 
 
-def bench_cfg(args, data: Dict[str, str], engine: str, views: str, n_images: int):
+def bench_cfg(args, data: Dict[str, str], engine: str, views: str, n_images: int,
+              fast: Optional[Dict[str, object]] = None):
+    """The run configuration of a pass; ``fast``: the fast engine's knobs by their keyword names
+    (``grad_mode``, ``compile_image``, ...), set as ``TTA.FAST.<NAME>`` (None or "": the
+    default), so a pass configures the engine as a run does."""
     from argtca.config import get_cfg_default
     cfg = get_cfg_default()
+    knobs = [x for k, v in (fast or {}).items() if v is not None and v != ""
+             for x in (f"TTA.FAST.{k.upper()}", v)]
     cfg.merge_from_list([
         "TRAINER.NAME", "TCA", "DATASET.NAME", "Caltech101", "DATASET.ROOT", data["root"],
         "DATASET.ATTRIBUTE_FILE", data["attributes"], "DATASET.NUM_IMAGES", n_images,
@@ -26,7 +32,7 @@ def bench_cfg(args, data: Dict[str, str], engine: str, views: str, n_images: int
         "TTA.ENGINE", engine, "TTA.VIEWS_DEVICE", views, "TTA.BATCH_IMAGES", args.batch,
         "TTA.AUGMIX", "on", "TRAINER.TCA.NUM_ATTRIBUTES", args.m,
         "DATALOADER.NUM_WORKERS", args.workers, "USE_CUDA", args.device == "cuda",
-        "VERBOSE", False, "SEED", 1])
+        "VERBOSE", False, "SEED", 1] + knobs)
     cfg.freeze()
     return cfg
 
@@ -56,10 +62,13 @@ class Setup:
         from argtca.engine.fast import FastEngine
         from argtca.engine.reference import ReferenceEngine
         tr = self.trainer
-        cfg = bench_cfg(self.args, self.data, kind, "cpu", -1)
         if kind == "reference":
+            cfg = bench_cfg(self.args, self.data, kind, "cpu", -1)
             return ReferenceEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device)
-        eng = FastEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device, **kw)
+        cfg = bench_cfg(self.args, self.data, kind, "cpu", -1,
+                        fast={k: v for k, v in kw.items() if k != "n_images"})
+        eng = FastEngine(tr.model, tr.text_encoder, tr.objective, cfg, self.device,
+                         n_images=kw.get("n_images"))
         # one engine per setting (grad mode resolved): what the warm-up compiled is what a timed
         # pass runs, as in one CLI run (its compiled code is reused, its per-dataset caches not)
         key = (tuple(sorted((k, repr(v)) for k, v in kw.items()

@@ -4,7 +4,8 @@
 
 * zero-shot: prompts ``"a photo of a {class}."``, images read from the CoOp split file, resized
   (bicubic, short side 64) + centre-cropped to 64, CLIP normalisation; accuracy and ECE (20
-  equal-width confidence bins, ``lower < conf <= upper``), both in percent.
+  equal-width confidence bins: :func:`argtca.metrics.expected_calibration_error`, the runs' own
+  ECE), both in percent.
 * context probe: the same prompts with the 4 context embeddings (positions 1..4, "a photo of a")
   replaced by zeros / random vectors / other style words; shows how much the context TPT tunes
   can move the classifier.
@@ -20,6 +21,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from argtca.metrics import expected_calibration_error
 
 from .augment import normalize, random_resized_crop
 from .captions import CaptionTokenizer
@@ -46,23 +49,12 @@ def load_split_images(root: Path, split: str = "test", n: Optional[int] = None
     return torch.stack(imgs), torch.tensor([int(l) for _, l, _ in items])
 
 
-def ece_score(conf: torch.Tensor, correct: torch.Tensor, n_bins: int = N_BINS) -> float:
-    """Expected calibration error (fraction), equal-width bins, membership lower < conf <= upper."""
-    conf, correct = conf.double(), correct.double()
-    edges = torch.linspace(0, 1, n_bins + 1, dtype=torch.float64)
-    ece = 0.0
-    for lo, hi in zip(edges[:-1], edges[1:]):
-        m = (conf > lo) & (conf <= hi)
-        if m.any():
-            ece += m.double().mean().item() * abs(conf[m].mean().item() - correct[m].mean().item())
-    return ece
-
-
 def metrics(probs: torch.Tensor, labels: torch.Tensor) -> Dict[str, float]:
     conf, pred = probs.max(1)
     correct = pred.eq(labels)
     return {"accuracy": 100.0 * correct.double().mean().item(),
-            "ece": 100.0 * ece_score(conf, correct), "n": int(labels.numel())}
+            "ece": 100.0 * expected_calibration_error(conf, correct, N_BINS),
+            "n": int(labels.numel())}
 
 
 def prompt_ids(classnames: Sequence[str], template: str = TEMPLATE) -> torch.Tensor:

@@ -1,20 +1,19 @@
 """The "auto" settings of a run, resolved once before anything is fingerprinted or built.
 
 ``TTA.ENGINE auto``         fast engine on CUDA, reference engine on the CPU. The fast engine equals
-                            the reference on the CPU to 1e-5 and on CUDA up to fp16 near-ties
-                            (BENCHMARKS.md); ``TTA.ENGINE reference`` keeps the reference.
+                            the reference on the CPU to 1e-5 and on CUDA up to fp16 near-ties;
+                            ``TTA.ENGINE reference`` keeps the reference.
 ``TTA.COMPILE auto``        ``torch.compile`` of the fast engine's towers only when the run is long
                             enough to pay the compilation back: images x estimated saving per
-                            image > estimated compile time (constants below, measured on an H200:
-                            BENCHMARKS.md). With CPU views the loader, not the engine, bounds the
-                            speed, so compiling saves nothing there.
+                            image > estimated compile time (constants below). With CPU views the
+                            loader, not the engine, bounds the speed, so compiling saves nothing
+                            there.
 ``DATALOADER.NUM_WORKERS -1``  usable cores - 1 (one is left to the main process), at most 16.
 ``DATALOADER.MAIN_THREADS -1``  1 on CUDA with loader workers, else 0 (torch's default): the main
                             process then only plans and queues device work; with torch's default
                             (one OpenMP thread per core) its small CPU ops spun their threads
-                            against the busy workers and the loop ran at half speed (H200, 15
-                            workers: 70 -> 141 img/s, BENCHMARKS.md round 4). Applied around the
-                            test loop only (:func:`host_threads`).
+                            against the busy workers and the loop ran at half speed. Applied
+                            around the test loop only (:func:`host_threads`).
 
 The resolution is a pure function of the configuration, the device type and the number of test
 images (never of a timing), so a resumed run resolves to the same values and the run folder's
@@ -27,13 +26,10 @@ from typing import Iterator, List, Tuple
 
 from argtca.utils.host import MAX_AUTO_WORKERS, auto_workers, usable_cpus  # noqa: F401  (auto's API)
 
-# estimates (H200, ViT-B/16, K~100, GPU views; BENCHMARKS.md): compiling the image and text towers
-# adds ~63 s to a run and saves ~1.1 ms per image (the CLI's defaults, K=101, 4096 images, one
-# H200, BENCHMARKS.md round 6: eager 127.3 img/s steady, first batch at 4.7 s; compiled 148.2,
-# first batch at 64.3 s); it never pays below COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE = 57,000
-# images (a host that compiles slower, ~85 s: ~77,000). Rounds 1-5 estimated 60 s and 5 ms, i.e.
-# 12,000 images, from the bench's eager tower before the fp16 lean tower: Food101's 30,300 images
-# would have compiled and lost ~30 s.
+# Compiling the towers pays only past COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE test images (about
+# 57,000): the seconds torch.compile adds to a run, and the seconds it saves per image, for
+# ViT-B/16 with GPU views on one GPU. How they are measured, and their current values:
+# benchmarks/README.md#compile. Re-measure them when the towers change.
 COMPILE_SECONDS = 63.0
 SAVED_SECONDS_PER_IMAGE = 1.1e-3
 

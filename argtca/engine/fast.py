@@ -20,8 +20,8 @@ Exact savings over the reference:
   text features only, so their value and their gradient at θ0 are computed once.
 * **View 0** features are computed once and reused for the final prediction; prompts are already
   cut after the longest EOS by :class:`~argtca.models.clip.PromptTextEncoder`.
-* **Prefix sharing** (``prefix_share``, ``ARGTCA_TEXT_PREFIX``, on): SOS + context computed once per
-  image for all P prompts, the last layer on EOS rows only (:mod:`argtca.engine.text_tower`).
+* **Prefix sharing** (``TTA.FAST.PREFIX_SHARE``, on): SOS + context computed once per image for
+  all P prompts, the last layer on EOS rows only (:mod:`argtca.engine.text_tower`).
 * **The Jacobian at θ0** (``grad_mode="jacobian"``): Jᵀ computed once by forward mode; step 1 of
   every batch is then one matrix product (``"auto"`` picks it on CUDA for long enough test sets).
 * **No waiting per batch**: :meth:`FastEngine.submit` queues a batch and returns a
@@ -33,42 +33,35 @@ Exact savings over the reference:
 * Large batches are processed in chunks (images for the image tower, prompts x tokens for the text
   tower) so memory stays bounded; chunking never changes a number beyond float reordering.
 
-Speed knobs that never change results beyond float reordering (constructor keywords; each falls
-back to an environment variable; measured with ``python -m argtca.bench``, see BENCHMARKS.md):
+Speed knobs: ``TTA.FAST.*`` (:mod:`argtca.config`, one default each). None changes the maths;
+they change floating-point rounding at most. What each one buys is measured in
+``benchmarks/README.md#fast-engine-knobs``.
 
-* ``compile`` (``ARGTCA_COMPILE``): default for the three ``torch.compile`` switches below. Off by
-  default here; ``TTA.COMPILE auto`` turns it on for runs long enough to pay its ~63 s per dataset
-  (per shape) back (:mod:`argtca.engine.auto`).
-* ``compile_image`` (``ARGTCA_COMPILE_IMAGE``): the image tower, block by block
-  (:func:`argtca.engine.towers.compile_blocks`; the fp16 lean tower on an H200: 5.81 → 5.45 ms
-  per image, ~1.4 s to compile, BENCHMARKS.md round 6).
-* ``compile_text`` (``ARGTCA_COMPILE_TEXT``): the text tower's no-grad final pass (~2x).
-* ``compile_text_grad`` (``ARGTCA_COMPILE_TEXT_GRAD``): the text passes with gradient of the
-  ``recompute`` mode (forward and backward compiled). The kept θ0 graph of ``vjp``/``loop`` is
-  never compiled (it is differentiated many times).
-* ``compile_jacobian`` (``ARGTCA_COMPILE_JACOBIAN``, off): the tangent pass that builds the
-  Jacobian at θ0 (grad mode ``jacobian``), block by block. Not implied by ``compile``: built once
-  per dataset, it costs more to compile than it saves (BENCHMARKS.md round 6).
-* ``grad_mode`` (``ARGTCA_FAST_GRAD``): ``auto`` by default — ``jacobian`` on CUDA with one step
-  and ≥ n·W test images (``n_images``) when Jᵀ fits, else ``recompute`` when ``compile_text_grad``
-  is on, ``vjp`` otherwise (the fastest combinations measured, BENCHMARKS.md round 3).
-* ``ARGTCA_JACOBIAN_TF32`` (on): grad mode ``jacobian``'s per-batch product ``cot @ Jᵀ`` on
-  TF32 tensor cores (fp32 sums; the reference's own backward runs in fp16 autocast).
-* ``text_attention`` (``ARGTCA_TEXT_ATTENTION``): attention of the text tower: ``split`` by
-  default with prefix sharing and a forward-only text tower (grad mode ``jacobian``; plain ops:
-  the suffix queries meet the shared prefix keys without per-prompt copies), else an SDPA kernel
-  on CUDA: ``efficient`` (the other default), ``default`` = PyTorch's choice, ``math``,
-  ``flash``, ``cudnn``.
-* ``half_image`` (``ARGTCA_HALF_IMAGE``, on): under fp16 autocast on CUDA, the image tower runs
-  from a copy stored in fp16 with the patch embedding as a matrix product
-  (:mod:`argtca.engine.towers`); differs from the autocast tower by fp16 rounding only.
-* ``image_chunk`` / ``text_tokens`` (``ARGTCA_IMAGE_CHUNK`` / ``ARGTCA_TEXT_TOKENS``): views per
-  image-tower call / prompt tokens per text-tower call (memory bound).
+* ``GRAD_MODE``: how step 1's gradient is taken (above). ``auto`` takes ``jacobian`` where Jᵀ
+  pays back (CUDA, one step, ≥ n·W test images, Jᵀ fits in memory), else ``recompute`` with a
+  compiled text tower, else ``vjp``: the fastest combination in each case.
+* ``TEXT_ATTENTION``: ``split`` (plain ops: the suffix queries meet the shared prefix keys
+  without per-prompt copies) is the fastest forward, so ``auto`` takes it where the text tower
+  runs forward only (grad mode ``jacobian``, or no step); else the SDPA ``efficient`` kernel,
+  whose backward is the fastest for ``recompute``/``vjp``.
+* ``HALF_IMAGE`` / ``LEAN_IMAGE``: under fp16 autocast the image tower runs from a copy stored in
+  fp16 (no weight or LayerNorm casts per call) with the patch embedding as a matrix product and
+  lean SDPA blocks (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
+* ``COMPILE_IMAGE`` / ``COMPILE_TEXT`` / ``COMPILE_TEXT_GRAD`` (``auto``: as ``TTA.COMPILE``,
+  which :mod:`argtca.engine.auto` turns on only for runs long enough to pay compilation back):
+  ``torch.compile`` of the image tower (block by block: one compilation serves every block), of
+  the text tower's no-grad pass and of its passes with gradient (grad mode ``recompute``). The
+  kept θ0 graph of ``vjp``/``loop`` is never compiled: it is differentiated many times.
+* ``COMPILE_JACOBIAN`` (off): the tangent pass that builds Jᵀ runs once per dataset, so
+  compiling it costs more than it saves (except from a warm Inductor cache).
+* ``JACOBIAN_TF32`` (on): grad mode ``jacobian``'s per-batch product ``cot @ Jᵀ`` on TF32 tensor
+  cores (fp32 sums; the reference's own backward runs in fp16 autocast).
+* ``IMAGE_CHUNK`` / ``TEXT_TOKENS``: views per image-tower call / prompt tokens per text-tower
+  call: memory bounds.
 """
 from __future__ import annotations
 
 import contextlib
-import os
 from typing import Optional, Sequence
 
 import torch
@@ -78,6 +71,7 @@ from argtca.engine.jacobian import JacobianAtTheta0
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
                                       raise_if_non_finite_probs, _name)
+from argtca.registry import ENGINE_REGISTRY
 
 GRAD_MODES = ("vjp", "loop", "recompute", "jacobian")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
@@ -88,58 +82,56 @@ TEXT_ATTENTION = {"default": None, "math": "MATH", "efficient": "EFFICIENT_ATTEN
                   "flash": "FLASH_ATTENTION", "cudnn": "CUDNN_ATTENTION", "split": None}
 
 
-def _env_flag(name: str, default: bool = False) -> bool:
-    v = os.environ.get(name, "").strip().lower()
-    return default if not v else v not in ("0", "false", "no", "off")
+def _switch(value, default: bool) -> bool:
+    """A ``TTA.FAST`` switch: "on"/"off" (or a bool); "auto" is ``default``."""
+    if isinstance(value, bool):
+        return value
+    v = str(value).strip().lower()
+    return default if v == "auto" else v in ("on", "true", "1")
 
 
-def _env_int(name: str, default: int) -> int:
-    v = os.environ.get(name, "")
-    return int(v) if v.strip() else default
-
-
+@ENGINE_REGISTRY.register(name="fast")
 class FastEngine(JacobianAtTheta0, ReferenceEngine):
-    """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API."""
+    """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API; the
+    test loop feeds it ``TTA.BATCH_IMAGES`` images at a time (``batched``). The knobs are read
+    from ``cfg.TTA.FAST``; a keyword given here wins over its key (the benchmark compares
+    settings on one configuration). ``n_images``: the test images this engine will see (grad
+    mode ``auto`` depends on it)."""
+
+    batched = True
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
-                 grad_mode: Optional[str] = None, compile_image: Optional[bool] = None,
-                 image_chunk: Optional[int] = None, text_tokens: Optional[int] = None,
-                 text_attention: Optional[str] = None, compile_text: Optional[bool] = None,
-                 compile_text_grad: Optional[bool] = None, compile: Optional[bool] = None,
-                 half_image: Optional[bool] = None, prefix_share: Optional[bool] = None,
-                 n_images: Optional[int] = None, lean_image: Optional[bool] = None,
-                 compile_mode: Optional[str] = None,
-                 compile_jacobian: Optional[bool] = None):
+                 n_images: Optional[int] = None, grad_mode: Optional[str] = None,
+                 text_attention: Optional[str] = None, prefix_share: Optional[bool] = None,
+                 half_image: Optional[bool] = None, lean_image: Optional[bool] = None,
+                 compile_image: Optional[bool] = None, compile_text: Optional[bool] = None,
+                 compile_text_grad: Optional[bool] = None,
+                 compile_jacobian: Optional[bool] = None, compile_mode: Optional[str] = None,
+                 jacobian_tf32: Optional[bool] = None, image_chunk: Optional[int] = None,
+                 text_tokens: Optional[int] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
-        if compile is None:
-            compile = _env_flag("ARGTCA_COMPILE")
+        knobs = cfg.TTA.FAST
+
+        def pick(given, key):
+            return knobs[key] if given is None else given
+
         on_cuda = self.device.type == "cuda"
-        if compile_image is None:
-            compile_image = _env_flag("ARGTCA_COMPILE_IMAGE", compile)
-        if compile_text is None:
-            compile_text = _env_flag("ARGTCA_COMPILE_TEXT", compile)
-        if compile_text_grad is None:
-            compile_text_grad = _env_flag("ARGTCA_COMPILE_TEXT_GRAD", compile)
-        self.compile_image = bool(compile_image) and on_cuda
-        self.compile_text = bool(compile_text) and on_cuda
-        self.compile_text_grad = bool(compile_text_grad) and on_cuda
+        compile_all = _switch(cfg.TTA.get("COMPILE", "off"), False)   # resolved: engine/auto.py
+        self.compile_image = _switch(pick(compile_image, "COMPILE_IMAGE"), compile_all) and on_cuda
+        self.compile_text = _switch(pick(compile_text, "COMPILE_TEXT"), compile_all) and on_cuda
+        self.compile_text_grad = _switch(pick(compile_text_grad, "COMPILE_TEXT_GRAD"),
+                                         compile_all) and on_cuda
         # the text tower: SOS + context computed once per image, EOS-only last layer (exact;
         # argtca/engine/text_tower.py), where the tower has CLIP's form
         from argtca.engine.text_tower import PrefixSharedText, prefix_sharing_supported
-        if prefix_share is None:
-            prefix_share = _env_flag("ARGTCA_TEXT_PREFIX", True)
-        self.prefix_share = bool(prefix_share) and prefix_sharing_supported(text_encoder) is None
-        # torch.compile of the Jacobian's tangent pass (ARGTCA_COMPILE_JACOBIAN): off unless
-        # asked, also when the towers compile. Jᵀ is built once per dataset and its compilation
-        # costs more than it saves there (an H200: ~25 s to save 1.6 s at K=101, ~43 s to save
-        # 24 s at K=1000, BENCHMARKS.md round 6); it pays only from a warm Inductor cache
-        if compile_jacobian is None:
-            compile_jacobian = _env_flag("ARGTCA_COMPILE_JACOBIAN", False)
-        self.compile_jacobian = bool(compile_jacobian) and on_cuda
-        # the per-batch product cot @ Jᵀ on TF32 tensor cores (ARGTCA_JACOBIAN_TF32, on; CUDA)
-        self.jacobian_tf32 = _env_flag("ARGTCA_JACOBIAN_TF32", True) and on_cuda
-        grad_mode = (grad_mode or os.environ.get("ARGTCA_FAST_GRAD", "") or "auto").lower()
+        self.prefix_share = (bool(pick(prefix_share, "PREFIX_SHARE"))
+                             and prefix_sharing_supported(text_encoder) is None)
+        # not implied by TTA.COMPILE: Jᵀ is built once per dataset
+        self.compile_jacobian = _switch(pick(compile_jacobian, "COMPILE_JACOBIAN"),
+                                        False) and on_cuda
+        self.jacobian_tf32 = bool(pick(jacobian_tf32, "JACOBIAN_TF32")) and on_cuda
+        grad_mode = str(grad_mode or knobs.GRAD_MODE).lower()
         if grad_mode not in GRAD_MODES + ("auto",):
             raise ValueError(f"FastEngine grad_mode={grad_mode!r}: use one of "
                              f"{GRAD_MODES + ('auto',)}")
@@ -147,39 +139,37 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         if grad_mode == "auto":
             grad_mode, self.grad_mode_why = self._auto_grad_mode(n_images)
         self.grad_mode = grad_mode
-        # default: "split" where the prefix is shared and the text tower runs forward only (grad
-        # mode jacobian, or no steps): the fastest forward measured (K=1000 predict 7.7 -> 6.6
-        # ms/image, K=101 equal; BENCHMARKS.md round 4); else the efficient kernel (its backward
-        # is the one measured for the recompute/vjp modes)
+        # "auto": "split" where the prefix is shared and the text tower runs forward only (grad
+        # mode jacobian, or no steps), the fastest forward; else the efficient kernel, whose
+        # backward is the fastest for the recompute/vjp modes
         forward_only = grad_mode == "jacobian" or self.steps <= 0
-        text_attention = (text_attention or os.environ.get("ARGTCA_TEXT_ATTENTION", "") or (
-            "split" if self.prefix_share and forward_only else "efficient")).lower()
+        text_attention = str(text_attention or knobs.TEXT_ATTENTION).lower()
+        if text_attention == "auto":
+            text_attention = "split" if self.prefix_share and forward_only else "efficient"
         if text_attention == "split" and not self.prefix_share:
             text_attention = "efficient"   # "split" needs the shared prefix
         if text_attention not in TEXT_ATTENTION:
             raise ValueError(f"FastEngine text_attention={text_attention!r}: use one of "
-                             f"{tuple(TEXT_ATTENTION)}")
+                             f"{('auto',) + tuple(TEXT_ATTENTION)}")
         self.text_attention = text_attention
         self.text = (PrefixSharedText(text_encoder, attention="split" if text_attention == "split"
                                       else "sdpa") if self.prefix_share else text_encoder)
-        default_chunk = min(2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
-        self.image_chunk = int(image_chunk or _env_int("ARGTCA_IMAGE_CHUNK", default_chunk))
-        self.text_tokens = int(text_tokens or _env_int("ARGTCA_TEXT_TOKENS", 1 << 16))
+        chunk = int(pick(image_chunk, "IMAGE_CHUNK"))
+        self.image_chunk = chunk if chunk > 0 else min(
+            2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
+        self.text_tokens = int(text_tokens or knobs.TEXT_TOKENS)
         # fp16 autocast on CUDA: keep a copy of the frozen image tower stored in fp16 (no weight
         # or LayerNorm casts per call) with the patch embedding as a matmul (argtca/engine/towers.py)
-        if half_image is None:
-            half_image = _env_flag("ARGTCA_HALF_IMAGE", True)
-        self.half_image = bool(half_image) and self.amp
-        if lean_image is None:
-            lean_image = _env_flag("ARGTCA_IMAGE_LEAN", True)
+        self.half_image = bool(pick(half_image, "HALF_IMAGE")) and self.amp
         if self.half_image:
             from argtca.engine.towers import fast_image_tower
-            encode = fast_image_tower(model.visual, torch.float16, lean_blocks=bool(lean_image))
+            encode = fast_image_tower(model.visual, torch.float16,
+                                      lean_blocks=bool(pick(lean_image, "LEAN_IMAGE")))
         else:
             encode = model.encode_image
         # torch.compile mode of the image tower (None = default; "max-autotune-no-cudagraphs"
         # lets Inductor autotune its matrix products with the bias/QuickGELU epilogues fused)
-        self.compile_mode = compile_mode or os.environ.get("ARGTCA_COMPILE_MODE", "") or None
+        self.compile_mode = compile_mode or knobs.COMPILE_MODE or None
         if self.compile_image:   # block by block: one compilation serves the 12 blocks
             from argtca.engine.towers import compile_blocks
             encode = compile_blocks(encode, mode=self.compile_mode)

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
+from argtca.registry import ENGINE_REGISTRY
 
 
 class NonFiniteLossError(RuntimeError):
@@ -74,8 +75,16 @@ def autocast_ctx(device: torch.device, prec: str):
     return contextlib.nullcontext()
 
 
+@ENGINE_REGISTRY.register(name="reference")
 class ReferenceEngine:
-    def __init__(self, model, text_encoder, objective: Objective, cfg, device):
+    """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``; the trainer feeds it one image
+    at a time (``batched``). ``n_images`` (the test images it will see) is the registry's common
+    constructor argument; the reference needs none."""
+
+    batched = False
+
+    def __init__(self, model, text_encoder, objective: Objective, cfg, device,
+                 n_images: Optional[int] = None):
         self.model = model
         self.text_encoder = text_encoder
         self.objective = objective

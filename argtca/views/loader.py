@@ -6,7 +6,6 @@ with ``views`` already on the device (copied one batch ahead on a side stream on
 """
 from __future__ import annotations
 
-import os
 import time
 from typing import Any, Dict, Iterator, Optional, Sequence
 
@@ -26,20 +25,17 @@ class ViewsLoader:
 
     On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
     one is processed. GPU views are made on the compute stream; ``overlap``
-    (``ARGTCA_VIEWS_OVERLAP=1``) makes them on the copy stream instead, so the views of batch n+1
-    are computed while batch n is tuned (same kernels, same numbers). Off by default: it gained
-    nothing on an H200 (64.4 vs 63.3 img/s, +0.6 GiB; the loop is bound by the host thread that
-    launches both), BENCHMARKS.md.
+    (``TTA.FAST.VIEWS_OVERLAP``) makes them on the copy stream instead, so the views of batch n+1
+    are computed while batch n is tuned (same kernels, same numbers). Off by default: the loop is
+    bound by the host thread that launches both, so it gains nothing and costs memory
+    (``benchmarks/README.md#fast-engine-knobs``).
     """
 
     def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
-                 overlap: Optional[bool] = None):
+                 overlap: bool = False):
         self.loader = loader
         self.device = torch.device(device)
         self.maker = maker
-        if overlap is None:   # ARGTCA_VIEWS_OVERLAP=1: make GPU views on the copy stream
-            overlap = os.environ.get("ARGTCA_VIEWS_OVERLAP", "0").strip().lower() in (
-                "1", "true", "yes", "on")
         self.overlap = bool(overlap) and maker is not None
         # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
         self.seconds = {"workers": 0.0, "views": 0.0}
@@ -152,4 +148,5 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
                          pin_memory=pin, prefetch=prefetch)
     if compile is None:
         compile = str(cfg.TTA.get("COMPILE", "off")).lower() in ("on", "true")
-    return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)))
+    return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)),
+                       overlap=bool(cfg.TTA.FAST.VIEWS_OVERLAP))
