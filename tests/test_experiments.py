@@ -67,6 +67,12 @@ def tree(tmp_path_factory):
         r["t1tuned"] = _call(["table1", "demo", "--seeds", "1", "--methods", "ctpt",
                               "--baseline-config", str(out / "tuned.yaml"), "--report-dir",
                               str(out / "report/table1_tuned")] + common + TINY)
+        r["t1tuned_default"] = _call(["table1", "demo", "--seeds", "1", "--methods", "ctpt",
+                                      "--baseline-config", str(out / "tuned.yaml")]
+                                     + common + TINY)
+        r["t1tuned_clash"] = _call(["table1", "demo", "--seeds", "1", "--methods", "tpt",
+                                    "--report-dir", str(out / "report/table1_tuned")]
+                                   + common + TINY)
     finally:
         mp.undo()
     r["out"] = out
@@ -129,9 +135,22 @@ def test_table1_lists_absent_datasets_first_and_runs_the_rest(tree):
         assert summary(d)["n"] == 3
 
 
+def report_dir(out, prefix):
+    """The one report folder ``<out>/report/<prefix>-<hash of the runs>``."""
+    found = [p for p in (out / "report").glob(f"{prefix}-*") if len(p.name) == len(prefix) + 9]
+    assert len(found) == 1, found
+    return found[0]
+
+
 def test_table1_numbers_equal_the_runs(tree):
     out = tree["out"]
-    rep = out / "report/table1"
+    rep = report_dir(out, "table1")
+    assert f"[table1] wrote: {rep.resolve()}/" in tree["t1"][1]
+    # a CI-sized demo table says it is no real result, on the console and in table.md
+    for text in (tree["t1"][1], (rep / "table.md").read_text()):
+        assert "**Not comparable with published numbers**" in text
+        assert "DATASET.NUM_IMAGES 3 (a subset of the test split)" in text
+        assert "the embedded demo dataset" in text and "test images: Demo 3" in text
     rows = list(csv.reader((rep / "table.csv").open()))
     assert rows[0] == ["Method", "Metric", "Demo", "Average"]
     got = {(r[0], r[1]): r[2:] for r in rows[1:]}
@@ -196,7 +215,7 @@ def test_table2_ablation_reuses_runs_and_stored_graphs(tree):
     o = tree["out"]
     # the full run is Table 1's, only re-read (its stored graph too)
     assert "[table2] 1/4 argtca-div on demo, seed 1 -> " in out
-    rows = md_rows((o / "report/table2/ablation.md").read_text())
+    rows = md_rows((report_dir(o, "table2") / "ablation.md").read_text())
     assert rows[0] == ["Variant", "div Acc", "div ECE"]
     where = {"full": "argtca/demo/div/seed1", "zero edges": "ablation/demo/edges_none_div/seed1",
              "raw EOS": "ablation/demo/raw_div/seed1", "random": "argtca/demo/random/seed1"}
@@ -219,7 +238,7 @@ def test_sweep_figures_and_table(tree):
     rc, out, err = tree["sweep"]
     assert rc == 0, err
     o = tree["out"]
-    rep = o / "report/sweep"
+    rep = report_dir(o, "sweep")
     for f in ("sweep_alpha.png", "sweep_beta.png"):
         assert (rep / f).stat().st_size > 5_000
     text = (rep / "sweep.md").read_text()
@@ -302,6 +321,37 @@ def test_tune_grid_rule_and_config_for_table1(tree):
     rows = list(csv.reader((o / "report/table1_tuned/table.csv").open()))
     acc, ece = recomputed(d)
     assert rows[1][2] == f"{acc:.2f}" and rows[2][2] == f"{ece:.2f}"
+    # the tuned table never lands in (or overwrites) the default table's folder
+    assert report_dir(o, "table1") != o / "report/table1_tuned"
+    rc, out, err = tree["t1tuned_default"]
+    assert rc == 0, err
+    assert (report_dir(o, "table1-tuned") / "table.md").is_file()
+    # an explicit report folder of other runs is refused (the runs stay), unless --force
+    rc, out, err = tree["t1tuned_clash"]
+    assert rc == 2 and "holds a table report of other runs" in err and "--force" in err
+
+
+def test_table1_plan_and_default_datasets():
+    from argtca.experiments import TABLE1_DATASETS
+    from argtca.experiments.plan import TABLE1_EXTENSION, seconds_per_image
+    assert TABLE1_DATASETS == ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers",
+                               "food101", "fgvc_aircraft", "dtd", "eurosat", "ucf101"]
+    assert TABLE1_EXTENSION == ["imagenet", "sun397"]
+    # the two measured rates (112.2 img/s at K=101, 60.5 at K=1000) are on the line
+    assert 1 / seconds_per_image("tca", 101) == pytest.approx(112.2)
+    assert 1 / seconds_per_image("argtca", 1000) == pytest.approx(60.5)
+    rc, out, err = _call(["table1", "--plan", "--seeds", "1,2", "--methods", "tpt,zeroshot"])
+    assert rc == 0, err
+    lines = out.splitlines()
+    assert not any("imagenet" in x or "sun397" in x for x in lines)
+    cal = next(x for x in lines if x.startswith("[table1] caltech101")).split()
+    # 2 methods x 2 seeds; 2465 images; TPT: 2465 x 2 seeds x s(100), zero-shot 1/64 of that
+    s = 2465 * 2 * seconds_per_image("tpt", 100) * (1 + 1 / 64)
+    assert cal[2:6] == ["4", "2465", str(4 * 2465), "100"] and cal[6] == f"{s / 60:.0f}"
+    assert "[table1] 63846 test images per method and seed" in lines
+    assert "BENCHMARKS.md" in out and not list(Path(".").glob("output/report/table1-*"))
+    rc, out, err = _call(["table1", "--plan", "--extended", "--seeds", "1"])
+    assert rc == 0 and "[table1] imagenet" in out and "[table1] sun397" in out
 
 
 def test_choose_rule_by_hand():

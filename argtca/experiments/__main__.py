@@ -47,7 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                        help="import MODULE before the runs (e.g. your selector); repeatable")
         p.add_argument("--report-dir", default=None, help="report folder (default "
-                       "<out-root>/report/<command>)")
+                       "<out-root>/report/<command>-<hash of the runs>; one holding a report of "
+                       "other runs is refused unless --force)")
+        p.add_argument("--force", action="store_true",
+                       help="replace a report of other runs in --report-dir")
         if seeds is not None:
             p.add_argument("--seeds", default=seeds, help=f"seeds (default {seeds})")
             p.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
@@ -60,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
                     "argtca-div,argtca-disc (default all; any argtca-SELECTOR)")
     t1.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="tuned.yaml of the tune command: the baselines' weights")
+    t1.add_argument("--plan", action="store_true",
+                    help="print the runs, test images and estimated GPU time per dataset; run "
+                    "nothing")
+    t1.add_argument("--extended", action="store_true",
+                    help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
+                    "is named")
     t2 = sub.add_parser("table2", help="ablations: full / zero edges / raw EOS / random")
     common(t2, "1")
     t2.add_argument("--selectors", default="div,disc")
@@ -120,15 +129,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.cmd == "table1":
             from .tables import table1
             return table1(datasets, methods=_list(a.methods),
-                          baseline_config=a.baseline_config, **kw)
+                          baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
+                          force=a.force, **kw)
         if a.cmd == "table2":
             from .tables import table2
-            return table2(datasets, selectors=_list(a.selectors), **kw)
+            return table2(datasets, selectors=_list(a.selectors), force=a.force, **kw)
         if a.cmd == "sweep":
             from .tables import sweep
             return sweep(datasets, selectors=_list(a.selectors), alphas=_list(a.alphas),
                          betas=_list(a.betas), fixed_alpha=a.fixed_alpha,
-                         fixed_beta=a.fixed_beta, **kw)
+                         fixed_beta=a.fixed_beta, force=a.force, **kw)
         if a.cmd == "table3":
             from .tables import table3
             return table3(datasets, classes=a.classes, num_classes=a.num_classes,

@@ -22,12 +22,73 @@ CONFIGS = REPO / "configs"
 
 METHODS = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca-div", "argtca-disc"]
 BASELINES = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca"]
-# Table 1 of C-TPT / TCA / ArgTCA: ImageNet and the ten fine-grained sets (configs/datasets keys)
-TABLE1_DATASETS = ["imagenet", "caltech101", "oxford_pets", "stanford_cars", "oxford_flowers",
-                   "food101", "fgvc_aircraft", "sun397", "dtd", "eurosat", "ucf101"]
+# the ArgTCA paper's Table 1: nine fine-grained sets (configs/datasets keys), in its order
+TABLE1_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101",
+                   "fgvc_aircraft", "dtd", "eurosat", "ucf101"]
+# not in the paper's Table 1 (C-TPT's and TCA's tables have them): table1 --extended adds them
+TABLE1_EXTENSION = ["imagenet", "sun397"]
+
+# Estimated GPU seconds per test image of an episodic TTA method (64 views, one step), linear in
+# the number of classes K: a + b·K, through two rates measured on one NVIDIA H200 (BENCHMARKS.md,
+# round 6): K=101, the CLI's defaults, 112.2 img/s steady (run 1); K=1000, every tower compiled,
+# 60.5 img/s end to end (run 7). Measured with the TCA objective (2 prompts per class); TPT-like
+# methods (1 prompt per class) are a little faster. An H100 is slower.
+RATE_SOURCE = "BENCHMARKS.md round 6 (1x H200): 112.2 img/s at K=101, 60.5 img/s at K=1000"
+_S101, _S1000 = 1 / 112.2, 1 / 60.5
+TTA_S_PER_CLASS = (_S1000 - _S101) / (1000 - 101)
+TTA_S_BASE = _S101 - 101 * TTA_S_PER_CLASS
+# zero-shot CLIP: one view and no step per image; not benchmarked, taken as 1/64 of a TTA image
+ZEROSHOT_FRACTION = 1 / 64
 ABLATION_DATASETS = ["caltech101", "oxford_pets", "dtd"]
 # methods reading an attribute file (DATASET.ATTRIBUTE_FILE or the dataset's TCA file)
 NEEDS_ATTRIBUTES = ("tca", "argtca")
+
+
+def seconds_per_image(method: str, classes: int) -> float:
+    """Estimated GPU seconds per test image (see TTA_S_BASE)."""
+    s = TTA_S_BASE + TTA_S_PER_CLASS * classes
+    return s * ZEROSHOT_FRACTION if method.startswith("zeroshot") else s
+
+
+def _hours(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+
+
+def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[int],
+               num_images: int = -1) -> List[str]:
+    """What Table 1 will run: per dataset the runs, the test images and the estimated GPU time
+    (from the benchmark's measured rates), and the totals."""
+    from ..report.reference import full_test_size, num_classes
+    lines = [f"{'dataset':<16}{'runs':>6}{'images/run':>12}{'images':>10}{'classes':>9}"
+             f"{'GPU time':>10}"]
+    tot_runs = tot_img = 0
+    tot_s = 0.0
+    unknown = []
+    for ds in datasets:
+        n, k = full_test_size(ds), num_classes(ds)
+        if num_images and num_images > 0 and n:
+            n = min(n, num_images)
+        runs = len(methods) * len(seeds)
+        if n is None or k is None:
+            unknown.append(ds)
+            lines.append(f"{ds:<16}{runs:>6}{'?':>12}{'?':>10}{'?':>9}{'?':>10}")
+            tot_runs += runs
+            continue
+        s = sum(seconds_per_image(split_method(m)[0], k) * n for m in methods) * len(seeds)
+        lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{_hours(s):>10}")
+        tot_runs, tot_img, tot_s = tot_runs + runs, tot_img + n * runs, tot_s + s
+    lines.append(f"{'total':<16}{tot_runs:>6}{'':>12}{tot_img:>10}{'':>9}{_hours(tot_s):>10}")
+    per = sum(full_test_size(ds) or 0 for ds in datasets)
+    if num_images and num_images > 0:
+        per = sum(min(full_test_size(ds) or 0, num_images) for ds in datasets)
+    lines.append(f"{per} test images per method and seed")
+    lines.append(f"{len(methods)} method(s) x {len(seeds)} seed(s); images: the published test "
+                 f"splits (CoOp's split files); GPU time: {RATE_SOURCE}, linear in the classes; "
+                 f"zero-shot at 1/64 of a TTA image (not benchmarked); ArgTCA's Phase 1 (once per "
+                 f"dataset) and model loading not included")
+    if unknown:
+        lines.append(f"no published size for {', '.join(unknown)}: not estimated")
+    return lines
 
 
 class ExperimentError(ValueError):
@@ -236,8 +297,8 @@ def as_float(v) -> str:
 def value_for(key: str, v) -> str:
     """A value as ``KEY VALUE`` text in the type of the key's default (5 -> '5.0' for a float
     key, since yacs refuses an int there)."""
-    from ..report.runs import _config_default
-    d = _config_default(key)
+    from ..report.identity import config_default
+    d = config_default(key)
     if (isinstance(d, float) or d is None) and not isinstance(v, bool):
         try:   # a None default ("auto", e.g. TRAINER.TCA.ALPHA) takes a float when numeric
             float(v)

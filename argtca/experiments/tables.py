@@ -5,7 +5,9 @@ Folder layout = the scripts' (compare.sh, ablation.sh, sweep.sh), so runs made b
 shared: ``<out>/<method>/<ds>/seed<k>``, ``<out>/argtca/<ds>/<sel>/seed<k>``,
 ``<out>/ablation/<ds>/{edges_none,raw}_<sel>/seed<k>``,
 ``<out>/sweep/<ds>/<sel>/a<α>_b<β>`` (``_seed<k>`` appended for seeds other than 1). Runs with a
-``--baseline-config`` go to ``<out>/tuned/<config stem>/<method>/<ds>/seed<k>``.
+``--baseline-config`` go to ``<out>/tuned/<config stem>/<method>/<ds>/seed<k>``. Reports go to
+``--report-dir`` or ``<out>/report/<command>-<hash of the runs>`` (``table1-<config stem>-<hash>``
+with a ``--baseline-config``), so a report of other runs is never overwritten.
 """
 from __future__ import annotations
 
@@ -15,7 +17,10 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
-from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, Presence, RunSpec,
+from ..report.runs import ReportError
+
+from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, TABLE1_EXTENSION,
+                   Presence, RunSpec, plan_lines,
                    as_float, check_presence, execute, failure_lines, load_baseline_config,
                    presence_lines, run_dir, split_method)
 
@@ -49,11 +54,15 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
     if not done:
         print(f"[{tag}] error: no run finished, no report written", file=sys.stderr)
         return 1
-    written = make(done)
+    try:
+        written = make(done)
+    except ReportError as e:
+        print(f"[{tag}] error: {e}", file=sys.stderr)
+        return 2
     for name in ("table.md", "ablation.md", "sweep.md"):
         if name in written:
             print(Path(written[name]).read_text())
-    print(f"[{tag}] wrote: " + ", ".join(str(p) for p in written.values()))
+    print(f"[{tag}] wrote: " + ", ".join(str(Path(p).resolve()) for p in written.values()))
     return 0 if len(done) == len(outcomes) else 1
 
 
@@ -84,23 +93,38 @@ def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequenc
 def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
            methods: Sequence[str] = (), root: str = "", out_root="output",
            opts: Sequence[str] = (), baseline_config=None, plugins: Sequence[str] = (),
-           dry_run: bool = False, quiet: bool = False, report_dir=None) -> int:
+           dry_run: bool = False, quiet: bool = False, report_dir=None, plan: bool = False,
+           extended: bool = False, force: bool = False) -> int:
+    """The paper's Table 1 (its nine datasets by default; ``extended``: also ImageNet and
+    SUN397). ``plan``: print the runs, images and estimated GPU time per dataset, run nothing.
+    The report goes to ``report_dir`` or ``<out_root>/report/table1-<hash of the runs>``
+    (``table1-<config stem>-<hash>`` with a ``baseline_config``): other runs never overwrite
+    a report."""
     from ..report import make_report
     from .plan import METHODS
-    datasets = list(datasets) or TABLE1_DATASETS
+    datasets = list(datasets) or (TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
     methods = list(methods) or METHODS
     for m in methods:
         split_method(m)
+    if plan:
+        n = -1
+        for k, v in zip(list(opts)[::2], list(opts)[1::2]):
+            if k == "DATASET.NUM_IMAGES":
+                n = int(v)
+        for line in plan_lines(datasets, methods, seeds, n):
+            print(f"[table1] {line}")
+        return 0
     out_root = Path(out_root)
     tuned = load_baseline_config(baseline_config) if baseline_config else None
     need_attr = any(split_method(m)[0] in NEEDS_ATTRIBUTES for m in methods)
     pres = _present(datasets, root, opts, need_attr, "table1")
-    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned,
-                        Path(baseline_config).stem if baseline_config else "tuned")
+    tag = Path(baseline_config).stem if baseline_config else "tuned"
+    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned, tag)
     outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet)
-    rep = Path(report_dir) if report_dir else out_root / "report" / "table1"
-    return _finish(outcomes, "table1", lambda done: make_report(done, rep, show_std=True),
-                   dry_run, specs)
+    prefix = f"table1-{tag}" if baseline_config else "table1"
+    return _finish(outcomes, "table1", lambda done: make_report(
+        done, report_dir, show_std=True, force=force, default_parent=out_root / "report",
+        prefix=prefix), dry_run, specs)
 
 
 # ----------------------------------------------------------------------------- Table 2
@@ -133,15 +157,15 @@ def plan_ablation(pres: Sequence[Presence], seeds: Sequence[int], out_root: Path
 def table2(datasets: Sequence[str] = (), seeds: Sequence[int] = (1,), root: str = "",
            out_root="output", opts: Sequence[str] = (), plugins: Sequence[str] = (),
            selectors: Sequence[str] = ("div", "disc"), dry_run: bool = False,
-           quiet: bool = False, report_dir=None) -> int:
+           quiet: bool = False, report_dir=None, force: bool = False) -> int:
     from ..report import make_ablation_report
     out_root = Path(out_root)
     pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table2")
     specs = plan_ablation(pres, seeds, out_root, opts, selectors)
     outcomes = [] if dry_run else execute(specs, root, plugins, "table2", quiet)
-    rep = Path(report_dir) if report_dir else out_root / "report" / "table2"
-    return _finish(outcomes, "table2", lambda done: make_ablation_report(done, rep),
-                   dry_run, specs)
+    return _finish(outcomes, "table2", lambda done: make_ablation_report(
+        done, report_dir, force=force, default_parent=out_root / "report", prefix="table2"),
+        dry_run, specs)
 
 
 # ----------------------------------------------------------------------------- sweep
@@ -176,15 +200,17 @@ def sweep(datasets: Sequence[str] = (), selectors: Sequence[str] = ("div", "disc
           seeds: Sequence[int] = (1,), root: str = "", out_root="output",
           opts: Sequence[str] = (), plugins: Sequence[str] = (), alphas=("5", "10", "20", "40"),
           betas=("15", "25", "35", "50"), fixed_alpha="10", fixed_beta="35",
-          dry_run: bool = False, quiet: bool = False, report_dir=None) -> int:
+          dry_run: bool = False, quiet: bool = False, report_dir=None,
+          force: bool = False) -> int:
     from ..report import make_sweep_report
     out_root = Path(out_root)
     pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "sweep")
     specs = plan_sweep(pres, selectors, seeds, out_root, opts, alphas, betas, fixed_alpha,
                        fixed_beta)
     outcomes = [] if dry_run else execute(specs, root, plugins, "sweep", quiet)
-    rep = Path(report_dir) if report_dir else out_root / "report" / "sweep"
-    return _finish(outcomes, "sweep", lambda done: make_sweep_report(done, rep), dry_run, specs)
+    return _finish(outcomes, "sweep", lambda done: make_sweep_report(
+        done, report_dir, force=force, default_parent=out_root / "report", prefix="sweep"),
+        dry_run, specs)
 
 
 # ----------------------------------------------------------------------------- Table 3
@@ -204,7 +230,8 @@ def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classe
            selectors: str = "tca,div,disc", root: str = "", out_root="output",
            opts: Sequence[str] = (), plugins: Sequence[str] = (), report_dir=None) -> int:
     """The attributes tca, div and disc pick for chosen classes, per present dataset, from the
-    Phase-1 store the runs use (``python -m argtca.experiments.select_attributes``). ``classes``: NAME
+    Phase-1 store the runs use (``python -m argtca.experiments.select_attributes``).
+    ``classes``: NAME
     (every dataset) or DATASET:NAME; a dataset without any gets its first ``num_classes``."""
     from argtca.experiments import select_attributes
     pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table3")

@@ -1,7 +1,7 @@
 """The report drivers and ``python -m argtca.report``: side-by-side comparison reports from run
 folders.
 
-    python -m argtca.report RUN_DIR [RUN_DIR ...] --out REPORT_DIR [--attributes-classes N]
+    python -m argtca.report RUN_DIR [RUN_DIR ...] [--out REPORT_DIR [--force]]
     python -m argtca.report output/sweep/caltech101 --out output/report/sweep_caltech101 --sweep
     python -m argtca.report output/argtca/dtd output/ablation/dtd --out REPORT --ablation
 
@@ -9,10 +9,22 @@ A RUN_DIR is a run folder (``summary.json``, ``records.jsonl``, argtca runs also
 ``phase1.json``) or any parent of run folders (searched recursively), so runs made on different
 machines can be combined by pointing at several trees.
 
-Grouping: runs with the same display label and dataset form one cell; their seeds are averaged
-(the number of seeds is reported). When runs sharing a label differ in a config override that
-matters (not the seed, output dir, dataset or dataloader keys), the differing keys are appended
-to the label, e.g. ``ArgTCA (div) [alpha=20]``, so different settings are never averaged.
+Grouping: runs of the same method, dataset and settings form one cell; their seeds are averaged
+(the number of seeds is reported). Settings = everything that can change a number: the run's
+fingerprint (``config.json``: every config key but the few in run_folder.NON_RESULT_KEYS, the
+test set, the input files' sha256) minus the seed (:mod:`argtca.report.identity`). Runs that
+differ get the differing keys appended to the label, e.g. ``ArgTCA (div) [alpha=20]`` or
+``C-TPT [split=val]``, so different settings are never averaged; rows of another split, subset,
+backbone or weights are never ranked against each other. Above the table, a header says what every
+run shares (split, test images, views, backbone, weights, every non-default key), what only some
+rows have, and why the table is no real result (demo, subset, other weights). On the datasets
+of the published tables, full test split and CLIP's weights, "Against published numbers" shows
+each cell beside the paper's (argtca/report/reference/*.csv), and a zero-shot accuracy more than
+1 point off prints a warning with the usual causes.
+
+Report folder: ``--out`` (a folder holding a report of other runs is refused unless ``--force``;
+a report of a subset of the same runs is updated) or, without it,
+``output/report/<hash of the runs>``. ``report.json`` lists the runs a report covers.
 
 Main mode writes ``table.md``/``table.csv``/``table.tex`` (Table-1 layout: an Acc and an ECE
 row per method, datasets + Average as columns; best bold, second underlined), ``runs.csv`` (one

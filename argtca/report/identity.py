@@ -46,13 +46,14 @@ RESULT_KEYS = frozenset({
 # whole nodes whose every key is a method's or the input pipeline's hyper-parameter, or (fast
 # engine) sets floating-point paths: fp16 copies, TF32, chunk sizes, compiled kernels round
 # differently, so the fingerprint keeps such runs apart and the report does too
-RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.", "TRAINER.TS.",
-                       "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.", "TRAINER.TCA.",
-                       "TRAINER.ARGTCA.")
+RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.",
+                       "TRAINER.TS.", "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.",
+                       "TRAINER.TCA.", "TRAINER.ARGTCA.")
 # keys only the fingerprint has (not config keys): the test set, the device type and the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
 FILE_HASH_PREFIX = "FILE_SHA256."
-FINGERPRINT_PREFIXES = ("TEST_SET.", "RUN.", FILE_HASH_PREFIX)
+FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX)
+FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE",)
 
 # rows differing in one of these are different experiments: never ranked against each other
 PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")

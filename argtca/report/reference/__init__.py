@@ -3,8 +3,8 @@
 * ``paper_table1.csv``: the ArgTCA paper's Table 1 (every method on its nine datasets, Acc and
   20-bin ECE, CLIP ViT-B/16), typed as printed, a citation and notes per row.
 * ``clip_zeroshot.csv``: zero-shot CLIP ViT-B/16 accuracy per dataset from the TPT paper.
-* ``test_splits.csv``: the number of test images of each dataset's published split (CoOp's split
-  files), by which a full test split is told from a subset or other data.
+* ``test_splits.csv``: the number of test images and classes of each dataset's published split
+  (CoOp's split files), by which a full test split is told from a subset or other data.
 
 Keys are the ``configs/datasets`` keys (``oxford_pets``); :func:`canon` matches them with a run's
 ``dataset_key`` whatever its spelling.
@@ -52,6 +52,16 @@ def _rows(name: str) -> List[Dict[str, str]]:
 @functools.lru_cache(maxsize=None)
 def _test_sizes() -> Dict[str, int]:
     return {r["dataset"]: int(r["test_images"]) for r in _rows("test_splits.csv")}
+
+
+@functools.lru_cache(maxsize=None)
+def _classes() -> Dict[str, int]:
+    return {r["dataset"]: int(r["classes"]) for r in _rows("test_splits.csv")}
+
+
+def num_classes(dataset_key: str) -> Optional[int]:
+    """Classes of the dataset's published split (None for datasets without one)."""
+    return _classes().get(canon(dataset_key))
 
 
 def full_test_size(dataset_key: str) -> Optional[int]:
