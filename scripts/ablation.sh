@@ -14,30 +14,26 @@
 #   bash scripts/ablation.sh DATASET
 # (Table 2 over several datasets and seeds in one report: bash scripts/table2.sh)
 #
-# Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON, OUT_ROOT=output.
+# Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON, OUT_ROOT=output
+#   (relative: to the folder you run the command in).
 set -euo pipefail
 
 if [ "$#" -ne 1 ]; then
   echo "usage: [SEED=1] [OPTS=\"KEY VALUE ...\"] bash scripts/ablation.sh DATASET" >&2
   exit 2
 fi
-cd "$(dirname "$0")/.."
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 ds="$1"
 
 export SEED="${SEED:-1}"
-PYTHON="${PYTHON:-python}"
-read -r -a EXTRA <<< "${OPTS:-}"
-if [ $(( ${#EXTRA[@]} % 2 )) -ne 0 ]; then
-  echo "ablation.sh: OPTS must be KEY VALUE pairs, got: ${OPTS}" >&2
-  exit 2
-fi
-ROOT="${OUT_ROOT:-output}"
+read_opts ablation.sh
+ROOT="$(abs_path "${OUT_ROOT:-output}")"
 
 # run LABEL OUT_DIR SELECTOR [KEY VALUE ...]
 run() {
   local label="$1" out="$2" sel="$3" rc=0; shift 3
   echo "[ablation] $label -> $out"
-  OPTS="" OUTPUT_DIR="$out" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} "$@" || rc=$?
+  OPTS="" OUTPUT_DIR="$out" bash "$ARGTCA_REPO/scripts/argtca.sh" "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} "$@" || rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "[ablation] error: $label failed (exit $rc, message above); a folder made with other settings is never reused: delete $out or set OUT_ROOT to another folder" >&2
     exit "$rc"
@@ -55,6 +51,6 @@ for sel in div disc; do
 done
 run "random" "$ROOT/argtca/$ds/random/seed$SEED" random
 
-"$PYTHON" -m argtca.report "$ROOT/argtca/$ds/div" "$ROOT/argtca/$ds/disc" \
+"$PY" -m argtca.report "$ROOT/argtca/$ds/div" "$ROOT/argtca/$ds/disc" \
   "$ROOT/argtca/$ds/random" "$ROOT/ablation/$ds" \
   --out "$ROOT/report/ablation_$ds" --ablation

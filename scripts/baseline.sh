@@ -2,10 +2,12 @@
 # Usage: bash scripts/baseline.sh DATASET METHOD [KEY VALUE ...]
 #   DATASET: a file stem of configs/datasets (caltech101, oxford_pets, ..., demo)
 #   METHOD:  zeroshot | tpt | ctpt | otpt | atpt | tca | zeroshot_ts | tpt_ts (temperature scaling)
-# Data root from $DATA (not needed for demo); seed from $SEED (default 1);
-# output in $OUTPUT_DIR or output/<method>/<dataset>/seed<SEED>/.
+# Data root from $DATA (not needed for demo); seed from $SEED (default 1).
+# Output: $OUTPUT_DIR (a folder of other settings is refused), else python's default run folder
+# under output/ of the folder you run the command in (printed at the end). Relative paths
+# ($DATA, $OUTPUT_DIR, path values) are read from the folder you run the command in.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 if [ $# -lt 2 ]; then
   echo "usage: bash scripts/baseline.sh DATASET METHOD [KEY VALUE ...]" >&2; exit 2
 fi
@@ -13,11 +15,12 @@ DATASET=$1; METHOD=$2; shift 2
 case "$METHOD" in zeroshot|tpt|ctpt|otpt|atpt|tca|zeroshot_ts|tpt_ts) ;; *)
   echo "error: METHOD must be one of zeroshot tpt ctpt otpt atpt tca zeroshot_ts tpt_ts (got '$METHOD'); ArgTCA: scripts/argtca.sh" >&2; exit 2;;
 esac
-[ -f "configs/datasets/${DATASET}.yaml" ] || { echo "error: no configs/datasets/${DATASET}.yaml; available: $(ls configs/datasets | sed 's/.yaml//' | tr '\n' ' ')" >&2; exit 2; }
-SEED=${SEED:-1}
-OUT=${OUTPUT_DIR:-output/${METHOD}/${DATASET}/seed${SEED}}
-PY=${PYTHON:-python}
-exec "$PY" -m argtca.run --root "${DATA:-}" --seed "$SEED" \
-  --dataset-config-file "configs/datasets/${DATASET}.yaml" \
-  --config-file "configs/trainers/${METHOD}.yaml" \
-  --output-dir "$OUT" "$@"
+check_dataset "$DATASET"
+if [ "$DATASET" != demo ]; then resolve_var DATA dir; fi
+resolve_var OUTPUT_DIR out
+abs_args "$@"
+# --output-dir only when asked: python names the run folder by its settings otherwise
+exec "$PY" -m argtca.run ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} --root "${DATA:-}" \
+  --seed "${SEED:-1}" --dataset-config-file "$DATASET_CONFIGS/${DATASET}.yaml" \
+  --config-file "$ARGTCA_REPO/configs/trainers/${METHOD}.yaml" \
+  ${OUTPUT_DIR:+--output-dir "$OUTPUT_DIR"} ${ARGS[@]+"${ARGS[@]}"}

@@ -7,6 +7,5 @@
 # CPU (PIL and cpu-fast) and GPU views at K=101 and K=1000; --cli-gpus 1 2 adds the command line
 # on 1 and 2 GPUs (torchrun) with the defaults.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-PY=${PYTHON:-python}
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 exec "$PY" -m argtca.bench --auto --compile on --input --profile --tower "$@"

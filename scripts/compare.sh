@@ -1,69 +1,36 @@
 #!/usr/bin/env bash
 # Run every method on each DATASET, then write the side-by-side report to
-# $OUT_ROOT/report/<datasets joined by _>/.
+# $OUT_ROOT/report/<datasets joined by _>/: Table 1's command on these datasets, one seed and
+# ArgTCA's selectors (python -m argtca.experiments table1), so both share run folders and behave
+# the same: a finished run folder of the same settings is only re-read, an interrupted one
+# resumes, and a failed run does not stop the others (the failures are listed at the end, exit 1).
 #
-#   bash scripts/compare.sh DATASET [DATASET ...]
-#
-# Every run is started, finished or not: a finished run folder made with the same settings and
-# test set is reused as it is (the run only re-reads its records), an interrupted one resumes, and
-# one made with other settings (another OPTS, another split file, ...) is refused with the
-# differing keys named -- delete it, or keep both by giving the new settings their own OUT_ROOT.
+#   bash scripts/compare.sh DATASET [DATASET ...] [KEY VALUE ...]
 #
 # Environment:
-#   SEED=1                        seed of the runs (the report averages every seed it finds)
+#   SEED=1                        seed of the runs
 #   OPTS="KEY VALUE ..."          extra config overrides passed to every run
 #   EXTRA_SELECTORS="random joint" ArgTCA selectors run besides div and disc
-#   OUT_ROOT=output               folder of the run folders and of the report
-#   PYTHON=python                 interpreter for the report
-# Output dirs: $OUT_ROOT/<method>/<dataset>/seed<SEED>/ and
-# $OUT_ROOT/argtca/<dataset>/<selector>/seed<SEED>/.
+#   OUT_ROOT=output               folder of the run folders and of report/ (relative: to the folder
+#                                 you run the command in)
+#   DATA, PLUGINS, PYTHON         data root, your selector modules, interpreter
 set -euo pipefail
 
 if [ "$#" -lt 1 ]; then
   echo "usage: [SEED=1] [OPTS=\"KEY VALUE ...\"] [EXTRA_SELECTORS=\"random joint\"] bash scripts/compare.sh DATASET [DATASET ...]" >&2
   exit 2
 fi
-cd "$(dirname "$0")/.."
-
-export SEED="${SEED:-1}"
-PYTHON="${PYTHON:-python}"
-read -r -a EXTRA <<< "${OPTS:-}"
-if [ $(( ${#EXTRA[@]} % 2 )) -ne 0 ]; then
-  echo "compare.sh: OPTS must be KEY VALUE pairs, got: ${OPTS}" >&2
-  exit 2
-fi
-read -r -a SELECTORS <<< "div disc ${EXTRA_SELECTORS:-}"
-BASELINES=(zeroshot tpt ctpt otpt atpt tca)
-ROOT="${OUT_ROOT:-output}"
-
-# run LABEL OUT_DIR CMD...: run (a finished folder of the same settings is only re-read), check
-run() {
-  local label="$1" out="$2" rc=0; shift 2
-  echo "[compare] $label -> $out"
-  OPTS="" OUTPUT_DIR="$out" "$@" || rc=$?
-  if [ "$rc" -ne 0 ]; then
-    echo "[compare] error: $label failed (exit $rc, message above); a folder made with other settings is never reused: delete $out or set OUT_ROOT to another folder" >&2
-    exit "$rc"
-  fi
-  if [ ! -f "$out/summary.json" ]; then
-    echo "[compare] error: $label finished but $out/summary.json is missing (did the run write elsewhere?)" >&2
-    exit 1
-  fi
-}
-
-dirs=()
-for ds in "$@"; do
-  for m in "${BASELINES[@]}"; do
-    run "$m on $ds" "$ROOT/$m/$ds/seed$SEED" \
-      bash scripts/baseline.sh "$ds" "$m" ${EXTRA[@]+"${EXTRA[@]}"}
-    dirs+=("$ROOT/$m/$ds")
-  done
-  for sel in "${SELECTORS[@]}"; do
-    run "argtca-$sel on $ds" "$ROOT/argtca/$ds/$sel/seed$SEED" \
-      bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"}
-    dirs+=("$ROOT/argtca/$ds/$sel")
-  done
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+read_opts compare.sh
+methods="zeroshot,tpt,ctpt,otpt,atpt,tca"
+for sel in div disc ${EXTRA_SELECTORS:-}; do methods+=",argtca-$sel"; done
+ROOT="$(abs_path "${OUT_ROOT:-output}")"
+names=()
+for a in "$@"; do
+  case "$a" in -*|[A-Z]*.*) break ;; *) names+=("$a") ;; esac
 done
-
-name="$(IFS=_; echo "$*")"
-"$PYTHON" -m argtca.report "${dirs[@]}" --out "$ROOT/report/$name"
+name="$(IFS=_; echo "${names[*]}")"
+abs_args "$@"
+exec "$PY" -m argtca.experiments table1 ${ARGS[@]+"${ARGS[@]}"} --seeds "${SEED:-1}" \
+  --methods "$methods" --out-root "$ROOT" --report-dir "$ROOT/report/$name" \
+  ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"}

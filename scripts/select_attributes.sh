@@ -7,23 +7,20 @@
 # DATASET: a file of configs/datasets (caltech101, oxford_pets, ...). KEY VALUE: config overrides,
 # after the flags. Attribute file from $ATTRIBUTES or DATASET.ATTRIBUTE_FILE; with $DATA (data root)
 # the dataset's class names are used, otherwise the attribute file's keys. $PLUGINS (space/comma
-# separated) or --plugin: your own selector modules. Reads the Phase-1 store of scripts/argtca.sh. Example:
+# separated) or --plugin: your own selector modules. Reads the Phase-1 store of scripts/argtca.sh.
+# Relative paths are read from the folder you run the command in. Example:
 #   ATTRIBUTES=/path/Caltech101_2_V.json bash scripts/select_attributes.sh caltech101 \
 #       --class leopard --class face MODEL.PRETRAINED /path/ViT-B-16.pt
 set -euo pipefail
 if [ $# -lt 1 ]; then
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//' >&2
+    sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
     exit 2
 fi
-cd "$(dirname "$0")/.."
-EXTRA=()
-if [ -n "${ATTRIBUTES:-}" ]; then EXTRA+=(DATASET.ATTRIBUTE_FILE "$ATTRIBUTES"); fi
-if [ -n "${DATA:-}" ]; then EXTRA+=(DATASET.ROOT "$DATA"); fi
-PLUGIN_ARGS=()
-PL=${PLUGINS:-}
-for p in ${PL//,/ }; do   # a .py path relative to where the script was called from
-  case "$p" in /*) ;; *) if [ -f "${OLDPWD:-.}/$p" ]; then p="${OLDPWD}/$p"; fi ;; esac
-  PLUGIN_ARGS+=(--plugin "$p")
-done
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+resolve_var DATA dir
+resolve_var ATTRIBUTES file
 DATASET=$1; shift
-exec "${PYTHON:-python}" -m argtca.experiments.select_attributes "$DATASET" ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+abs_args "$@"
+exec "$PY" -m argtca.experiments.select_attributes "$DATASET" \
+  ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} ${ARGS[@]+"${ARGS[@]}"} \
+  ${ATTRIBUTES:+DATASET.ATTRIBUTE_FILE "$ATTRIBUTES"} ${DATA:+DATASET.ROOT "$DATA"}

@@ -11,23 +11,19 @@
 # (several datasets and both selectors at once: bash scripts/sensitivity.sh)
 #
 # Environment: SEED (default 1), OPTS="KEY VALUE ..." (extra overrides), PYTHON,
-#   ALPHAS="5 10 20 40", BETAS="15 25 35 50", FIXED_ALPHA=10, FIXED_BETA=35, OUT_ROOT=output.
+#   ALPHAS="5 10 20 40", BETAS="15 25 35 50", FIXED_ALPHA=10, FIXED_BETA=35,
+#   OUT_ROOT=output (relative: to the folder you run the command in).
 set -euo pipefail
 
 if [ "$#" -ne 2 ]; then
   echo "usage: [SEED=1] [OPTS=\"KEY VALUE ...\"] bash scripts/sweep.sh DATASET SELECTOR" >&2
   exit 2
 fi
-cd "$(dirname "$0")/.."
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 ds="$1"; sel="$2"
 
 export SEED="${SEED:-1}"
-PYTHON="${PYTHON:-python}"
-read -r -a EXTRA <<< "${OPTS:-}"
-if [ $(( ${#EXTRA[@]} % 2 )) -ne 0 ]; then
-  echo "sweep.sh: OPTS must be KEY VALUE pairs, got: ${OPTS}" >&2
-  exit 2
-fi
+read_opts sweep.sh
 read -r -a ALPHAS <<< "${ALPHAS:-5 10 20 40}"
 read -r -a BETAS <<< "${BETAS:-15 25 35 50}"
 FIXED_ALPHA="${FIXED_ALPHA:-10}"
@@ -36,7 +32,7 @@ FIXED_BETA="${FIXED_BETA:-35}"
 # yacs refuses an int for a float key: pass 5 as 5.0
 as_float() { case "$1" in *.*|*e*|*E*) echo "$1" ;; *) echo "$1.0" ;; esac; }
 
-ROOT="${OUT_ROOT:-output}"
+ROOT="$(abs_path "${OUT_ROOT:-output}")"
 
 point() {
   local a="$1" b="$2" rc=0
@@ -44,7 +40,7 @@ point() {
   # another seed gets its own folder (the same as python -m argtca.experiments sweep)
   if [ "$SEED" != 1 ]; then out="${out}_seed${SEED}"; fi
   echo "[sweep] alpha=$a beta=$b -> $out"
-  OPTS="" OUTPUT_DIR="$out" bash scripts/argtca.sh "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} \
+  OPTS="" OUTPUT_DIR="$out" bash "$ARGTCA_REPO/scripts/argtca.sh" "$ds" "$sel" ${EXTRA[@]+"${EXTRA[@]}"} \
     TRAINER.ARGTCA.ALPHA "$(as_float "$a")" TRAINER.ARGTCA.BETA "$(as_float "$b")" || rc=$?
   if [ "$rc" -ne 0 ]; then
     echo "[sweep] error: alpha=$a beta=$b failed (exit $rc, message above); a folder made with other settings is never reused: delete $out or set OUT_ROOT to another folder" >&2
@@ -59,4 +55,4 @@ point() {
 for a in "${ALPHAS[@]}"; do point "$a" "$FIXED_BETA"; done
 for b in "${BETAS[@]}"; do point "$FIXED_ALPHA" "$b"; done
 
-"$PYTHON" -m argtca.report "$ROOT/sweep/$ds/$sel" --out "$ROOT/report/sweep_${ds}_${sel}" --sweep
+"$PY" -m argtca.report "$ROOT/sweep/$ds/$sel" --out "$ROOT/report/sweep_${ds}_${sel}" --sweep

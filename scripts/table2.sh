@@ -9,9 +9,12 @@
 #
 # Report: <out-root>/report/table2/ablation.md. Environment: DATA, OPTS, PYTHON.
 set -euo pipefail
-# Paths given (--baseline-config, --write, --root, --out-root) are relative to where you call it
-# from; the run folders default to the repository's output/ (shared with compare.sh and co.).
-REPO="$(cd "$(dirname "$0")/.." && pwd)"
-export PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}"
-read -r -a EXTRA <<< "${OPTS:-}"
-exec "${PYTHON:-python}" -m argtca.experiments table2 --out-root "${OUT_ROOT:-$REPO/output}" "$@" ${EXTRA[@]+"${EXTRA[@]}"}
+# Relative paths (--root, --out-root, --baseline-config, --write, $DATA, $OUT_ROOT, $PLUGINS, path
+# values) are read from the folder you run the command in; the run folders and the report go to
+# its output/ unless --out-root or $OUT_ROOT says otherwise.
+. "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
+resolve_var DATA out
+read_opts table2.sh
+abs_args "$@"
+exec "$PY" -m argtca.experiments table2 --out-root "$(abs_path "${OUT_ROOT:-output}")" \
+  ${PLUGIN_ARGS[@]+"${PLUGIN_ARGS[@]}"} ${ARGS[@]+"${ARGS[@]}"} ${EXTRA[@]+"${EXTRA[@]}"}
