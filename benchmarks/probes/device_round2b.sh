@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Second device run of issue 11: CLI scaling on 1/2/4 GPUs with the defaults, then the 1-GPU bench
-# with everything compiled on 16 cores. Usage: bash scripts/device_round2b.sh OUTDIR
+# Run B of benchmarks/rounds/round-2.md: CLI scaling on 1/2/4 GPUs with the defaults, then the
+# 1-GPU bench with everything compiled on 16 cores. Usage: bash benchmarks/probes/device_round2b.sh OUTDIR
 set -uo pipefail
 OUT=${1:-bench_out}
 mkdir -p "$OUT"

@@ -1,7 +1,8 @@
-"""GPU time of the GPU view maker, previous (reference) vs fused, on one random batch.
+"""GPU time of the GPU view maker, the per-op oracle (tests/oracles) vs the fused maker, on one
+random batch.
 
-    PYTHONPATH=. python3 scripts/bench_gpu_views.py [--images 16] [--views 64] [--size 224]
-                                                    [--iters 20] [--no-compile]
+    python3 benchmarks/probes/bench_gpu_views.py [--images 16] [--views 64] [--size 224]
+                                                 [--iters 20] [--no-compile]
 
 Builds a ``collate_gpu_views``-shaped batch (random pixels, random crops/flips/AugMix plans of
 TPT's shape: 3 chains of depth 1-3, all 9 ops) on CUDA and prints, per maker variant: the time
@@ -16,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the repo root
 
 import torch  # noqa: E402
 

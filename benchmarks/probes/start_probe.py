@@ -1,4 +1,4 @@
-"""Where the CLI's loop spends the time before its first batch is done (round 6).
+"""Where the CLI's loop spends the time before its first batch is done.
 
 Builds the trainer as ``python -m argtca.run`` does (TCA, K classes, synthetic JPEGs, random
 ViT-B/16, the CLI's defaults unless overridden by ``KEY VALUE`` pairs after ``--``), then:
@@ -10,7 +10,7 @@ ViT-B/16, the CLI's defaults unless overridden by ``KEY VALUE`` pairs after ``--
    again, every kernel already loaded); per batch: when it left the loader, how long its
    submit took, when its probabilities were back.
 
-Usage: python scripts/start_probe.py OUT [N_IMAGES] [K] [B] [-- KEY VALUE ...]
+Usage: python benchmarks/probes/start_probe.py OUT [N_IMAGES] [K] [B] [-- KEY VALUE ...]
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def main() -> None:
@@ -37,7 +37,7 @@ def main() -> None:
     t_start = time.perf_counter()
     from argtca.bench.data import make_synthetic_coop
     from argtca.run import build_parser, build_trainer, setup_cfg
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")  # repo root
     data = make_synthetic_coop(os.path.join(out, "data"), n, K, seed=K)
     args = build_parser().parse_args([
         "--root", data["root"], "--output-dir", os.path.join(out, "run"),

@@ -1,6 +1,7 @@
-"""Round 4 of issue 11 on one GPU: where the loop's host time goes (DataLoader wait, GPU views
-queued, engine queued, results waited for), for the settings under test. Usage:
-python scripts/device_round4.py OUTDIR [parts...]; parts: base workers graphs k1000 profile101 profile1000.
+"""Runs 1 and 6-7 of benchmarks/rounds/round-4.md, on one GPU: where the loop's host time goes
+(DataLoader wait, GPU views queued, engine queued, results waited for), for the settings under
+test. Usage: python benchmarks/probes/device_round4.py OUTDIR [parts...]; parts: base workers
+graphs k1000 attn101 attn1000 profile101 profile1000.
 Each part is one timed pass from JPEG files (bench.run_pass); one JSON line a row."""
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from argtca.bench import setup as bench  # noqa: E402
 from argtca.bench.data import make_synthetic_coop  # noqa: E402

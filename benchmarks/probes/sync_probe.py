@@ -1,6 +1,7 @@
 """Does the host block on the GPU inside the loop? Queues a long GPU sleep, then times (and
 cProfiles) the GPU view maker and FastEngine.submit on the host; with torch's sync debug mode on,
-every synchronising call prints its stack. Usage: python scripts/sync_probe.py [compiled]"""
+every synchronising call prints its stack.
+Usage: python benchmarks/probes/sync_probe.py [compiled]"""
 from __future__ import annotations
 
 import cProfile
@@ -11,7 +12,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from argtca.bench import setup as bench  # noqa: E402
 
 

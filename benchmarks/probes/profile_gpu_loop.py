@@ -1,7 +1,7 @@
 """GPU timeline of the steady test loop (GPU views, fast engine, compiled): torch.profiler over
 batches [A, B) of one pass; prints the wall time, the GPU's busy time (union of kernel intervals)
 and the kernels by GPU time.
-Usage: [EAGER=1] python scripts/profile_gpu_loop.py [N_IMAGES] [A] [B]"""
+Usage: [EAGER=1] python benchmarks/probes/profile_gpu_loop.py [N_IMAGES] [A] [B]"""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from argtca.bench import setup as bench  # noqa: E402
 
 
@@ -36,9 +36,9 @@ def main():
     if os.environ.get("TORCH_THREADS"):   # the main process's intra-op threads
         torch.set_num_threads(int(os.environ["TORCH_THREADS"]))
     if os.environ.get("PIN") == "0":      # no pin-memory thread in the DataLoader
-        import argtca.views.gpu as gv
-        orig = gv.make_loader
-        gv.make_loader = lambda *a, **k: orig(*a, **dict(k, pin_memory=False))
+        import argtca.views.loader as vl   # the loader module's own name: patch it there
+        orig = vl.make_loader
+        vl.make_loader = lambda *a, **k: orig(*a, **dict(k, pin_memory=False))
     print(f"torch threads {torch.get_num_threads()}, pin {os.environ.get('PIN', '1')}")
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 1024
     a = int(sys.argv[2]) if len(sys.argv) > 2 else 30
@@ -87,7 +87,8 @@ def main():
     print("host s:", {k: round(host[k] - h0.get(k, 0), 3) for k in host},
           {k: round(v - l0[k], 3) for k, v in loader.seconds.items()})
     print(prof.key_averages().table(sort_by="cuda_time_total" if on else "cpu_time_total",
-                                    row_limit=int(os.environ.get("ROWS", "30")), max_name_column_width=70))
+                                    row_limit=int(os.environ.get("ROWS", "30")),
+                                    max_name_column_width=70))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""What compiling the image tower costs and saves, whole or block by block (round 6).
+"""What compiling the image tower costs and saves, whole or block by block.
 
 The fp16 lean ViT-B/16 tower (random weights) on one batch of 16 images x 64 views: eager; the
 whole tower under ``torch.compile``; each attention block through one compiled function (the 12
 blocks share it). Prints the first call (compilation) and the steady ms per image of each.
-Usage: python scripts/tower_compile_probe.py [BACKBONE]
+Usage: python benchmarks/probes/tower_compile_probe.py [BACKBONE]
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def main() -> None:

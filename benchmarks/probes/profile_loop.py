@@ -1,12 +1,13 @@
 """Where the host's time goes in the test loop (GPU views, fast engine): cProfile of the main
-thread over one bench pass. Usage: [EAGER=1] python scripts/profile_loop.py [N_IMAGES] [VIEWS]"""
+thread over one bench pass.
+Usage: [EAGER=1] python benchmarks/probes/profile_loop.py [N_IMAGES] [VIEWS]"""
 import cProfile
 import os
 import pstats
 import sys
 
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 from argtca.bench import setup as bench  # noqa: E402
 
 

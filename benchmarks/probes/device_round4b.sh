@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Round 4 of issue 11: the 1-GPU bench after the main-thread fix, split attention and the TF32
-# Jacobian product (K=101: GPU views 4096 images, cpu-fast, agreement, image tower; K=1000), and
-# the CLI with the defaults on 1 and 2 GPUs. Usage: bash scripts/device_round4b.sh OUTDIR PARTS...
+# Runs 8-11 and 13 of benchmarks/rounds/round-4.md: the 1-GPU bench (K=101: GPU views 4096
+# images, cpu-fast, agreement, image tower; K=1000), and the CLI with the defaults on 1 and 2 GPUs.
+# Usage: bash benchmarks/probes/device_round4b.sh OUTDIR PARTS...
 # parts: final101 final1000 cpufast cpufast2 cli1 cli12
 set -uo pipefail
 OUT=${1:-bench_out}; mkdir -p "$OUT"; PY=${PYTHON:-python3}; shift || true

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The device run of issue 11 (BENCHMARKS.md): imports, the 1-GPU bench on 16 cores (eager
-# defaults), then the CLI with the defaults on 1 and 2 GPUs. Usage: bash scripts/device_round2.sh OUTDIR [bench flags]
+# Run A of benchmarks/rounds/round-2.md: imports, the 1-GPU bench on 16 cores (eager defaults),
+# then the CLI with the defaults on 1 and 2 GPUs.
+# Usage: bash benchmarks/probes/device_round2.sh OUTDIR [bench flags]
 set -uo pipefail
 OUT=${1:-bench_out}; shift || true
 mkdir -p "$OUT"

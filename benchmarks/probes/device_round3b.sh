@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Round 3 of issue 11 (one GPU, 16 cores): the 1-GPU bench with the round-3 engine (prefix-shared
+# Runs 3-5 and 7 of benchmarks/rounds/round-3.md (one GPU, 16 cores): the 1-GPU bench (prefix-shared
 # text tower, grad mode auto -> jacobian, lean compiled image tower), the agreement check with the
-# reference's own noise, the image tower's % of peak, cpu-fast views. Usage: bash scripts/device_round3b.sh OUTDIR [k101|k1000|cli]
+# reference's own noise, the image tower's % of peak, cpu-fast views.
+# Usage: bash benchmarks/probes/device_round3b.sh OUTDIR [k101|k101e2e|k1000|final|cli]
 set -uo pipefail
 OUT=${1:-bench_out}; mkdir -p "$OUT"; PY=${PYTHON:-python3}; shift || true
 PARTS=${*:-k101}

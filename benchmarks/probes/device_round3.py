@@ -1,6 +1,7 @@
-"""Round 3 of issue 11 on one GPU: engine-only phase times of the new text-tower levers (prefix
-sharing, grad mode "jacobian"), the image tower's variants (lean blocks, compile modes) and one end
-to end pass. Usage: python scripts/device_round3.py OUTDIR [parts...]; parts among
+"""Runs 1-2 of benchmarks/rounds/round-3.md, on one GPU: engine-only phase times of the text
+tower's levers (prefix sharing, grad mode "jacobian"), the image tower's variants (lean blocks,
+compile modes) and one end to end pass.
+Usage: python benchmarks/probes/device_round3.py OUTDIR [parts...]; parts among
 engine101 engine1000 tower autotune e2e (default: all but autotune). Prints one JSON line a row."""
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 from argtca.bench import setup as bench  # noqa: E402
 from argtca.bench.data import make_synthetic_coop  # noqa: E402

@@ -1,7 +1,7 @@
 """Phase-1 cost on a large attribute graph (default: ImageNet, 1000 classes x 10 attributes) with
 random node features, so no CLIP weights are needed:
 
-    python scripts/phase1_scale.py [--attributes ImageNet_2_V.json] [--device cpu|cuda]
+    python benchmarks/probes/phase1_scale.py [--attributes ImageNet_2_V.json] [--device cpu|cuda]
                                    [--epochs 100] [--threads N]
 
 The attribute file defaults to the TCA authors' ImageNet file (fetched/cached by argtca.fetch).
@@ -17,7 +17,7 @@ import warnings
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 
 
 def main() -> None:
@@ -55,7 +55,8 @@ def main() -> None:
     dt = time.perf_counter() - t
     print(f"classes={len(classes)} nodes={len(nodes.attrs)} edges={ei.shape[1]} "
           f"device={args.device} threads={torch.get_num_threads()} epochs={gat.EPOCHS} "
-          f"gat_train_s={dt:.1f} per_epoch_s={dt / max(1, gat.EPOCHS):.2f} final_loss={curve[-1]:.3f}")
+          f"gat_train_s={dt:.1f} per_epoch_s={dt / max(1, gat.EPOCHS):.2f} "
+          f"final_loss={curve[-1]:.3f}")
 
 
 if __name__ == "__main__":
