@@ -242,10 +242,10 @@ def test_non_finite_tuning_loss_names_image_terms_and_settings(data, tmp_path, e
 # ------------------------------------------------------------------------- real processes
 def _popen(args, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    kw = dict(dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE), **kw)
     return subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.set_num_threads(1);"
                              " from argtca.run import main; sys.exit(main(sys.argv[1:]))", *args],
-                            cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **kw)
+                            cwd=REPO, env=env, text=True, **kw)
 
 
 def _wait_for_records(out, n, proc, timeout=120):
@@ -429,3 +429,79 @@ def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
     check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cuda"))   # same device: accepted
     with pytest.raises(ConfigMismatchError, match="RUN.DEVICE_TYPE"):
         check_or_write_fingerprint(out, run_fingerprint(cfg, ds, "cpu"))
+
+
+# ------------------------------------------------------------------------- the lock is the run's
+@pytest.mark.parametrize("method", ["tpt", "argtca"])
+def test_sigkill_with_loader_workers_resumes_at_once(big, tmp_path, one_thread, method):
+    """Loader workers fork after the lock is taken; killed with SIGKILL, the main process leaves
+    them alive for a few seconds. The lock must not outlive the main process: the resume, started
+    at once, runs and ends with exactly the uninterrupted run's records."""
+    from helpers_data import write_attributes
+    big_data, full = big
+    extra = []
+    if method == "argtca":
+        attrs = write_attributes(tmp_path / "attrs.json")
+        extra = ["DATASET.ATTRIBUTE_FILE", str(attrs), "TRAINER.ARGTCA.GAT.EPOCHS", "2"]
+        full = tmp_path / "full"
+        assert main(_args(big_data, full, method, *extra, views=16)) == 0
+    workers = ["DATALOADER.NUM_WORKERS", "2"]
+    out = tmp_path / "run"
+    # output to a file: reading a pipe to its end would wait for the workers holding it
+    with open(tmp_path / "log.txt", "w") as log:
+        p = _popen(_args(big_data, out, method, *extra, *workers, views=16), stdout=log,
+                   stderr=log)
+    try:
+        _wait_for_records(out, 2, p)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == -signal.SIGKILL
+    assert json.loads((out / "run.lock").read_text())["pid"] == p.pid
+    assert main(_args(big_data, out, method, *extra, *workers, views=16)) == 0
+    _assert_same_run(full, out)
+
+
+def _hold_lock(path):
+    """A process holding an OS lock on ``path`` (as a loader worker of an older argtca did)."""
+    code = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(120)")
+    p = subprocess.Popen([sys.executable, "-c", code, str(path)], stdout=subprocess.PIPE,
+                         text=True)
+    assert p.stdout.readline().strip() == "locked"
+    return p
+
+
+def test_lock_named_after_a_dead_run_is_taken_over_a_live_one_refused(tmp_path, capsys):
+    import socket
+    from argtca.engine.run_folder import RunLock, RunLockedError
+    out = tmp_path / "run"
+    out.mkdir()
+    lock = out / "run.lock"
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    orphan = _hold_lock(lock)
+    live = None
+    try:
+        lock.write_text(json.dumps({"pid": dead.pid, "host": socket.gethostname(),
+                                    "started": "earlier", "command": "python -m argtca.run"}))
+        with RunLock(str(out)):
+            assert json.loads(lock.read_text())["pid"] == os.getpid()
+        err = capsys.readouterr().err
+        assert f"pid {dead.pid}" in err and "no longer running" in err and "taking over" in err
+        # a holder that is alive is never taken over
+        live = _hold_lock(lock)
+        lock.write_text(json.dumps({"pid": live.pid, "host": socket.gethostname(),
+                                    "started": "now", "command": "python -m argtca.run"}))
+        with pytest.raises(RunLockedError, match=f"another run \\(pid {live.pid} on "):
+            RunLock(str(out)).acquire()
+        # another host's run: its pid means nothing here, refused
+        lock.write_text(json.dumps({"pid": dead.pid, "host": "elsewhere", "started": "now",
+                                    "command": "x"}))
+        with pytest.raises(RunLockedError, match=f"pid {dead.pid} on elsewhere"):
+            RunLock(str(out)).acquire()
+    finally:
+        for p in (orphan, live):
+            if p is not None:
+                p.kill()
+                p.wait()
