@@ -153,7 +153,7 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
 
 
 def script_setup(n_images: int, K: int = 101, workers: str = "15"):
-    """``(args, device, Setup)`` for the diagnostic scripts in scripts/: this module's arguments
+    """``(args, device, Setup)`` for the probes in benchmarks/probes/: this module's arguments
     from ``BENCH_ARGS`` (e.g. ``--device cpu --backbone argtca-tiny-test`` for a CPU smoke test),
     ``WORKERS`` loader workers (default ``workers``), a synthetic ``K``-class set of ``n_images``."""
     args = parse_args(["--workers", os.environ.get("WORKERS", workers)]

@@ -62,10 +62,10 @@ class JacobianAtTheta0:
     def _auto_grad_mode(self, n_images: Optional[int]):
         """``grad_mode="auto"``: "jacobian" on CUDA with one step (the gradient is always taken at
         θ0) when the test set is long enough to pay the Jacobian's n·W forward-mode tangents back
-        (each costs about one image's backward pass, measured on an H200 at K=101 and K=1000:
-        BENCHMARKS.md; so ≥ n·W images, 2048 for ViT-B/16's 4 x 512 context) and Jᵀ fits in
-        JACOBIAN_MEMORY_FRACTION of the free GPU memory; else "recompute" with a compiled text
-        tower, "vjp" eager (the fastest measured, BENCHMARKS.md). Returns (mode, reason)."""
+        (each costs about one image's backward pass, at K=101 as at K=1000; so ≥ n·W images, 2048
+        for ViT-B/16's 4 x 512 context) and Jᵀ fits in JACOBIAN_MEMORY_FRACTION of the free GPU
+        memory; else "recompute" with a compiled text tower, "vjp" eager: the fastest combination
+        in each case (``benchmarks/README.md#fast-engine-knobs``). Returns (mode, reason)."""
         other = "recompute" if self.compile_text_grad else "vjp"
         if self.steps != 1 or self.device.type != "cuda" or not self.prefix_share:
             return other, ""

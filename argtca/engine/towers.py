@@ -5,11 +5,12 @@ Under fp16 autocast the fp32 tower casts its weights to fp16 on every call and e
 writes an fp32 output that is cast back to fp16 (open_clip casts the residual stream to the input
 dtype): copies and casts that a tower *stored* in fp16 never makes. The maths is the same (the
 matrix products see the same fp16 operands; LayerNorm weights are rounded to fp16), so results
-differ from the autocast tower by fp16 rounding only (measured in BENCHMARKS.md).
+differ from the autocast tower by fp16 rounding only.
 
 The patch embedding is a convolution with stride = kernel and no padding, i.e. a matrix product
 of the flattened patches with the flattened kernel; cuDNN runs it in a slow generic kernel for
-this shape (BENCHMARKS.md's profile), cuBLAS in a tensor-core GEMM.
+this shape, cuBLAS in a tensor-core GEMM. What both changes buy:
+``benchmarks/README.md#fast-engine-knobs`` (``HALF_IMAGE``).
 """
 from __future__ import annotations
 

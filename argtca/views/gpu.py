@@ -17,7 +17,8 @@ agree statistically, not bit for bit.** View 0 (the one the final prediction use
 
 How the batch is computed (:class:`GpuViewMaker`, its pieces in :mod:`argtca.views.gpu_ops`):
 uint8 crops and chains, per AugMix depth one LUT pass for every colour op and one ``grid_sample``
-for every geometric op, then one mixing + normalising pass (timings: ``benchmarks/README.md``).
+for every geometric op, then one mixing + normalising pass (timings:
+``benchmarks/README.md#gpu-views``).
 What the loader workers ship (view 0, canvas, parameters) is made in :mod:`argtca.views.gpu_host`;
 the loader that feeds the test loop is :mod:`argtca.views.loader`.
 """
@@ -57,10 +58,10 @@ class GpuViewMaker:
     ``work_dtype``: float16 on CUDA; on CUDA its grid is one broadcast sum, see :meth:`grid`);
     rows move between the two as 8-byte words; then one mixing + normalising pass written into
     the output (folded into per-(view, channel) coefficients on CUDA, see
-    :func:`~argtca.views.gpu_ops._views_eager`). Same views as the previous implementation
-    (kept as :mod:`tests.oracles.gpu_views_reference`): bit for bit in float32 on the CPU; on
-    CUDA in float16 the grid's rounding differs in rare places (2.7e-6 of the values differ by
-    more than 0.01, H200).
+    :func:`~argtca.views.gpu_ops._views_eager`). Same views as the per-op oracle
+    :mod:`tests.oracles.gpu_views_reference`: bit for bit in float32 on the CPU; on CUDA in
+    float16 the grid's rounding differs in rare places (2.7e-6 of the values differ by more than
+    0.01).
 
     ``compile=True`` (CUDA only; the test loop turns it on with the towers' ``TTA.COMPILE``,
     see :func:`build_views_loader`): three stages go through
@@ -68,10 +69,9 @@ class GpuViewMaker:
     row through a full table (identity where the op is no colour op; fixed shape) and the warp
     (gather + grid + sampling + rounding, dynamic row count; it samples in float32 like Inductor's
     ``grid_sample``, so it differs from the float16 reference by rounding in ~1% of values by
-    more than 0.01). Each falls back to eager, with one line, if compilation fails. Measured
-    (``scripts/bench_gpu_views.py``, H200, 16 images x 64 views, 224 px), GPU kernel time per
-    image: reference 2.27 ms, eager 1.24 ms, compiled mixing + LUT 0.97 ms, all three 0.84 ms;
-    compilation takes ~10 s, so it pays only for long runs.
+    more than 0.01). Each falls back to eager, with one line, if compilation fails. Compiling
+    takes seconds and saves a fraction of a millisecond of GPU time per image, so it pays only
+    for long runs (``benchmarks/README.md#gpu-views``).
     """
 
     fold_mix = None    # eager mixing folded with the normalisation: "out" / "tmp" / "" (exact);

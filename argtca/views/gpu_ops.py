@@ -123,7 +123,7 @@ def lut_index(flat: torch.Tensor) -> torch.Tensor:
 def row_histograms(idx: torch.Tensor, rows: int) -> torch.Tensor:
     """Per-row 256-bin histograms [rows, 256] (int32 counts, int32 atomics on CUDA) from
     ``lut_index`` addresses [rows, P]. (Spreading each row over 16 sub-histograms to cut
-    colliding atomics gained nothing on an H200.)"""
+    colliding atomics gained nothing: ``benchmarks/README.md#gpu-views``.)"""
     ones = torch.ones(1, device=idx.device, dtype=torch.int32).expand(idx.numel())
     hist = torch.zeros(rows * 256, device=idx.device, dtype=torch.int32)
     hist.index_add_(0, idx.reshape(-1), ones)
