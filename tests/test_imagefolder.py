@@ -235,3 +235,132 @@ def test_demo_classes_through_generated_attributes(tmp_path, monkeypatch):
     assert "* accuracy:" in r.stdout
     picks = json.loads((tmp_path / "run" / "phase1.json").read_text())["selected"]
     assert sorted(picks) == sorted(CLASSNAMES)
+
+
+# --- folders mean what the user means: one class, links, names CLIP reads as one ---------------
+
+def _fruit(root: Path, n=2) -> Path:
+    return make_tree(root, {"lime": n, "tomato": n})
+
+
+def test_a_single_class_folder_is_refused_with_the_reason(tmp_path):
+    root = make_tree(tmp_path / "imgs", {"tomato": 3})
+    with pytest.raises(DataError, match=r"single class \('tomato'\).*accuracy is 100 and ECE 0"):
+        build_dataset(_cfg(root))
+    names = tmp_path / "names.txt"
+    names.write_text("tomato red tomato\n")
+    with pytest.raises(DataError, match="single class"):
+        build_dataset(_cfg(root, **{"DATASET.IMAGEFOLDER.CLASSNAMES": str(names)}))
+    root2 = make_tree(tmp_path / "two", {"tomato": 2, "lime": 1})
+    (root2 / "split.json").write_text(json.dumps(
+        {"test": [["tomato/img_00.jpg", 0, "tomato"], ["tomato/img_01.png", 0, "tomato"]]}))
+    with pytest.raises(DataError, match="split.json holds a single class"):
+        build_dataset(_cfg(root2, **{"DATASET.IMAGEFOLDER.SPLIT_FILE": "split.json"}))
+
+
+def test_symlink_loops_are_not_followed_and_each_image_counts_once(tmp_path, caplog):
+    root = _fruit(tmp_path / "imgs")
+    os.symlink(".", root / "tomato" / "loop")                 # tomato/loop -> tomato
+    (root / "tomato" / "sub").mkdir()
+    os.symlink("..", root / "tomato" / "sub" / "back")         # tomato/sub/back -> tomato
+    os.symlink("img_00.jpg", root / "tomato" / "again.jpg")    # the same real file twice
+    os.symlink("sub", root / "tomato" / "a_alias")             # a folder twice
+    Image.new("RGB", (9, 9)).save(root / "tomato" / "sub" / "deep.jpg")
+    ds = build_dataset(_cfg(root))
+    rel = sorted((os.path.relpath(d.impath, root), d.label) for d in ds.test)
+    assert rel == [("lime/img_00.jpg", 0), ("lime/img_01.png", 0),
+                   ("tomato/img_00.jpg", 1), ("tomato/img_01.png", 1), ("tomato/sub/deep.jpg", 1)]
+    assert "3 symbolic links not followed" in caplog.text
+    assert "tomato/loop -> . (a loop)" in caplog.text
+    assert "tomato/sub/back -> .. (a loop)" in caplog.text
+    assert "tomato/a_alias/back -> .. (a loop)" in caplog.text
+    assert "2 files or folders reached a second time" in caplog.text
+    assert len([r for r in caplog.records if "not followed" in r.getMessage()]) == 1
+
+
+def test_symlinks_cannot_relabel_another_class_or_escape_the_root(tmp_path, caplog):
+    root = _fruit(tmp_path / "imgs")
+    os.symlink("..", root / "tomato" / "up")                   # the root: lime images as tomato
+    os.symlink("../lime", root / "tomato" / "limes")           # another class's folder
+    os.symlink("../lime/img_00.jpg", root / "tomato" / "x.jpg")  # another class's file
+    outside = make_tree(tmp_path / "elsewhere", {"kiwi": 3})
+    os.symlink(outside / "kiwi", root / "tomato" / "kiwis")    # out of the root
+    os.symlink(outside / "kiwi" / "img_00.jpg", root / "tomato" / "k.jpg")
+    os.symlink(outside / "kiwi", root / "kiwi")                # a class folder out of the root
+    ds = build_dataset(_cfg(root))
+    assert ds.classnames == ["lime", "tomato"]
+    assert [d.label for d in ds.test] == [0, 1, 0, 1]
+    assert all(os.path.relpath(d.impath, root).split(os.sep)[0] == ds.classnames[d.label]
+               for d in ds.test)
+    assert len(ds.skipped_links) == 6
+    text = "; ".join(ds.skipped_links)
+    assert "tomato/up -> .. (a loop)" in text
+    assert "tomato/limes -> ../lime (into class folder 'lime')" in text
+    assert "tomato/x.jpg -> ../lime/img_00.jpg (into class folder 'lime')" in text
+    assert "6 symbolic links not followed" in caplog.text and "and 3 more" in caplog.text
+    assert "(outside the root)" in "; ".join(ds.skipped_links)
+    assert "kiwi -> " in "; ".join(ds.skipped_links)
+    # links inside the root that lead to no other class are followed
+    make_tree(root / ".store", {"more_tomatoes": 2})
+    os.symlink("../.store/more_tomatoes", root / "tomato" / "extra")
+    ds = build_dataset(_cfg(root))
+    assert sorted(os.path.relpath(d.impath, root) for d in ds.test if d.label == 1) == \
+        ["tomato/extra/img_00.jpg", "tomato/extra/img_01.png", "tomato/img_00.jpg",
+         "tomato/img_01.png"]
+
+
+def test_two_class_folders_that_are_one_folder_are_refused(tmp_path):
+    root = _fruit(tmp_path / "imgs")
+    os.symlink("lime", root / "lime_copy")
+    with pytest.raises(DataError, match=r"class folders 'lime' and 'lime_copy' are the same"):
+        build_dataset(_cfg(root))
+
+
+def test_class_names_clip_cannot_tell_apart_are_refused_naming_both_folders(tmp_path):
+    root = make_tree(tmp_path / "imgs", {"Lemon": 1, "lemon": 1, "lime": 1})
+    with pytest.raises(DataError, match=r"folders 'Lemon' and 'lemon' have class names 'Lemon' "
+                                        r"and 'lemon', which CLIP cannot tell apart"):
+        build_dataset(_cfg(root))
+    root = make_tree(tmp_path / "b", {"Golden_Retriever": 1, "golden__retriever": 1})
+    with pytest.raises(DataError, match=r"'Golden_Retriever' and 'golden__retriever'"):
+        build_dataset(_cfg(root))
+    root = make_tree(tmp_path / "c", {"a": 1, "b": 1})
+    names = tmp_path / "names.txt"
+    names.write_text("a Red Fox\nb red fox\n")
+    with pytest.raises(DataError, match=r"names.txt: folders 'a' and 'b' have class names 'Red "
+                                        r"Fox' and 'red fox'"):
+        build_dataset(_cfg(root, **{"DATASET.IMAGEFOLDER.CLASSNAMES": str(names)}))
+    names.write_text("a fox\nb red fox\n")
+    assert build_dataset(_cfg(root, **{"DATASET.IMAGEFOLDER.CLASSNAMES": str(names)})
+                         ).classnames == ["fox", "red fox"]
+
+
+def test_errors_about_ones_own_folder_do_not_send_the_user_to_coop_or_tca(tmp_path):
+    from argtca.attributes.files import AttributeFileError, attribute_file_for
+    root = _fruit(tmp_path / "imgs")
+    msgs = []
+    for kw in ({"DATASET.ROOT": str(tmp_path / "nope")}, {"DATASET.ROOT": ""}):
+        with pytest.raises(DataError) as e:
+            build_dataset(_cfg(root, **kw))
+        msgs.append(str(e.value))
+    assert "image folder" in msgs[0] and "one sub-folder of images per class" in msgs[0]
+    os.symlink(tmp_path / "gone.jpg", root / "lime" / "gone.jpg")   # dangling
+    with pytest.raises(DataError, match=r"1 of 5 images of ImageFolder .* missing \(e.g. "
+                                        r"lime/gone.jpg") as e:
+        build_dataset(_cfg(root))
+    msgs.append(str(e.value))
+    (root / "lime" / "gone.jpg").unlink()
+    (root / "split.json").write_text(json.dumps({"test": [["lime/img_00.jpg", -1, "lime"]]}))
+    with pytest.raises(DataError) as e:
+        build_dataset(_cfg(root, **{"DATASET.IMAGEFOLDER.SPLIT_FILE": "split.json"}))
+    msgs.append(str(e.value))
+    assert "fix DATASET.IMAGEFOLDER.SPLIT_FILE" in msgs[-1]
+    for kw in ({}, {"DATASET.ATTRIBUTE_FILE": str(tmp_path / "mine.json")}):
+        with pytest.raises(AttributeFileError) as e:
+            attribute_file_for(_cfg(root, **kw))
+        msgs.append(str(e.value))
+    assert "--dataset imagefolder --root $DATA" in msgs[-1] and "mine.json" in msgs[-1]
+    assert "your image folder" in msgs[-2]
+    for m in msgs:
+        assert "CoOp datasets" not in m and "DATASETS.md" not in m and "re-download" not in m
+        assert "TCA" not in m and "Caltech101" not in m, m

@@ -168,21 +168,31 @@ def attribute_file_for(cfg) -> str:
     """``DATASET.ATTRIBUTE_FILE`` when set (``builtin:`` resolved), else the TCA authors' file for
     ``DATASET.NAME``, fetched on first use."""
     given = str(cfg.DATASET.ATTRIBUTE_FILE or "").strip()
-    if given:
-        return resolve_builtin(os.path.expanduser(given))
     name = str(cfg.DATASET.NAME or "").strip()
     try:
         name = resolve_dataset_class(name).__name__
     except KeyError:
         pass
+    key = "imagefolder" if name == "ImageFolder" else name
+    make = (f"python -m argtca.attributes generate --dataset {key} --root $DATA --out "
+            f"attributes.json (README 'Your own data')")
+    if given:
+        path = resolve_builtin(os.path.expanduser(given))
+        if name == "ImageFolder" and not os.path.isfile(path):   # one's own file, not TCA's
+            raise AttributeFileError(f"DATASET.ATTRIBUTE_FILE={given!r}: {path} not found; give "
+                                     f"your image folder's attribute file or make one: {make}")
+        return path
+    if name == "ImageFolder":
+        raise AttributeFileError(f"DATASET.ATTRIBUTE_FILE is empty: the classes of your image "
+                                 f"folder need your attribute file (class name -> "
+                                 f"space-separated attributes); make one with: {make}")
     fname = fetch.TCA_ATTRIBUTE_FILES.get(name)
     if fname is None:
         raise AttributeFileError(
             f"DATASET.ATTRIBUTE_FILE is empty and dataset {name!r} has no TCA attribute file "
             f"(known: {', '.join(sorted(fetch.TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
             f"TCA-format JSON (class name -> space-separated attributes); for your own classes, "
-            f"make one with: python -m argtca.attributes generate --dataset {name} --root $DATA "
-            f"--out attributes.json (README 'Your own data')")
+            f"make one with: {make}")
     try:
         return str(fetch.fetch(fname))
     except fetch.FetchError as e:

@@ -17,6 +17,13 @@ Layout (the same as torchvision's ``ImageFolder``)::
   files at the root itself are ignored (a class-name or split file may live there). A file with an
   image extension that does not open is an error at load time (``DATASET.CHECK_IMAGES``), as for
   the CoOp sets; an empty class folder is an error too (its class could never be predicted right).
+* Symbolic links are followed only to files and folders inside the root (its real path), and not
+  into another class's folder; a link back to a folder above it (``loop -> .``, ``up -> ..``) is
+  not followed, and every real file is read once. Skipped links are named in one warning, so a
+  link can neither count a class's images twice nor give one class's images another's label.
+* Refused, with the reason: a single class (accuracy 100 and ECE 0 by construction), and two
+  classes whose names CLIP cannot tell apart (its tokenizer lower-cases: ``Lemon`` / ``lemon``,
+  ``golden_retriever`` / ``golden retriever``).
 * Order: image-index-major (the first image of every class, then the second, ...), so
   ``DATASET.NUM_IMAGES=N`` keeps a class-balanced prefix, as for the demo and ImageNet sets.
 * Split: without ``DATASET.IMAGEFOLDER.SPLIT_FILE`` every image is a test image (``DATASET.SPLIT
@@ -37,7 +44,7 @@ from typing import Dict, List, Optional, Tuple
 
 from ..registry import DATASET_REGISTRY
 from .base import DataError, DatasetBase, Datum
-from .coop import check_images_exist, parse_split_json, prompt_name, resolve_root
+from .coop import COOP_DATASETS_MD, parse_split_json, prompt_name
 from .imagenet import IMAGE_EXTS
 from .images import check_images
 
@@ -47,32 +54,163 @@ _LOG = logging.getLogger(__name__)
 _KEYS = "DATASET.IMAGEFOLDER"
 
 
-def _walk_images(folder: str) -> Tuple[List[str], List[str]]:
-    """(image paths, other files) under ``folder``, recursively, hidden entries skipped, sorted by
-    path relative to ``folder``; symbolic links to folders are followed (as torchvision does)."""
-    images, others = [], []
-    for dirpath, dirnames, filenames in os.walk(folder, followlinks=True):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for f in filenames:
-            p = os.path.join(dirpath, f)
-            if f.startswith("."):
-                others.append(p)
-            elif f.lower().endswith(IMAGE_EXTS):
-                images.append(p)
-            else:
-                others.append(p)
-    key = lambda p: os.path.relpath(p, folder)  # noqa: E731
-    return sorted(images, key=key), sorted(others, key=key)
+_OWN_FIX = ("set DATASET.ROOT (or $DATA in the scripts) to your image folder: one sub-folder of "
+            "images per class (<root>/<class_name>/*.jpg)")
+
+
+def _resolve_root(root: str) -> str:
+    """Absolute, user-expanded root; DataError about one's own folder when empty or absent."""
+    if not str(root or "").strip():
+        raise DataError(f"DATASET.ROOT is empty; {_OWN_FIX}")
+    path = os.path.abspath(os.path.expanduser(str(root)))
+    if not os.path.isdir(path):
+        raise DataError(f"image folder {path} (DATASET.ROOT={root!r}) does not exist or is not a "
+                        f"directory; {_OWN_FIX}")
+    return path
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
+
+
+class _Walk:
+    """Reads the class folders of one root: each real file once, links kept inside the root and
+    inside their own class; what was skipped is collected for one warning."""
+
+    def __init__(self, root: str):
+        self.root = root
+        self.real_root = os.path.realpath(root)
+        self.class_reals: Dict[str, str] = {}      # folder -> its real path
+        self.seen_files: set = set()
+        self.skipped_links: List[str] = []         # "rel/path -> target (why)"
+        self.repeats = 0                           # real files reached a second time
+
+    def _skip(self, path: str, why: str) -> None:
+        rel = os.path.relpath(path, self.root)
+        self.skipped_links.append(f"{rel} -> {os.readlink(path)} ({why})")
+
+    def class_folders(self) -> List[str]:
+        """Class folder names (directories or links to directories inside the root, not hidden),
+        sorted; links that lead out of the root or to the root itself are skipped."""
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except OSError as e:
+            raise DataError(f"cannot list the image folder {self.root} ({e}); "
+                            f"{_OWN_FIX}") from e
+        folders = []
+        for e in entries:
+            if e.name.startswith(".") or not os.path.isdir(e.path):
+                continue
+            real = os.path.realpath(e.path)
+            if e.is_symlink():
+                if not _inside(real, self.real_root):
+                    self._skip(e.path, "outside the root")
+                    continue
+                if real == self.real_root:
+                    self._skip(e.path, "the root itself")
+                    continue
+            same = next((f for f, r in self.class_reals.items() if r == real), None)
+            if same is not None:
+                raise DataError(f"{self.root}: class folders {same!r} and {e.name!r} are the same "
+                                f"folder (a symbolic link), so their images would carry two "
+                                f"labels; remove one of them")
+            folders.append(e.name)
+            self.class_reals[e.name] = real
+        return folders
+
+    def _other_class(self, real: str, own: str) -> Optional[str]:
+        if _inside(real, self.class_reals.get(own, "")):
+            return None
+        for folder, creal in self.class_reals.items():
+            if folder != own and _inside(real, creal):
+                return folder
+        return None
+
+    def images(self, folder: str) -> Tuple[List[str], List[str]]:
+        """(image paths, other files) under class ``folder``, recursively, hidden entries skipped,
+        sorted by path relative to it. A real file reached twice is kept under its own path
+        (not a link's), else under the first path in sorted order."""
+        top = os.path.join(self.root, folder)
+        real_top = self.class_reals.get(folder) or os.path.realpath(top)
+        found: Dict[str, Tuple[bool, str]] = {}      # real file -> (reached via a link, path)
+        linked_dirs: set = set()                     # each linked folder walked once
+        stack = [(top, real_top, (real_top,), False)]
+        while stack:
+            path, real_dir, above, via = stack.pop()
+            try:
+                entries = sorted(os.scandir(path), key=lambda e: e.name)
+            except OSError as e:
+                raise DataError(f"cannot list {path} ({e}); check the permissions of your image "
+                                f"folder {self.root}") from e
+            for e in entries:
+                real, link = os.path.join(real_dir, e.name), via
+                if e.is_symlink():
+                    real, link = os.path.realpath(e.path), True
+                    if not os.path.exists(real):      # dangling: reported as a missing image
+                        if not e.name.startswith(".") and e.name.lower().endswith(IMAGE_EXTS):
+                            found[e.path] = (True, e.path)
+                        continue
+                    if not _inside(real, self.real_root):
+                        self._skip(e.path, "outside the root")
+                        continue
+                    other = self._other_class(real, folder)
+                    if other is not None:
+                        self._skip(e.path, f"into class folder {other!r}")
+                        continue
+                    if e.is_dir():
+                        if any(_inside(a, real) for a in above):
+                            self._skip(e.path, "a loop")
+                            continue
+                        if real in linked_dirs:
+                            self.repeats += 1
+                            continue
+                        linked_dirs.add(real)
+                if e.name.startswith(".") and e.is_dir():
+                    continue
+                if e.is_dir():
+                    stack.append((e.path, real, above + (real,), link))
+                elif real not in found:
+                    found[real] = (link, e.path)
+                else:
+                    self.repeats += 1
+                    if found[real][0] and not link:
+                        found[real] = (link, e.path)
+        images, others = [], []
+        for real, (_, p) in found.items():
+            if real in self.seen_files:               # read already under another class folder
+                self.repeats += 1
+                continue
+            self.seen_files.add(real)
+            name = os.path.basename(p)
+            ok = not name.startswith(".") and name.lower().endswith(IMAGE_EXTS)
+            (images if ok else others).append(p)
+        key = lambda p: os.path.relpath(p, top)  # noqa: E731
+        return sorted(images, key=key), sorted(others, key=key)
+
+    def warn(self) -> None:
+        if not self.skipped_links and not self.repeats:
+            return
+        parts = []
+        if self.skipped_links:
+            shown = "; ".join(self.skipped_links[:3])
+            more = f" and {len(self.skipped_links) - 3} more" if len(self.skipped_links) > 3 else ""
+            parts.append(f"{len(self.skipped_links)} symbolic links not followed ({shown}{more})")
+        if self.repeats:
+            parts.append(f"{self.repeats} files or folders reached a second time through links "
+                         f"read once")
+        _LOG.warning("ImageFolder %s: %s; links are followed only inside the root and inside "
+                     "their own class folder", self.root, "; ".join(parts))
 
 
 def scan_class_folders(root: str) -> List[str]:
-    """Class folder names under ``root`` (directories or links to them, not hidden), sorted."""
-    try:
-        entries = list(os.scandir(root))
-    except OSError as e:
-        raise DataError(f"cannot list the image folder {root} ({e}); check DATASET.ROOT") from e
-    return sorted(e.name for e in entries if not e.name.startswith(".")
-                  and os.path.isdir(os.path.join(root, e.name)))
+    """Class folder names under ``root`` (directories or links to directories inside the root,
+    not hidden), sorted."""
+    return _Walk(root).class_folders()
+
+
+def _clip_key(name: str) -> str:
+    """What CLIP's tokenizer sees of a class name: lower-cased, whitespace collapsed."""
+    return " ".join(name.lower().split())
 
 
 def read_class_name_file(path: str) -> "Dict[str, str]":
@@ -129,7 +267,7 @@ class ImageFolder(DatasetBase):
     root_is_dataset = True      # the data doctor checks it only when named
 
     def __init__(self, cfg, check_files: bool = True):
-        root = resolve_root(cfg.DATASET.ROOT)
+        root = _resolve_root(cfg.DATASET.ROOT)
         split = str(cfg.DATASET.SPLIT)
         self.split = split
         self.dataset_path = self.image_path = root
@@ -137,6 +275,7 @@ class ImageFolder(DatasetBase):
         names_file = str(node.get("CLASSNAMES", "") if node is not None else "").strip()
         split_file = str(node.get("SPLIT_FILE", "") if node is not None else "").strip()
         self.skipped: List[str] = []
+        self.skipped_links: List[str] = []
         if split_file:
             if names_file:
                 raise DataError(f"{_KEYS}.SPLIT_FILE and {_KEYS}.CLASSNAMES are both set: a CoOp "
@@ -147,9 +286,17 @@ class ImageFolder(DatasetBase):
                 raise DataError(f"{_KEYS}.SPLIT_FILE={split_file!r}: {path} not found; give a "
                                 f"split file in CoOp's format or leave the key empty (every "
                                 f"image is then a test image)")
-            items, raw = parse_split_json(path, root, split)
+            try:
+                items, raw = parse_split_json(path, root, split)
+            except DataError as e:     # the file is the user's own: fix it, not re-download it
+                raise DataError(str(e).replace(f"re-download the split file ({COOP_DATASETS_MD})",
+                                               f"fix {_KEYS}.SPLIT_FILE (CoOp's split format)")
+                                .replace("fix or re-download the file", "fix the file")
+                                .replace("re-download the file", f"fix {_KEYS}.SPLIT_FILE")
+                                ) from e
             classnames = [prompt_name(c) for c in raw]
-            self._unique(classnames, path)
+            self._not_single(classnames, path)
+            self._unique(classnames, path, raw)
             items = [Datum(d.impath, d.label, classnames[d.label]) for d in items]
             what = f"ImageFolder split {split!r} of {path}"
         else:
@@ -164,22 +311,47 @@ class ImageFolder(DatasetBase):
         if n > 0:
             items = items[:n]
         if check_files:
-            check_images_exist(items, what)
+            missing = [d.impath for d in items if not os.path.isfile(d.impath)]
+            if missing:
+                shown = ", ".join(os.path.relpath(p, root) for p in missing[:5])
+                raise DataError(f"{len(missing)} of {len(items)} images of {what} are missing "
+                                f"(e.g. {shown}; a file moved or a broken symbolic link); restore "
+                                f"them or remove them from your folder or split file")
             check_images(items, what, cfg.DATASET.get("CHECK_IMAGES", "header"))
         super().__init__(items, classnames, root=root)
 
     @staticmethod
-    def _unique(classnames: List[str], source: str) -> None:
-        if len(set(classnames)) != len(classnames):
-            dup = sorted({c for c in classnames if classnames.count(c) > 1})
-            raise DataError(f"{source}: class names {dup[:5]} are given to more than one class "
-                            f"('_' is read as a space); rename the folders or fix the names")
+    def _unique(classnames: List[str], source: str, folders: Optional[List[str]] = None) -> None:
+        """Two classes whose names CLIP reads as one text (equal once '_' is a space, case and
+        repeated spaces ignored) could never be told apart: refused, naming both."""
+        first: Dict[str, int] = {}
+        for i, c in enumerate(classnames):
+            j = first.setdefault(_clip_key(c), i)
+            if j == i:
+                continue
+            what = (f"folders {folders[j]!r} and {folders[i]!r}" if folders
+                    else f"classes {j} and {i}")
+            raise DataError(f"{source}: {what} have class names {classnames[j]!r} and "
+                            f"{classnames[i]!r}, which CLIP cannot tell apart (its tokenizer "
+                            f"lower-cases text and '_' is read as a space); rename one of the "
+                            f"folders or give distinct names ({_KEYS}.CLASSNAMES)")
+
+    @staticmethod
+    def _not_single(classnames: List[str], source: str) -> None:
+        if len(classnames) == 1:
+            raise DataError(f"{source} holds a single class ({classnames[0]!r}): every image "
+                            f"would get the only label, so accuracy is 100 and ECE 0 by "
+                            f"construction; add a sub-folder of images for each other class")
 
     def _scan(self, root: str, names_file: str) -> Tuple[List[Datum], List[str], List[str]]:
-        folders = scan_class_folders(root)
+        walk = _Walk(root)
+        folders = walk.class_folders()
         if not folders:
-            raise DataError(f"{root} (DATASET.ROOT) holds no class folders; put the images of "
-                            f"each class in its own sub-folder (<root>/<class_name>/*.jpg)")
+            skipped = (f" ({len(walk.skipped_links)} links not followed: "
+                       f"{'; '.join(walk.skipped_links[:3])})" if walk.skipped_links else "")
+            raise DataError(f"{root} (DATASET.ROOT) holds no class folders{skipped}; put the "
+                            f"images of each class in its own sub-folder "
+                            f"(<root>/<class_name>/*.jpg)")
         if names_file:
             path = _resolve(names_file, root)
             named = read_class_name_file(path)
@@ -202,15 +374,18 @@ class ImageFolder(DatasetBase):
         if any(not c for c in classnames):
             raise DataError(f"{source}: a class folder name is empty once '_' is read as a space "
                             f"({folders[classnames.index('')]!r}); rename it")
-        self._unique(classnames, source)
+        self._not_single(classnames, source)
+        self._unique(classnames, source, folders)
         per_class: List[List[Datum]] = []
         empty, skipped = [], []
         for label, (folder, name) in enumerate(zip(folders, classnames)):
-            images, others = _walk_images(os.path.join(root, folder))
+            images, others = walk.images(folder)
             skipped += others
             if not images:
                 empty.append(folder)
             per_class.append([Datum(p, label, name) for p in images])
+        walk.warn()
+        self.skipped_links = walk.skipped_links
         if empty:
             raise DataError(f"{root}: {len(empty)} of {len(folders)} class folders hold no image "
                             f"files ({', '.join(IMAGE_EXTS)}): {empty[:5]}; add images or remove "
