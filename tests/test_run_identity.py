@@ -354,3 +354,33 @@ def test_missing_temperature_before_any_record_is_fitted_again(ts_data, tmp_path
     assert main(_ts_args(ts_data, out)) == 0
     assert json.loads((out / "temperature.json").read_text())["T"] == pytest.approx(T, abs=1e-9)
     assert _records(out) == full
+
+
+def test_argtca_graph_vocabulary_file_is_an_input(data, tmp_path):
+    """GAT.TRAIN_ON files train the graph: they are inputs (checked before Phase 1 runs)."""
+    from argtca.engine.run_folder import ConfigMismatchError, check_or_write_fingerprint
+    from argtca.run import build_parser, build_trainer, setup_cfg
+    attrs = write_attributes(tmp_path / "attrs.json")
+    vocab = write_attributes(tmp_path / "vocab.json")
+    out = tmp_path / "argtca"
+    args = _args(data, "argtca", "DATASET.ATTRIBUTE_FILE", str(attrs),
+                 "TRAINER.ARGTCA.GAT.TRAIN_ON", f"['{vocab}']", out=out)
+
+    def trainer():
+        return build_trainer(setup_cfg(build_parser().parse_args(args)))
+    t = trainer()
+    fp = t.fingerprint()
+    old = _sha(vocab)
+    assert fp["FILE_SHA256.TRAINER.ARGTCA.GAT.TRAIN_ON.vocab.json"] == old
+    assert fp["FILE_SHA256.DATASET.ATTRIBUTE_FILE"] == _sha(attrs)
+    out.mkdir()
+    check_or_write_fingerprint(str(out), fp, t.input_paths)
+    (out / "records.jsonl").write_text(json.dumps(
+        {"index": 0, "path": t.dataset.test[0].impath, "label": 0, "pred": 0, "conf": 0.5}) + "\n")
+    table = json.loads(vocab.read_text())
+    table["extra class"] = "big small"
+    vocab.write_text(json.dumps(table))
+    t = trainer()
+    with pytest.raises(ConfigMismatchError) as e:
+        check_or_write_fingerprint(str(out), t.fingerprint(), t.input_paths)
+    assert str(vocab) in str(e.value) and old in str(e.value) and _sha(vocab) in str(e.value)
