@@ -31,6 +31,16 @@ class ArgTCA(TCA):
     def display_label(self) -> str:
         return f"ArgTCA ({self.selector})"
 
+    def input_files(self):
+        """Also the vocabularies the GAT is trained on (GAT.TRAIN_ON): they change the graph."""
+        files = super().input_files()
+        train_on = list(self.node.GAT.get("TRAIN_ON", []))
+        if train_on and str(self.node.EMBEDDINGS) == "gat":
+            from argtca.graph.transfer import resolve_sources
+            for label, path in resolve_sources(train_on, self.attribute_file, self.dataset.name):
+                files[f"TRAINER.ARGTCA.GAT.TRAIN_ON.{label}"] = str(path)
+        return files
+
     def choose_attributes(self):
         # validated now (file, classes, M' per class): the lists as the file gives them; Phase 1
         # builds the graph from the first M_k = min(M, distinct) distinct ones and is run in
