@@ -76,6 +76,8 @@ _C.OUTPUT_DIR = "./output"
 _C.SEED = 1
 _C.USE_CUDA = True
 _C.VERBOSE = True
+_C.RUN = CN()
+_C.RUN.REQUIRE_CUDA = False     # True: no CUDA is an error (default: a warning with the time)
 
 # ----------------------------------------------------------------------------- dataset
 _C.DATASET = CN()

@@ -269,3 +269,80 @@ def test_select_attributes_bad_input_is_one_line(capsys):
     assert select_main(["demo", "TRAINER.ARGTCA.NO_SUCH_KEY", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "NO_SUCH_KEY" in err[0]
+
+
+# ------------------------------------------------------------------ checks before anything runs
+_DEMO_TINY = ["--dataset-config-file", str(REPO / "configs/datasets/demo.yaml"),
+              "--config-file", str(REPO / "configs/trainers/argtca.yaml"),
+              "MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
+              "DATASET.NUM_IMAGES", "2", "TTA.N_VIEWS", "2", "USE_CUDA", "False",
+              "DATALOADER.NUM_WORKERS", "0", "TRAINER.ARGTCA.GAT.EPOCHS", "2"]
+
+
+def test_input_size_checked_against_the_backbone_before_phase1(tmp_path, capsys):
+    """The tiny backbone takes 32x32 images: INPUT.SIZE (64, 64) is one line naming the key,
+    both sizes and the fix, before Phase 1 trains or a run folder is made."""
+    out = tmp_path / "run"
+    rc = main(["--output-dir", str(out), *_DEMO_TINY, "INPUT.SIZE", "(64, 64)"])
+    cap = capsys.readouterr()
+    assert rc == 2
+    assert cap.err.strip() == (
+        'error: INPUT.SIZE (64, 64) does not fit MODEL.BACKBONE.NAME=argtca-tiny-test, which '
+        'takes 32x32 images: set INPUT.SIZE "(32, 32)" (or use a backbone that takes 64x64 '
+        'images)')
+    assert "[phase 1]" not in cap.out and not out.exists()
+
+
+def test_require_cuda_refuses_a_cpu_run(tmp_path, capsys, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert get_cfg_default().RUN.REQUIRE_CUDA is False
+    out = tmp_path / "run"
+    rc = main(["--output-dir", str(out), *_DEMO_TINY, "INPUT.SIZE", "(32, 32)", "USE_CUDA",
+               "True", "RUN.REQUIRE_CUDA", "True"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1, err
+    assert err[0].startswith("error: RUN.REQUIRE_CUDA is True but CUDA is not available")
+    assert err[0].endswith("or set RUN.REQUIRE_CUDA False") and not out.exists()
+    # USE_CUDA False (the CPU on purpose) contradicts it just as well
+    rc = main(["--output-dir", str(out), *_DEMO_TINY, "INPUT.SIZE", "(32, 32)",
+               "RUN.REQUIRE_CUDA", "True"])
+    assert rc == 2 and "RUN.REQUIRE_CUDA is True but USE_CUDA is False" in capsys.readouterr().err
+
+
+def test_real_weights_on_the_cpu_warn_loudly_with_the_time(tmp_path, capsys, monkeypatch):
+    """ViT-B/16 with OpenAI weights and no CUDA: a banner with the estimated time before the
+    weights are even looked for (offline in the tests: then the one-line weights error)."""
+    import torch
+
+    import argtca.models.clip as C
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(C, "_cpu_gflops", lambda: 100.0)
+    out = tmp_path / "run"
+    rc = main(["--output-dir", str(out), "--dataset-config-file",
+               str(REPO / "configs/datasets/demo.yaml"), "--config-file",
+               str(REPO / "configs/trainers/tpt.yaml"), "MODEL.BACKBONE.NAME", "ViT-B/16",
+               "MODEL.PRETRAINED", "openai", "INPUT.SIZE", "(224, 224)", "DATASET.NUM_IMAGES",
+               "300", "DATALOADER.NUM_WORKERS", "0"])
+    err = capsys.readouterr().err
+    assert rc == 2
+    banner = [ln for ln in err.splitlines() if ln.startswith("argtca: WARNING")]
+    assert len(banner) == 5 and "CUDA is not available" in banner[1]
+    assert "ViT-B/16 with weights 'openai' runs on the CPU" in banner[1]
+    # ViT-B/16 at 224: 12 blocks x (12*197*768^2 + 2*197^2*768) = 17.45 G multiply-adds per
+    # view; 300 images x 64 views x 34.9 GFLOP / 100 GFLOP/s = 6700 s
+    assert "at least 1 h 51 min for 300 images x 64 views" in banner[2]
+    assert "RUN.REQUIRE_CUDA True" in banner[3] and "USE_CUDA False" in banner[3]
+    assert err.strip().splitlines()[-1].startswith("error: MODEL.PRETRAINED openai: offline")
+    # the CPU chosen on purpose, or the demo's shipped weights: no warning
+    rc = main(["--output-dir", str(out), "--dataset-config-file",
+               str(REPO / "configs/datasets/demo.yaml"), "--config-file",
+               str(REPO / "configs/trainers/tpt.yaml"), "MODEL.BACKBONE.NAME", "ViT-B/16",
+               "MODEL.PRETRAINED", "openai", "INPUT.SIZE", "(224, 224)", "USE_CUDA", "False",
+               "DATASET.NUM_IMAGES", "2", "DATALOADER.NUM_WORKERS", "0"])
+    assert rc == 2 and "WARNING" not in capsys.readouterr().err
+    from argtca.models.clip import check_before_run
+    demo = get_cfg_default()
+    demo.merge_from_file(str(REPO / "configs/datasets/demo.yaml"))
+    check_before_run(demo, "cpu", 320)
+    assert "WARNING" not in capsys.readouterr().err

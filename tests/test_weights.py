@@ -172,15 +172,69 @@ def test_hf_hub_id_from_offline_cache(ref, tmp_path):
         "timm/vit_base_patch16_clip_224.openai/"
 
 
-def test_hf_offline_not_cached_names_both_routes(tmp_path):
+def test_hf_offline_not_cached_says_which_file_where_and_the_line(tmp_path):
     r, _ = _run_child(tmp_path, tmp_path / "empty-hf", "hf-hub:argtca-test/absent")
     assert r.returncode == 3
-    assert "argtca-test/absent" in r.stdout and "hf download" in r.stdout
-    assert str(tmp_path / "empty-hf" / "hub") in r.stdout
+    msg = r.stdout.strip()
+    assert len(msg.splitlines()) == 1 and "offline (HF_HUB_OFFLINE" in msg
+    assert "Needed: open_clip_model.safetensors (https://huggingface.co/argtca-test/absent/" \
+           "resolve/main/open_clip_model.safetensors)" in msg
+    assert str(tmp_path / "empty-hf" / "hub") in msg
+    assert msg.endswith("pass MODEL.PRETRAINED ~/weights/open_clip_model.safetensors")
     r, _ = _run_child(tmp_path, tmp_path / "empty-hf", "openai", register_tag=True)
     assert r.returncode == 3
-    assert "ViT-B-16.pt" in r.stdout and "HF_HUB_OFFLINE=1" in r.stdout
-    assert "example.invalid" not in r.stdout     # offline: the URL is not tried
+    msg = r.stdout.strip()
+    # both sources of the tag are named; offline, neither is tried
+    assert "MODEL.PRETRAINED openai: offline" in msg and "x.pt (https://example.invalid/x.pt)" \
+        in msg and "argtca-test/tiny-clip/resolve/main/open_clip_model.safetensors" in msg
+    assert "Errno" not in msg and "Retry" not in r.stderr
+
+
+def _closed_port() -> int:
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def test_unreachable_hub_is_known_at_once(tmp_path, monkeypatch):
+    """No network and no HF_HUB_OFFLINE: one connection attempt tells, then only the cache is
+    read (huggingface_hub's 5 retries per file took ~50 s) and one line says what to copy."""
+    import time
+
+    import huggingface_hub
+    import open_clip.pretrained as P
+    from huggingface_hub import constants
+
+    import argtca.models.clip as C
+    for v in ("ARGTCA_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.delenv(v, raising=False)
+    port = _closed_port()
+    monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{port}")
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(C, "_REACHABLE", {})
+    monkeypatch.setitem(P._PRETRAINED, "argtca-tiny-test", {"openai": dict(
+        hf_hub="argtca-test/tiny-clip/", url=f"http://127.0.0.1:{port}/x.pt")})
+    calls = []
+    real = huggingface_hub.hf_hub_download
+
+    def spy(*a, **kw):
+        calls.append(kw.get("local_files_only"))
+        return real(*a, **kw)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", spy)
+    t0 = time.time()
+    with pytest.raises(C.OfflineWeightsError) as e:
+        load_clip(tiny_cfg(**{"MODEL.PRETRAINED": "openai"}))
+    assert time.time() - t0 < 5
+    assert calls and all(calls)          # the cache only, never the network
+    msg = str(e.value)
+    assert msg.startswith(f"MODEL.PRETRAINED openai: no network (127.0.0.1 unreachable) and "
+                          f"argtca-tiny-test's weights are not in the Hugging Face cache "
+                          f"{tmp_path / 'hub'}. Needed: open_clip_model.safetensors")
+    assert msg.endswith("pass MODEL.PRETRAINED ~/weights/open_clip_model.safetensors")
+    assert C.reachable(f"http://127.0.0.1:{port}/") is False
 
 
 # ----------------------------------------------------------------------------- broken input

@@ -239,8 +239,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             max_retries=args.max_retries, backoff=args.backoff, json_mode=not args.no_json_mode))
         ranker = None
         if not args.no_rank:
+            from ..models.weights import ModelError
             from .rank import AttributeRanker
-            ranker = AttributeRanker.from_cfg(cfg, args.device)
+            try:
+                ranker = AttributeRanker.from_cfg(cfg, args.device)
+            except ModelError as e:   # ranking is the only use of CLIP here
+                raise ModelError(f"{e} (or pass --no-rank: no CLIP weights needed, the "
+                                 f"attributes keep the model's order)") from None
         summary = generate(classnames, args.out, client, num, ask, ranker=ranker,
                            domain=args.domain, resume=args.resume, force=args.force)
     except Exception as e:  # one line, key removed, for every error argtca raises on bad input

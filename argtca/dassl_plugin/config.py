@@ -91,13 +91,8 @@ def _fmt(v) -> str:
 
 def backbone_image_size(backbone: str):
     """The image size the backbone's open_clip config declares (None when it declares none)."""
-    import open_clip
-    from argtca.models.clip import open_clip_name
-    mc = open_clip.get_model_config(open_clip_name(backbone)) or {}
-    size = (mc.get("vision_cfg") or {}).get("image_size")
-    if isinstance(size, (list, tuple)):
-        return tuple(int(s) for s in size)
-    return (int(size), int(size)) if size else None
+    from argtca.models.clip import backbone_image_size as size_of
+    return size_of(backbone)
 
 
 def check_dassl_cfg(cfg, trainer: str) -> None:

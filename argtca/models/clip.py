@@ -6,7 +6,11 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from typing import Optional, Sequence, Tuple
+import socket
+import sys
+import time
+from typing import Dict, Optional, Sequence, Tuple
+from urllib.parse import urlsplit
 
 import torch
 import torch.nn as nn
@@ -39,6 +43,111 @@ def open_clip_name(backbone: str) -> str:
             f"unknown backbone MODEL.BACKBONE.NAME={backbone!r} (open_clip name {name!r}); use one of "
             f"{sorted(BACKBONES)} or an open_clip model name / a JSON in {MODEL_CONFIG_DIR}")
     return name
+
+
+def backbone_image_size(backbone: str) -> Optional[Tuple[int, int]]:
+    """(height, width) of the images the backbone's open_clip config declares; None when it
+    declares none."""
+    mc = open_clip.get_model_config(open_clip_name(backbone)) or {}
+    size = (mc.get("vision_cfg") or {}).get("image_size")
+    if isinstance(size, (list, tuple)):
+        return tuple(int(s) for s in size)
+    return (int(size), int(size)) if size else None
+
+
+def _input_size(cfg) -> Tuple[int, int]:
+    size = cfg.INPUT.SIZE
+    return tuple(int(s) for s in size) if isinstance(size, (list, tuple)) else (int(size),) * 2
+
+
+def check_input_size(cfg) -> None:
+    """``INPUT.SIZE`` must be the backbone's image size (a ViT's position embedding and a
+    ResNet's attention pool are fixed to it): refused before anything runs (from the open_clip
+    config), not by a tensor-shape error after Phase 1."""
+    backbone = str(cfg.MODEL.BACKBONE.NAME)
+    need = backbone_image_size(backbone)
+    have = _input_size(cfg)
+    if need is not None and have != tuple(need):
+        raise ModelError(f"INPUT.SIZE ({have[0]}, {have[1]}) does not fit MODEL.BACKBONE.NAME="
+                         f"{backbone}, which takes {need[0]}x{need[1]} images: set INPUT.SIZE "
+                         f"\"({need[0]}, {need[1]})\" (or use a backbone that takes "
+                         f"{have[0]}x{have[1]} images)")
+
+
+def _real_weights(cfg) -> bool:
+    p = str(cfg.MODEL.PRETRAINED).strip().lower()
+    return bool(p) and p != "random" and not p.startswith("builtin:")
+
+
+def _vit_gflop_per_view(backbone: str) -> Optional[float]:
+    """Forward GFLOP of a ViT image tower per view (2 x multiply-adds of the attention blocks);
+    None for other towers."""
+    mc = open_clip.get_model_config(open_clip_name(backbone)) or {}
+    v = mc.get("vision_cfg") or {}
+    size, patch, width, layers = (v.get(k) for k in ("image_size", "patch_size", "width",
+                                                      "layers"))
+    if not all(isinstance(x, int) for x in (size, patch, width, layers)):
+        return None
+    tokens = (size // patch) ** 2 + 1
+    macs = layers * (12 * tokens * width ** 2 + 2 * tokens ** 2 * width)
+    return 2 * macs / 1e9
+
+
+def _cpu_gflops() -> float:
+    """This machine's fp32 matrix-multiply rate in GFLOP/s (a ~0.1 s measurement)."""
+    a = torch.randn(768, 768)
+    torch.mm(a, a)
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < 0.1:
+        torch.mm(a, a)
+        n += 1
+    return 2 * 768 ** 3 * n / (time.perf_counter() - t0) / 1e9
+
+
+def _duration(seconds: float) -> str:
+    m = int(seconds // 60)
+    return f"{m // 60} h {m % 60} min" if m >= 60 else f"{max(m, 1)} min"
+
+
+def cpu_run_warning(cfg, n_images: int, n_views: int, gflops: Optional[float] = None) -> str:
+    """The warning for real weights on the CPU: what runs, the estimated time, the fixes."""
+    backbone = str(cfg.MODEL.BACKBONE.NAME)
+    per_view = _vit_gflop_per_view(backbone)
+    if per_view is not None:
+        rate = gflops if gflops is not None else _cpu_gflops()
+        est = (f"estimated time: at least {_duration(n_images * n_views * per_view / rate)} for "
+               f"{n_images} images x {n_views} views (the image tower alone, at the {rate:.0f} "
+               f"GFLOP/s measured here)")
+    else:
+        est = f"{n_images} images x {n_views} views: expect hours"
+    bar = "=" * 78
+    why = ("PyTorch was built without CUDA" if torch.version.cuda is None
+           else "no usable CUDA device")
+    return "\n".join(f"argtca: WARNING {line}" for line in (
+        bar, f"CUDA is not available ({why}): {backbone} with weights "
+        f"{cfg.MODEL.PRETRAINED!r} runs on the CPU;", est + ".",
+        "Run on a machine with a GPU, set RUN.REQUIRE_CUDA True to make this an error, or "
+        "USE_CUDA False to run on the CPU on purpose.", bar))
+
+
+def check_before_run(cfg, device, n_images: int) -> None:
+    """The checks of a run that need the backbone, before any data is read or trained on:
+    ``INPUT.SIZE`` against the backbone; on a machine without CUDA an error under
+    ``RUN.REQUIRE_CUDA``, else a loud warning with the estimated time when real weights would
+    run on the CPU. ``cfg``: the configuration the engine sees (zero-shot: one view)."""
+    from argtca.config import ConfigError
+    check_input_size(cfg)
+    if torch.device(device).type == "cuda":
+        return
+    run = cfg.get("RUN")
+    if run is not None and bool(run.get("REQUIRE_CUDA", False)):
+        what = ("USE_CUDA is False" if not cfg.USE_CUDA else
+                "CUDA is not available (torch.cuda.is_available() is False; torch "
+                f"{torch.__version__}, CUDA build {torch.version.cuda})")
+        raise ConfigError(f"RUN.REQUIRE_CUDA is True but {what}: run on a machine with a GPU "
+                          f"(and USE_CUDA True), or set RUN.REQUIRE_CUDA False")
+    if cfg.USE_CUDA and _real_weights(cfg):
+        print(cpu_run_warning(cfg, n_images, int(cfg.TTA.N_VIEWS)), file=sys.stderr, flush=True)
 
 
 def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
@@ -122,17 +231,68 @@ def _weights_file(pretrained: str, name: str, backbone: str) -> str:
             return hf_hub_weights(repo, None, filename=filename or None,
                                   what=f"MODEL.PRETRAINED={pretrained!r} ({name})")
         except ModelError as e:
-            errors.append(str(e))
-    offline = any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
-                  for v in ("HF_HUB_OFFLINE", "ARGTCA_OFFLINE"))
-    if pcfg.get("url") and not offline:
+            if not isinstance(e, OfflineWeightsError):
+                errors.append(str(e))
+    url = pcfg.get("url")
+    if url and not _offline() and reachable(url):
         from open_clip.pretrained import download_pretrained_from_url
         try:
-            return download_pretrained_from_url(pcfg["url"])
+            return download_pretrained_from_url(url)
         except Exception as e:  # urllib/OSError/RuntimeError (checksum) from open_clip
-            errors.append(f"{pcfg['url']}: {type(e).__name__}: {e}")
-    raise ModelError(f"could not load {name} weights '{pretrained}' ({'; '.join(errors) or 'no source'})."
+            errors.append(f"{url}: {type(e).__name__}: {e}")
+    if not errors:   # nothing failed but the network: say what to copy here, in one line
+        raise OfflineWeightsError(_offline_message(f"MODEL.PRETRAINED {pretrained}", name,
+                                                   pcfg))
+    raise ModelError(f"could not load {name} weights '{pretrained}' ({'; '.join(errors)})."
                      f" {OFFLINE_ROUTES}")
+
+
+class OfflineWeightsError(ModelError):
+    """No network (or offline asked for) and the weights are not in a local cache."""
+
+
+def _offline() -> bool:
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes", "on")
+               for v in ("HF_HUB_OFFLINE", "ARGTCA_OFFLINE"))
+
+
+_REACHABLE: Dict[Tuple[str, int], bool] = {}
+
+
+def reachable(url: str, timeout: float = 3.0) -> bool:
+    """Whether ``url``'s host accepts a connection (one try per host and process): without a
+    network this is known in milliseconds, before huggingface_hub's retries (about 25 s a
+    file)."""
+    parts = urlsplit(url)
+    key = (parts.hostname or "", parts.port or (80 if parts.scheme == "http" else 443))
+    if key not in _REACHABLE:
+        try:
+            socket.create_connection(key, timeout=timeout).close()
+            _REACHABLE[key] = True
+        except OSError:
+            _REACHABLE[key] = False
+    return _REACHABLE[key]
+
+
+def _offline_message(subject: str, name: str, pcfg: dict) -> str:
+    from huggingface_hub import constants
+    why = ("offline (HF_HUB_OFFLINE / ARGTCA_OFFLINE is set)" if _offline()
+           else f"no network ({urlsplit(constants.ENDPOINT).hostname} unreachable)")
+    repo, filename = os.path.split(pcfg.get("hf_hub") or "")
+    files = []
+    if repo:
+        fname = filename or HF_WEIGHT_FILES[0]
+        files.append((fname, f"{constants.ENDPOINT}/{repo}/resolve/main/{fname}"))
+    if pcfg.get("url"):
+        files.append((os.path.basename(urlsplit(pcfg["url"]).path), pcfg["url"]))
+    if not files:
+        return (f"{subject}: {why} and {name}'s weights are not cached here;"
+                f" download them elsewhere and pass MODEL.PRETRAINED /path/to/the/file")
+    need = " or ".join(f"{f} ({u})" for f, u in files)
+    return (f"{subject}: {why} and {name}'s weights are not in the Hugging "
+            f"Face cache {constants.HF_HUB_CACHE}. Needed: {need}. Download it on a machine with "
+            f"internet, copy it here (e.g. to ~/weights/) and pass MODEL.PRETRAINED "
+            f"~/weights/{files[0][0]}")
 
 
 HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
@@ -141,20 +301,25 @@ HF_WEIGHT_FILES = ("open_clip_model.safetensors", "open_clip_pytorch_model.bin")
 def hf_hub_weights(repo: str, revision: Optional[str] = None, filename: Optional[str] = None,
                    what: str = "") -> str:
     """A Hub repository's open_clip weight file through ``huggingface_hub`` (its cache; offline
-    with ``HF_HUB_OFFLINE=1``)."""
+    with ``HF_HUB_OFFLINE=1``, or when the Hub cannot be reached: then only the cache is read,
+    and an :class:`OfflineWeightsError` says what to copy here)."""
     from huggingface_hub import constants, hf_hub_download
+    local_only = _offline() or not reachable(constants.ENDPOINT)
     errors = []
     for fname in ([filename] if filename else list(HF_WEIGHT_FILES)):
         try:
-            return hf_hub_download(repo, fname, revision=revision)
+            return hf_hub_download(repo, fname, revision=revision, local_files_only=local_only)
         except Exception as e:  # offline / not cached / no such file / no such repo
             errors.append(f"{fname}: {type(e).__name__}: {str(e).splitlines()[0][:160]}")
-    offline = " (HF_HUB_OFFLINE is set)" if constants.HF_HUB_OFFLINE else ""
+    if local_only:
+        raise OfflineWeightsError(_offline_message(what or f"hf-hub:{repo}", repo,
+                                                   {"hf_hub": f"{repo}/{filename or ''}"}))
+    folder = os.path.join(constants.HF_HUB_CACHE, "models--" + repo.replace("/", "--"))
     raise ModelError(f"{what or repo}: no open_clip weights of Hub repository {repo!r} in the "
-                     f"Hugging Face cache {constants.HF_HUB_CACHE} or online{offline} "
+                     f"Hugging Face cache {constants.HF_HUB_CACHE} or online "
                      f"({'; '.join(errors)}). On a machine with internet run `hf download {repo} "
-                     f"{HF_WEIGHT_FILES[0]}` and copy {os.path.join(constants.HF_HUB_CACHE, 'models--' + repo.replace('/', '--'))} "
-                     f"here, or download the file and set MODEL.PRETRAINED /path/to/file")
+                     f"{HF_WEIGHT_FILES[0]}` and copy {folder} here, or download the file and set "
+                     f"MODEL.PRETRAINED /path/to/file")
 
 
 @contextlib.contextmanager
