@@ -21,11 +21,11 @@ die() {
   exit 2
 }
 
-# abs_path PATH: PATH made absolute against the caller's folder ("" stays "")
+# abs_path PATH: PATH made absolute against the caller's folder ("" and builtin:... stay)
 abs_path() {
   local p="$1"
   case "$p" in
-    "") ;;
+    ""|builtin:*|hf-hub:*) printf '%s' "$p" ;;
     "~") printf '%s' "$HOME" ;;
     "~/"*) printf '%s' "$HOME/${p#"~/"}" ;;
     /*) printf '%s' "$p" ;;
@@ -46,7 +46,7 @@ read_from() {
 # resolve_var NAME dir|file|out: $NAME, when set, made absolute; dir/file must exist
 resolve_var() {
   local name="$1" kind="$2" v="${!1:-}" a
-  [ -n "$v" ] || return 0
+  case "$v" in ""|builtin:*) return 0 ;; esac
   a="$(abs_path "$v")"
   if [ "$kind" = dir ] && [ ! -d "$a" ]; then
     die "$name=$v: no such folder $a$(read_from "$v")"

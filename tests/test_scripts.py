@@ -147,3 +147,21 @@ def test_table1_and_compare_go_on_after_a_failed_run(tmp_path):
     assert len(summaries) == 8      # zeroshot tpt ctpt otpt atpt tca argtca-div argtca-disc
     assert (work / "cmp" / "report" / "demo").is_dir()
     assert f"-> {work / 'cmp'}" in r.stdout          # absolute run folders
+
+
+def test_path_values_made_absolute_and_tags_kept(tmp_path):
+    """Path keys and path flags are read from the caller's folder; tags, builtin: and hf-hub:
+    files and plain values are passed as given."""
+    args = ["DATASET.ATTRIBUTE_FILE", "builtin:demo/x.json", "MODEL.PRETRAINED", "openai",
+            "MODEL.PRETRAINED", "w/ViT-B-16.pt", "MODEL.PRETRAINED", "hf-hub:org/m",
+            "--out-root=o", "--baseline-config", "./t.yaml", "TTA.N_VIEWS", "8",
+            "TTA.CTX_CHECKPOINT", "coop/ctx.pth", "DATASET.ROOT", "/abs/data"]
+    r = subprocess.run(["bash", "-c", f'. "{SCRIPTS}/_common.sh"; abs_args "$@"; '
+                        f'printf "%s\\n" "${{ARGS[@]}}"', "_", *args], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "DATASET.ATTRIBUTE_FILE", "builtin:demo/x.json", "MODEL.PRETRAINED", "openai",
+        "MODEL.PRETRAINED", f"{tmp_path}/w/ViT-B-16.pt", "MODEL.PRETRAINED", "hf-hub:org/m",
+        f"--out-root={tmp_path}/o", "--baseline-config", f"{tmp_path}/t.yaml", "TTA.N_VIEWS",
+        "8", "TTA.CTX_CHECKPOINT", f"{tmp_path}/coop/ctx.pth", "DATASET.ROOT", "/abs/data"]
