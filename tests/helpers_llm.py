@@ -16,7 +16,10 @@ def answer(attrs):
 class FakeChatServer:
     """``script[class]``: a list of steps used one per request for that class; afterwards (and for
     unscripted classes) ``default(class)``. Steps: ``("json", obj)`` (content = json.dumps(obj)),
-    ``("raw", text)``, ``("status", code, headers, body)``, ``("sleep", seconds, step)``.
+    ``("raw", text)``, ``("status", code, headers, body)``, ``("sleep", seconds, step)``,
+    ``("reflect", obj, how)``: like ``json`` with every ``$KEY`` in it replaced by the bearer token
+    the request carried (``how``: "plain", "upper", or "escaped" as ``\\uXXXX`` in the JSON
+    text), as a proxy or a misbehaving server that echoes credentials would.
     ``json_mode=False`` answers 400 to any request with ``response_format``."""
 
     def __init__(self, script=None, default=None, json_mode=True):
@@ -48,13 +51,22 @@ class FakeChatServer:
                     else:
                         steps = server.script.get(cname)
                         step = steps.pop(0) if steps else server.default(cname)
-                self._step(step, body)
+                auth = self.headers.get("Authorization") or ""
+                self._step(step, body, auth.split(" ", 1)[-1])
 
-            def _step(self, step, body):
+            def _step(self, step, body, token=""):
                 kind = step[0]
+                if kind == "reflect":
+                    how = step[2] if len(step) > 2 else "plain"
+                    text = json.dumps(step[1])
+                    key = token.upper() if how == "upper" else token
+                    if how == "escaped":
+                        key = "".join(f"\\u{ord(c):04x}" for c in token)
+                    step = ("raw", text.replace("$KEY", key))
+                    kind = "raw"
                 if kind == "sleep":
                     time.sleep(step[1])
-                    return self._step(step[2], body)
+                    return self._step(step[2], body, token)
                 if kind == "status":
                     return self._send(step[1], step[3] if len(step) > 3 else
                                       {"error": {"message": "scripted", "type": "x"}}, step[2])

@@ -28,7 +28,8 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import print_bad_input
 from .llm import ChatClient, GenerationError, LLMConfig, _write_atomic, redact
-from .prompt import AnswerError, build_messages, few_shot_examples, normalize_attributes, prompt_hash
+from .prompt import (AnswerError, build_messages, few_shot_examples, normalize_attributes,
+                     prompt_hash)
 
 __all__ = ["read_class_file", "dataset_classnames", "generate", "main"]
 
@@ -129,7 +130,7 @@ def generate(classnames: Sequence[str], out: str, client: ChatClient, num: int, 
         per_class[name] = {"kept": len(kept), "given": len(items), "usable": len(attrs),
                            "dropped": dict(dropped), "cached": cached}
         ordered = {c: done[c] for c in classnames if c in done}
-        _write_atomic_path(out, json.dumps(ordered, indent=1, ensure_ascii=False) + "\n")
+        _write_json(out, ordered, client.cfg.api_key)
         if (i + 1) % 25 == 0:
             say(f"[attributes] {i + 1}/{len(classnames)} classes")
     short = {n: d for n, d in per_class.items() if d["kept"] < num}
@@ -140,14 +141,17 @@ def generate(classnames: Sequence[str], out: str, client: ChatClient, num: int, 
                "cached_answers": st.cached, "prompt_tokens": st.prompt_tokens,
                "completion_tokens": st.completion_tokens, "retries": dict(st.retries),
                "short": {n: d for n, d in short.items()}, "failed": failed}
-    _write_atomic_path(out + ".summary.json", json.dumps(summary, indent=1, ensure_ascii=False) + "\n")
+    _write_json(out + ".summary.json", summary, client.cfg.api_key)
     for line in summary_lines(summary):
         say(redact(line, client.cfg.api_key))
     return summary
 
 
-def _write_atomic_path(path: str, text: str) -> None:
+def _write_json(path: str, obj, secret: Optional[str]) -> None:
+    """Atomic JSON write with the key redacted: the answers are redacted already, this also
+    covers what the summary quotes of a server's errors."""
     from pathlib import Path
+    text = redact(json.dumps(obj, indent=1, ensure_ascii=False) + "\n", secret)
     _write_atomic(Path(os.path.abspath(path)), text)
 
 
@@ -201,9 +205,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-tokens", type=int, default=600)
     p.add_argument("--timeout", type=float, default=60.0, help="seconds per request")
-    p.add_argument("--max-retries", type=int, default=5, help="retries per class (rate limits, "
-                   "timeouts, server errors, bad answers)")
-    p.add_argument("--backoff", type=float, default=1.0, help="first wait in seconds (doubles)")
+    p.add_argument("--max-retries", type=int, default=5, help="retries per request, by the "
+                   "openai client (rate limits, timeouts, server errors), and per class for bad "
+                   "answers")
+    p.add_argument("--backoff", type=float, default=1.0, help="first wait in seconds after a bad "
+                   "answer (doubles)")
     p.add_argument("--no-json-mode", action="store_true", help="never send response_format")
     p.add_argument("--no-rank", action="store_true", help="keep the model's order (no CLIP)")
     p.add_argument("--resume", action="store_true", help="keep the classes already in --out")
