@@ -279,6 +279,7 @@ def _trainer(cls, path, names, selector, out):
     cfg.TRAINER.ARGTCA.SELECTOR = selector
     t = cls.__new__(cls)
     t.cfg, t.classnames, t.device, t.model = cfg, list(names), "cpu", None
+    t.check_cfg(cfg)   # ArgTCA resolves its selector here
     return t
 
 

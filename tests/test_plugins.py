@@ -75,8 +75,8 @@ def test_plugin_module_runs_on_the_demo_through_the_script(user_folder, tmp_path
 
 def test_plugin_as_a_file_path_in_select_attributes_and_bad_plugin(user_folder, tmp_path):
     path = user_folder / "my_selectors.py"
-    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo", "--plugin",
-                        str(path), "--selectors", "tca,zz_last", "--num-classes", "16",
+    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo",
+                        "--plugin", str(path), "--selectors", "tca,zz_last", "--num-classes", "16",
                         "--device", "cpu", "TRAINER.ARGTCA.EMBEDDINGS", "raw"],
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -110,7 +110,8 @@ def _distribution(site, entry_points_txt):
 def test_entry_point_group_registers_modules_and_functions(tmp_path):
     site = tmp_path / "site"
     site.mkdir()
-    _distribution(site, "[argtca.selectors]\nmod = zz_ep_pkg\nzz_ep_func = zz_ep_pkg:unregistered\n")
+    _distribution(site, "[argtca.selectors]\nmod = zz_ep_pkg\n"
+                        "zz_ep_func = zz_ep_pkg:unregistered\n")
     code = ("from argtca.registry import SELECTOR_REGISTRY as R\n"
             "import argtca.selectors\n"
             "print(R.get('zz_ep_module').__name__, R.get('zz_ep_func').__name__)")
@@ -119,8 +120,8 @@ def test_entry_point_group_registers_modules_and_functions(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["first", "unregistered"]
     # and a selector lookup in the CLI finds it with no --plugin (the side-by-side table)
-    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo", "--selectors",
-                        "tca,zz_ep_func", "--num-classes", "16", "--device", "cpu",
+    p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo",
+                        "--selectors", "tca,zz_ep_func", "--num-classes", "16", "--device", "cpu",
                         "TRAINER.ARGTCA.EMBEDDINGS", "raw"], cwd=tmp_path, env=_env(site),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -133,10 +134,75 @@ def test_broken_entry_point_is_one_error_line(tmp_path):
     site.mkdir()
     _distribution(site, "[argtca.selectors]\nbroken = zz_missing_module_xyz\n")
     p = subprocess.run([sys.executable, "-m", "argtca.run", "--dataset-config-file",
-                        "configs/datasets/demo.yaml", "--config-file", "configs/trainers/argtca.yaml",
-                        "--output-dir", str(tmp_path / "run"), *QUICK], cwd=REPO, env=_env(site),
-                       capture_output=True, text=True, timeout=600)
+                        "configs/datasets/demo.yaml", "--config-file",
+                        "configs/trainers/argtca.yaml", "--output-dir", str(tmp_path / "run"),
+                        *QUICK], cwd=REPO, env=_env(site), capture_output=True, text=True,
+                       timeout=600)
     assert p.returncode == 2
     last = p.stderr.strip().splitlines()[-1]
     assert last.startswith("error: selector entry point broken = zz_missing_module_xyz")
     assert "zz-ep-pkg" in last and "uninstall" in last
+
+
+OVERRIDE_RANDOM = textwrap.dedent('''
+    """A user's file called random.py that replaces the built-in "random" selector on purpose and
+    reads no embeddings."""
+    from argtca.registry import SELECTOR_REGISTRY
+
+    @SELECTOR_REGISTRY.register(name="random", override=True, needs_graph=False)
+    def last_ones(emb, node_class, attrs, m_prime, seed=42, **kw):
+        assert emb is None
+        ks = node_class.tolist()
+        return {k: [(i, 0.0) for i, c in enumerate(ks) if c == k][-m_prime:]
+                for k in sorted(set(ks))}
+''')
+
+
+def _run(tmp_path, plugin, selector, out):
+    opts = [o for o in QUICK if o not in ("TRAINER.ARGTCA.EMBEDDINGS", "raw")]  # gat (default)
+    return subprocess.run([sys.executable, "-m", "argtca.run", "--plugin", str(plugin),
+                           "--dataset-config-file", "configs/datasets/demo.yaml",
+                           "--config-file", "configs/trainers/argtca.yaml", "--output-dir",
+                           str(out), "TRAINER.ARGTCA.SELECTOR", selector, "VERBOSE", "True",
+                           *opts], cwd=REPO, env=_env(), capture_output=True, text=True,
+                          timeout=600)
+
+
+def test_plugin_without_embeddings_trains_no_gat_and_is_named_in_the_records(tmp_path):
+    folder = tmp_path / "my_code"
+    folder.mkdir()
+    plugin = folder / "random.py"       # the standard library's name: must not shadow it
+    plugin.write_text(OVERRIDE_RANDOM)
+    out = tmp_path / "run"
+    p = _run(tmp_path, plugin, "random", out)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert "[phase 1] trained" not in p.stdout and "stored" not in p.stdout
+    p1 = json.loads((out / "phase1.json").read_text())
+    assert p1["loss_curve"] == [] and p1["store_key"] is None and p1["attention"] == {}
+    assert p1["selected"] == _expected_last_two()
+    provider = {"name": "random", "builtin": False, "module": "_argtca_plugins.random",
+                "file": str(plugin), "needs_graph": False}
+    assert p1["selector"] == provider
+    s = json.loads((out / "summary.json").read_text())
+    assert s["selector"] == "random" and s["selector_provider"] == provider
+
+
+def test_a_plugin_answer_that_breaks_the_contract_is_one_error_line(tmp_path):
+    plugin = tmp_path / "wrong.py"
+    plugin.write_text(textwrap.dedent('''
+        from argtca.registry import SELECTOR_REGISTRY
+
+        @SELECTOR_REGISTRY.register(name="zz_wrong", needs_graph=False)
+        def other_class(emb, node_class, attrs, m_prime, seed=42, **kw):
+            ks = node_class.tolist()   # class k gets class k+1's first nodes
+            return {k: [(ks.index((k + 1) % (max(ks) + 1)) + j, 1.0) for j in range(m_prime)]
+                    for k in sorted(set(ks))}
+    '''))
+    p = _run(tmp_path, plugin, "zz_wrong", tmp_path / "run")
+    assert p.returncode == 2, p.stderr[-3000:]
+    last = p.stderr.strip().splitlines()[-1]
+    classes = list(json.loads(DEMO_ATTRS.read_text()))
+    assert last.startswith(f'error: selector "zz_wrong" (plug-in {plugin}): class '
+                           f'{classes[0]!r} (index 0), entry 0: node 10 ')
+    assert f"belongs to class {classes[1]!r} (index 1)" in last
+    assert "Traceback" not in p.stderr

@@ -135,17 +135,17 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     from argtca.attributes import load_attributes
     from argtca.graph import embed_nodes, make_nodes, picked_texts, select_nodes
-    from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, graph_identity
+    from argtca.graph.phase1 import graph_identity
     from argtca.graph.store import default_store_dir
     from argtca.attributes.files import attribute_file_for
-    from argtca.selectors import SELECTOR_REGISTRY, load_plugins
+    from argtca.selectors import load_plugins, resolve_selector
 
     load_plugins(args.plugin)
     cfg = build_cfg(args.dataset, opts)
     node = cfg.TRAINER.ARGTCA
-    selectors = [s.strip().lower() for s in args.selectors.split(",") if s.strip()]
-    for s in selectors:
-        SELECTOR_REGISTRY.get(s)  # unknown -> KeyError listing the names
+    # each name looked up once (unknown -> KeyError listing the names), as a run does
+    selectors = {s.strip().lower(): None for s in args.selectors.split(",") if s.strip()}
+    selectors = {s: resolve_selector(s) for s in selectors}
     m, m_prime = int(node.NUM_CANDIDATES), int(node.NUM_ATTRIBUTES)
     if m_prime > m:
         raise SystemExit(f"TRAINER.ARGTCA.NUM_ATTRIBUTES={m_prime} (M') exceeds "
@@ -160,7 +160,7 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         raise SystemExit(f"unknown classes {unknown}; classes are e.g. {classnames[:10]}")
 
     emb = None
-    if any(s not in NO_EMBEDDING_SELECTORS for s in selectors):
+    if any(s.needs_graph for s in selectors.values()):
         from argtca.models.clip import encode_eos_hidden, load_clip
         device = args.device or ("cuda" if cfg.USE_CUDA and torch.cuda.is_available() else "cpu")
         model, tokenizer = load_clip(cfg, device)
@@ -175,8 +175,9 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
                          identity=identity, log=lambda msg: print(msg, file=sys.stderr))
         emb = ne.emb
     selections: Dict[str, Dict[str, List[str]]] = {}
-    for s in selectors:
-        sel = select_nodes(nodes, emb, s, m_prime, seed=int(node.SELECTOR_SEED),
+    for s, selector in selectors.items():
+        sel = select_nodes(nodes, emb if selector.needs_graph else None, selector, m_prime,
+                           seed=int(node.SELECTOR_SEED),
                            weight=float(node.JOINT_WEIGHT))
         texts = picked_texts(nodes, sel)
         selections[s] = {c: texts[k] for k, c in enumerate(classnames)}

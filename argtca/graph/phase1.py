@@ -37,7 +37,6 @@ __all__ = ["NodeEmbeddings", "train_gat", "embed_nodes", "select_nodes", "run_ph
            "STORE_VERSION"]
 
 STORE_VERSION = 2
-NO_EMBEDDING_SELECTORS = ("tca", "random")  # need neither text features nor a trained graph
 H0_KIND = "CLIP text tower EOS hidden state (after ln_final, before the projection), l2-normalised"
 TextFn = Callable[[List[str]], Tensor]
 
@@ -203,7 +202,8 @@ def embed_nodes(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str = 
     the store / trained into it (see the module docstring). ``log`` gets one line saying which."""
     log = log or (lambda msg: None)
     if store_dir is None:
-        d, reused, key, path = _compute_embeddings(nodes, text_fn, cfg_node, device), False, None, None
+        d = _compute_embeddings(nodes, text_fn, cfg_node, device)
+        reused, key, path = False, None, None
     else:
         from argtca.graph.store import store_key
         payload = store_payload(nodes, cfg_node, identity)
@@ -228,14 +228,23 @@ def embed_nodes(nodes: AttributeNodes, text_fn: TextFn, cfg_node, device: str = 
                           store_key=key, store_file=path, reused=reused)
 
 
-def select_nodes(nodes: AttributeNodes, emb: Optional[Tensor], selector: str, m_prime: int,
+def _resolve(selector: Any) -> Any:
+    """A :class:`argtca.selectors.Selector` as given, or the one registered under a name."""
+    if isinstance(selector, str):
+        from argtca.selectors import resolve_selector  # imports every selector module
+        return resolve_selector(selector)
+    return selector
+
+
+def select_nodes(nodes: AttributeNodes, emb: Optional[Tensor], selector: Any, m_prime: int,
                  seed: int = 42, weight: float = 0.5) -> Dict[int, list]:
-    """Apply a registered selector (``emb`` may be None for tca/random). The selector also gets
-    ``raw`` (each class's list as given) for rules that follow the file's order."""
-    from argtca.selectors import SELECTOR_REGISTRY  # imports every selector module
-    fn = SELECTOR_REGISTRY.get(selector)
-    return fn(emb, nodes.node_class, nodes.attrs, m_prime, seed=seed, weight=weight,
-              raw=nodes.raw or None)
+    """Apply ``selector`` (an :class:`argtca.selectors.Selector`, or a registered name) and return
+    its answer checked against the selector contract. ``emb`` may be None for a selector
+    registered with ``needs_graph=False``. The selector also gets ``raw`` (each class's list as
+    given) for rules that follow the file's order."""
+    return _resolve(selector)(emb, nodes.node_class, nodes.attrs, m_prime,
+                              classnames=nodes.classnames, seed=seed, weight=weight,
+                              raw=nodes.raw or None)
 
 
 def picked_texts(nodes: AttributeNodes, sel: Mapping[int, Sequence]) -> List[List[str]]:
@@ -249,17 +258,22 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
                text_fn: TextFn, cfg_node, store_dir: Optional[str] = None,
                identity: Optional[Mapping] = None, device: str = "cpu",
                log: Optional[Callable[[str], None]] = None, source: Optional[str] = None,
-               embed: Optional[Callable[..., NodeEmbeddings]] = None) -> Dict[str, Any]:
+               embed: Optional[Callable[..., NodeEmbeddings]] = None,
+               selector: Any = None) -> Dict[str, Any]:
     """Select M' attributes per class with TRAINER.ARGTCA settings ``cfg_node``.
 
     ``attributes``: class -> its attribute list as given (the graph takes the first M_k = min(M,
     distinct) distinct ones; ``tca`` takes the first M' as given). ``text_fn``: texts -> [N, width]
-    features (CLIP's EOS hidden state); not called for ``tca`` and ``random``, which need no graph.
-    ``source``: the attribute file, named in errors. Returns a dict: ``selected`` {class: [attr]},
+    features (CLIP's EOS hidden state); not called for a selector registered with
+    ``needs_graph=False`` (``tca``, ``random``), for which no graph is built or trained.
+    ``selector``: the :class:`argtca.selectors.Selector` the caller resolved from
+    ``cfg_node.SELECTOR`` (looked up here when None). ``source``: the attribute file, named in
+    errors. Returns a dict: ``selected`` {class: [attr]},
     ``selected_by_index`` [[attr]] (robust to repeated class names), ``scores``, ``attention``
     {class: {attr: score}} ({} without a GAT), ``loss_curve``, ``classnames``, ``candidates``,
     ``short_classes`` {class: M_k}, ``settings``, ``identity``, ``store_key``, ``store_file``,
-    ``reused`` (bool; None for tca/random), ``seconds`` {"gat_train", "total"}. ``embed``:
+    ``reused`` (bool; None without a graph), ``seconds`` {"gat_train", "total"}, ``selector``
+    (name, module and file that provided it, built-in or plug-in). ``embed``:
     replaces :func:`embed_nodes` (same signature), e.g. the frozen transferred GAT of
     :mod:`argtca.graph.transfer`.
     """
@@ -268,9 +282,9 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
     _check_settings(settings)
     nodes = make_nodes(classnames, attributes, settings["NUM_CANDIDATES"],
                        min_per_class=settings["NUM_ATTRIBUTES"], source=source)
-    selector = settings["SELECTOR"]
+    selector = _resolve(settings["SELECTOR"] if selector is None else selector)
     ne = None
-    if selector not in NO_EMBEDDING_SELECTORS:
+    if selector.needs_graph:
         ne = (embed or embed_nodes)(nodes, text_fn, cfg_node, device=device, store_dir=store_dir,
                                     identity=identity, log=log)
     sel = select_nodes(nodes, None if ne is None else ne.emb, selector,
@@ -293,6 +307,7 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
                        for k, c in enumerate(classnames)},
         "short_classes": dict(nodes.short),
         "settings": settings,
+        "selector": selector.describe(),
         "identity": json.loads(json.dumps(dict(identity or {}), sort_keys=True)),
         "store_key": None if ne is None else ne.store_key,
         "store_file": None if ne is None else ne.store_file,

@@ -10,7 +10,7 @@ from argtca.registry import SELECTOR_REGISTRY
 from argtca.selectors._common import SelectorError, check_inputs, top_by_score
 
 
-@SELECTOR_REGISTRY.register(name="random")
+@SELECTOR_REGISTRY.register(name="random", needs_graph=False)
 def select_random(emb: Tensor, node_class: Tensor, attrs: List[str], m_prime: int,
                   seed: int = 42, **kw) -> Dict[int, List[Tuple[int, float]]]:
     """Class k draws one uniform key per candidate from ``numpy.random.default_rng([seed, k])``

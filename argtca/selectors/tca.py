@@ -11,7 +11,7 @@ from argtca.registry import SELECTOR_REGISTRY
 from argtca.selectors._common import SelectorError, check_inputs
 
 
-@SELECTOR_REGISTRY.register(name="tca")
+@SELECTOR_REGISTRY.register(name="tca", needs_graph=False, repeats=True)
 def select_tca(emb: Tensor, node_class: Tensor, attrs: List[str], m_prime: int, seed: int = 42,
                raw: Optional[Sequence[Sequence[str]]] = None, **kw
                ) -> Dict[int, List[tuple]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from argtca.registry import SELECTOR_REGISTRY, TRAINER_REGISTRY
+from argtca.registry import TRAINER_REGISTRY
 from argtca.utils.io import write_json
 from argtca.trainers.methods import TCA
 
@@ -16,8 +16,10 @@ class ArgTCA(TCA):
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
-        import argtca.selectors  # noqa: F401  (registration)
-        SELECTOR_REGISTRY.get(self.node.SELECTOR)  # unknown selector → error listing the names
+        from argtca.selectors import resolve_selector
+        # the one lookup of the name: Phase 1 gets this object (function, needs_graph, provider);
+        # an unknown name is an error listing the registered ones
+        self.selector_impl = resolve_selector(self.node.SELECTOR)
         m, mp = int(self.node.NUM_CANDIDATES), int(self.node.NUM_ATTRIBUTES)
         if mp > m:
             raise ValueError(f"TRAINER.ARGTCA.NUM_ATTRIBUTES={mp} (M') exceeds "
@@ -30,6 +32,10 @@ class ArgTCA(TCA):
     @property
     def display_label(self) -> str:
         return f"ArgTCA ({self.selector})"
+
+    def summary_extra(self) -> dict:
+        # a plug-in may replace a built-in name (override=True): say which code chose
+        return {"selector_provider": self.selector_impl.describe()}
 
     def input_files(self):
         """Also the vocabularies the GAT is trained on (GAT.TRAIN_ON): they change the graph."""
@@ -62,14 +68,14 @@ class ArgTCA(TCA):
                               self.cfg.MODEL.BACKBONE.NAME, self.model)
 
     def prepare(self) -> None:
-        from argtca.graph.phase1 import NO_EMBEDDING_SELECTORS, run_phase1
+        from argtca.graph.phase1 import run_phase1
         from argtca.graph.store import default_store_dir
         from argtca.models.clip import encode_eos_hidden
 
         def text_fn(texts):
             return encode_eos_hidden(self.model, self.tokenizer, texts, self.device).cpu()
 
-        needs_graph = self.selector not in NO_EMBEDDING_SELECTORS
+        needs_graph = self.selector_impl.needs_graph
         embed = None
         if needs_graph and list(self.node.GAT.get("TRAIN_ON", [])):
             from argtca.graph.transfer import make_transfer_embed, resolve_sources
@@ -80,7 +86,7 @@ class ArgTCA(TCA):
                             store_dir=default_store_dir() if needs_graph else None,
                             identity=self.graph_identity() if needs_graph else None,
                             device=str(self.device), log=lambda msg: print(msg, flush=True),
-                            source=self.attribute_file, embed=embed)
+                            source=self.attribute_file, embed=embed, selector=self.selector_impl)
         result["weights"] = str(self.cfg.MODEL.PRETRAINED)
         self.phase1 = result
         # this run's selection and the key of the stored graph it selected from

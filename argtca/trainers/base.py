@@ -195,6 +195,10 @@ class TestTimeTrainer:
     def display_label(self) -> str:
         return self.label
 
+    def summary_extra(self) -> Dict[str, object]:
+        """Method-specific entries of summary.json (ArgTCA: the selector that ran, and its file)."""
+        return {}
+
     # files given on the command line that the run reads (``--plugin`` modules): role -> path
     plugin_files: Dict[str, str] = {}
 
@@ -394,6 +398,7 @@ class TestTimeTrainer:
         }
         if timing:
             summary["timing"] = timing
+        summary.update(self.summary_extra())
         write_json(os.path.join(out_dir, "summary.json"), summary)
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
