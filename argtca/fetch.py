@@ -8,11 +8,19 @@ streamed into a temporary file next to its cache path, checked (complete, sha256
 hash is recorded, the file's structure) and only then renamed into place, so a failed download
 never leaves a half-written cache file.
 
+Every download has an overall deadline and a minimum rate (:class:`RateGuard`): a server that
+stalls or trickles (a byte every few seconds keeps a socket timeout from ever firing) stops the
+download with one line saying how far it got and how to go on, instead of hanging the run.
+
 Environment:
   ``ARGTCA_OFFLINE=1``  never touch the network; a file that is not cached is an error that says
                         which file to copy where.
   ``ARGTCA_MIRROR=URL`` fetch every file from ``URL/<name>`` instead of its sources (a local
                         ``http://`` server or a ``file:///folder`` holding the files by name).
+  ``ARGTCA_DOWNLOAD_DEADLINE=S``  seconds a download may take in all (default :data:`DEADLINE_S`;
+                        dataset downloads: :data:`DATA_DEADLINE_S`).
+  ``ARGTCA_DOWNLOAD_MIN_RATE=B``  bytes per second a download must keep up, averaged over
+                        :data:`RATE_WINDOW_S` seconds (default :data:`MIN_RATE`).
 
 Sources (pinned): TCA authors' repository rhebbalaguppe/TCA_PromptWithoutPanic at commit
 b9645fd9 (2025-06-12), folders ``TCA/Attributes`` and ``TCA/data/data_splits``; CoOp's split files
@@ -26,6 +34,7 @@ import json
 import os
 import re
 import tempfile
+import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -33,7 +42,7 @@ from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 
 __all__ = ["FetchError", "KnownFile", "KNOWN_FILES", "TCA_ATTRIBUTE_FILES", "TCA_COMMIT",
-           "downloads_dir", "cached_path", "fetch",
+           "downloads_dir", "cached_path", "fetch", "RateGuard", "SlowDownload",
            "is_offline", "sha256_of"]
 
 TCA_REPO = "rhebbalaguppe/TCA_PromptWithoutPanic"
@@ -41,11 +50,71 @@ TCA_COMMIT = "b9645fd9be8d1ba49deb773218eb3db2dcf32599"
 _TCA_RAW = f"https://raw.githubusercontent.com/{TCA_REPO}/{TCA_COMMIT}/TCA"
 _GDRIVE = "https://drive.google.com/uc?export=download&id={}"
 COOP_DATASETS_MD = "https://github.com/KaiyangZhou/CoOp/blob/main/DATASETS.md"
-TIMEOUT_S = 30.0
+TIMEOUT_S = 30.0            # per socket operation (connect, one read)
+DEADLINE_S = 600.0          # a whole download of one of these files (the largest is ~5 MB)
+DATA_DEADLINE_S = 6 * 3600.0  # a whole dataset download (python -m argtca.data download)
+MIN_RATE = 1024.0           # bytes/s, averaged over RATE_WINDOW_S
+RATE_WINDOW_S = 30.0
 
 
 class FetchError(ValueError):
     """A file could not be found, downloaded or verified: names the file and the fix."""
+
+
+class SlowDownload(Exception):
+    """A download passed its deadline or fell below its minimum rate (the message says which)."""
+
+
+def _env_float(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise FetchError(f"{name}={raw!r} is not a number; give seconds (deadline) or bytes per "
+                         f"second (minimum rate), or unset it") from None
+    if not value > 0:
+        raise FetchError(f"{name}={raw!r} must be > 0; unset it for the default")
+    return value
+
+
+class RateGuard:
+    """Deadline and minimum rate of one download: call :meth:`update` with the bytes received so
+    far (as often as convenient); it raises :class:`SlowDownload` once ``deadline`` seconds have
+    passed, or when the last ``window`` seconds brought fewer than ``min_rate * window`` bytes.
+    Defaults come from ``ARGTCA_DOWNLOAD_DEADLINE`` / ``ARGTCA_DOWNLOAD_MIN_RATE``."""
+
+    def __init__(self, deadline: Optional[float] = None, min_rate: Optional[float] = None,
+                 window: Optional[float] = None, clock: Callable[[], float] = time.monotonic):
+        self.deadline = deadline or _env_float("ARGTCA_DOWNLOAD_DEADLINE", DEADLINE_S)
+        self.min_rate = min_rate or _env_float("ARGTCA_DOWNLOAD_MIN_RATE", MIN_RATE)
+        self.window = float(window or RATE_WINDOW_S)
+        self.clock = clock
+        self.t0 = clock()
+        self.n = 0
+        self._marks = [(self.t0, 0)]          # (time, bytes) at the start of the current window
+
+    def update(self, n: int) -> None:
+        now = self.clock()
+        self.n = n
+        if now - self.t0 > self.deadline:
+            raise SlowDownload(f"not finished after {self.deadline:g} s, the deadline "
+                               f"(ARGTCA_DOWNLOAD_DEADLINE); {self._got()}")
+        t_mark, n_mark = self._marks[0]
+        if now - t_mark >= self.window:
+            if n - n_mark < self.min_rate * self.window:
+                raise SlowDownload(f"{n - n_mark} bytes in the last {now - t_mark:.0f} s, below "
+                                   f"the minimum rate of {self.min_rate:g} bytes/s "
+                                   f"(ARGTCA_DOWNLOAD_MIN_RATE); {self._got()}")
+            self._marks = [(now, n)]
+
+    def restart_window(self) -> None:
+        """Start a new rate window (a new file begins; the deadline runs on)."""
+        self._marks = [(self.clock(), self.n)]
+
+    def _got(self) -> str:
+        return f"{self.n} bytes received in {self.clock() - self.t0:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -226,21 +295,24 @@ def _urls(kf: KnownFile) -> Tuple[str, ...]:
     return kf.urls
 
 
-def _download(url: str, dest: Path, kf: KnownFile, timeout: float) -> None:
+def _download(url: str, dest: Path, kf: KnownFile, timeout: float,
+              guard: Optional[RateGuard] = None) -> None:
     """Stream ``url`` into a temporary file beside ``dest``; verify; rename into place."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
+    guard = guard or RateGuard()
     try:
-        h = hashlib.sha256()
         n = 0
         with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
             expected = resp.headers.get("Content-Length")
+            # read1: whatever has arrived (read(n) would wait for n bytes), so a trickle is seen
+            read = getattr(resp, "read1", resp.read)
             while True:
-                block = resp.read(1 << 16)
+                guard.update(n)
+                block = read(1 << 16)
                 if not block:
                     break
                 out.write(block)
-                h.update(block)
                 n += len(block)
         if expected is not None and expected.isdigit() and n != int(expected):
             raise FetchError(f"download of {kf.name} from {url} is incomplete ({n} of {expected} "
@@ -277,8 +349,12 @@ def fetch(name: str, timeout: float = TIMEOUT_S) -> Path:
             return dest
         except FetchError as e:
             errors.append(str(e))
+        except SlowDownload as e:
+            errors.append(f"{url}: too slow: {e}")
         except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
             reason = getattr(e, "reason", None) or e
             errors.append(f"{url}: {type(e).__name__}: {reason}")
-    raise FetchError(f"could not fetch {kf.name} ({'; '.join(errors)}). Offline? "
-                     + _manual_fix(kf))
+    raise FetchError(f"could not fetch {kf.name} ({'; '.join(errors)}). Offline? A slow "
+                     f"network? Run the same command again (it starts this file over; files "
+                     f"already fetched are kept), raise ARGTCA_DOWNLOAD_DEADLINE or lower "
+                     f"ARGTCA_DOWNLOAD_MIN_RATE, or " + _manual_fix(kf))

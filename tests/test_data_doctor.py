@@ -1,6 +1,7 @@
 """python -m argtca.data: the doctor on a tree with one problem of each kind, and the downloader's
 refusals and layout step (no network)."""
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -132,3 +133,41 @@ def test_torchvision_folders_are_laid_out_as_the_loader_reads(tmp_path):
     _jpg(st / "dtd" / "dtd" / "images" / "banded" / "banded_0001.jpg")
     with pytest.raises(ValueError, match="already exists"):
         place(dtd, str(st), str(root))
+
+
+def test_dataset_download_from_a_trickling_server_stops_with_the_resume_hint(tmp_path, capsys,
+                                                                          monkeypatch):
+    """torchvision's downloader has no timeout: through a server that sends a byte every 50 ms
+    it would run for hours. It stops at the minimum rate, keeps the staging folder (what was
+    verified is not fetched again) and says how to go on."""
+    import time
+
+    import torchvision.datasets as tvd
+    from argtca import fetch
+    from helpers_http import TrickleServer
+    srv = TrickleServer(size=100_000, chunk=1, every=0.05)
+    monkeypatch.delenv("ARGTCA_OFFLINE", raising=False)
+    monkeypatch.setattr(fetch, "RATE_WINDOW_S", 0.5)
+    monkeypatch.setenv("ARGTCA_DOWNLOAD_MIN_RATE", "100")
+
+    class SlowEuroSAT:                   # torchvision's own download_url, from the local server
+        def __init__(self, root, download=False):
+            from torchvision.datasets.utils import download_url
+            download_url(f"{srv.url}/EuroSAT.zip", os.path.join(root, "eurosat"))
+
+    monkeypatch.setattr(tvd, "EuroSAT", SlowEuroSAT)
+    root = tmp_path / "data"
+    t0 = time.monotonic()
+    try:
+        assert main(["download", "eurosat", "--root", str(root)]) == 2
+    finally:
+        srv.close()
+    assert time.monotonic() - t0 < 15
+    err = capsys.readouterr().err
+    assert "torchvision's EuroSAT download into" in err and "stopped" in err
+    assert "below the minimum rate of 100 bytes/s" in err
+    assert "Run the same command again to go on" in err
+    assert "/EuroSAT.zip" in srv.requests
+    assert os.path.isdir(staging_dir(str(root), resolve_dataset_class("eurosat")))
+    import socket
+    assert socket.getdefaulttimeout() is None            # restored

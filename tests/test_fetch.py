@@ -268,3 +268,79 @@ def test_split_missing_offline_keeps_the_data_root_hint(tmp_path):
     msg = str(e.value)
     assert str(tmp_path / "eurosat" / "split_zhou_EuroSAT.json") in msg
     assert "ARGTCA_OFFLINE" in msg and "DATASETS.md" in msg
+
+
+# --- a server that trickles: overall deadline and minimum rate ---------------------------------
+
+def test_rate_guard_by_hand():
+    """Clock and byte counts chosen by hand: window 10 s, minimum 100 B/s, deadline 60 s."""
+    t = [0.0]
+    g = fetch.RateGuard(deadline=60, min_rate=100, window=10, clock=lambda: t[0])
+    for now, n in ((5, 100), (10, 1000), (15, 1200), (19.9, 1999)):
+        t[0] = now
+        g.update(n)                      # window 0-10 s: 1000 B >= 100 B/s * 10 s; restarts
+    t[0] = 20.0
+    with pytest.raises(fetch.SlowDownload, match=r"999 bytes in the last 10 s, below the minimum "
+                                                 r"rate of 100 bytes/s"):
+        g.update(1999)                   # window 10-20 s: 999 B < 1000 B
+    g = fetch.RateGuard(deadline=60, min_rate=100, window=10, clock=lambda: t[0])
+    for k in range(1, 7):                # 2000 B per 10 s: never too slow
+        t[0] = 20.0 + 10 * k
+        g.update(2000 * k)
+    t[0] = 80.5
+    with pytest.raises(fetch.SlowDownload, match=r"not finished after 60 s, the deadline .* "
+                                                 r"12000 bytes received in 60 s"):
+        g.update(12000)
+    g.restart_window()                   # a new file: the rate is measured from here
+    assert g._marks == [(80.5, 12000)]
+
+
+@pytest.fixture
+def trickle(monkeypatch, online):
+    from helpers_http import TrickleServer
+    servers = []
+
+    def make(**kw):
+        srv = TrickleServer(**kw)
+        servers.append(srv)
+        monkeypatch.setenv("ARGTCA_MIRROR", srv.url)
+        return srv
+    yield make
+    for s in servers:
+        s.close()
+
+
+def test_a_trickling_server_stops_at_the_minimum_rate(monkeypatch, online, trickle):
+    import time
+    monkeypatch.setattr(fetch, "RATE_WINDOW_S", 0.5)
+    monkeypatch.setenv("ARGTCA_DOWNLOAD_MIN_RATE", "100")
+    srv = trickle(size=100_000, chunk=1, every=0.05)          # ~20 bytes/s, forever
+    t0 = time.monotonic()
+    with pytest.raises(FetchError) as e:
+        fetch.fetch("Caltech101_2_V.json")
+    assert time.monotonic() - t0 < 10
+    msg = str(e.value)
+    assert "too slow" in msg and "below the minimum rate of 100 bytes/s" in msg
+    assert "Run the same command again" in msg and "ARGTCA_DOWNLOAD_MIN_RATE" in msg
+    assert srv.requests == ["/Caltech101_2_V.json"]
+    assert _files(online) == []                                # nothing cached, no .part left
+
+
+def test_a_slow_but_steady_download_stops_at_the_deadline(monkeypatch, online, trickle):
+    import time
+    monkeypatch.setenv("ARGTCA_DOWNLOAD_DEADLINE", "1.0")
+    monkeypatch.setenv("ARGTCA_DOWNLOAD_MIN_RATE", "10")
+    trickle(size=1_000_000, chunk=200, every=0.02)           # ~10 kB/s: fast enough, too long
+    t0 = time.monotonic()
+    with pytest.raises(FetchError, match=r"not finished after 1 s, the deadline "
+                                         r"\(ARGTCA_DOWNLOAD_DEADLINE\)"):
+        fetch.fetch("split_zhou_Food101.json")
+    assert time.monotonic() - t0 < 10
+    assert _files(online) == []
+
+
+def test_bad_download_limits_are_one_clear_error(monkeypatch, online, trickle):
+    trickle()
+    monkeypatch.setenv("ARGTCA_DOWNLOAD_DEADLINE", "soon")
+    with pytest.raises(FetchError, match="ARGTCA_DOWNLOAD_DEADLINE='soon' is not a number"):
+        fetch.fetch("Caltech101_2_V.json")

@@ -1,17 +1,69 @@
 """``python -m argtca.data download``: torchvision's downloader into a staging folder under the data
 root, then the folders argtca's loader reads moved into CoOp's layout and the staging folder (with
 the archives) removed. Split files are not written into the root: they are fetched into argtca's
-cache on first use (argtca.fetch)."""
+cache on first use (argtca.fetch).
+
+torchvision's downloader reads without a timeout, so a server that stalls or trickles would hang
+the command for hours: while it runs, its HTTP downloads go through :func:`_guarded_urlretrieve`
+(socket timeout, overall deadline and minimum rate of :class:`argtca.fetch.RateGuard`;
+``ARGTCA_DOWNLOAD_DEADLINE`` default :data:`argtca.fetch.DATA_DEADLINE_S`,
+``ARGTCA_DOWNLOAD_MIN_RATE``), and other sockets (Google Drive through gdown) get the socket
+timeout. A download stopped this way says how far it got and that running it again keeps the
+archives already verified."""
 from __future__ import annotations
 
 import os
 import shutil
+import socket
+import urllib.request
+from contextlib import contextmanager
+from unittest import mock
 
 from ..datasets.base import DataError
-from ..fetch import is_offline
+from ..fetch import DATA_DEADLINE_S, TIMEOUT_S, RateGuard, SlowDownload, _env_float, is_offline
 from .sources import SOURCES, how_to_get
 
 __all__ = ["download", "place", "staging_dir"]
+
+
+def _guarded_urlretrieve(guard: RateGuard):
+    """A drop-in for torchvision's ``_urlretrieve(url, filename, chunk_size)`` that keeps the
+    guard's deadline and minimum rate (the rate window restarts with each file, so unpacking
+    between two downloads does not count as a slow download)."""
+    from torchvision.datasets.utils import USER_AGENT
+    from tqdm.auto import tqdm
+
+    def retrieve(url, filename, chunk_size: int = 1 << 15) -> None:
+        guard.restart_window()
+        req = urllib.request.Request(url, headers={"User-Agent": USER_AGENT})
+        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp, open(filename, "wb") as fh, \
+                tqdm(total=resp.length, unit="B", unit_scale=True, disable=None) as bar:
+            read = getattr(resp, "read1", resp.read)   # whatever arrived: a trickle is seen
+            n = 0
+            while True:
+                guard.update(n)
+                chunk = read(chunk_size)
+                if not chunk:
+                    break
+                fh.write(chunk)
+                n += len(chunk)
+                bar.update(len(chunk))
+    return retrieve
+
+
+@contextmanager
+def _guarded(guard: RateGuard):
+    import torchvision.datasets.utils as tvu
+    old = socket.getdefaulttimeout()
+    socket.setdefaulttimeout(TIMEOUT_S)
+    try:
+        if hasattr(tvu, "_urlretrieve"):
+            with mock.patch.object(tvu, "_urlretrieve", _guarded_urlretrieve(guard)):
+                yield
+        else:                                   # another torchvision: the socket timeout only
+            yield
+    finally:
+        socket.setdefaulttimeout(old)
 
 
 def staging_dir(root: str, cls) -> str:
@@ -52,8 +104,16 @@ def download(cls, root: str) -> str:
     import torchvision.datasets as tvd
     staging = staging_dir(root, cls)
     tv_cls = getattr(tvd, src.torchvision)
+    guard = RateGuard(deadline=_env_float("ARGTCA_DOWNLOAD_DEADLINE", DATA_DEADLINE_S))
     try:
-        tv_cls(staging, download=True)
+        with _guarded(guard):
+            tv_cls(staging, download=True)
+    except SlowDownload as e:
+        raise DataError(f"torchvision's {src.torchvision} download into {staging} stopped: {e}. "
+                        f"Run the same command again to go on (archives already downloaded and "
+                        f"verified are kept in {staging}), raise ARGTCA_DOWNLOAD_DEADLINE or "
+                        f"lower ARGTCA_DOWNLOAD_MIN_RATE, or "
+                        f"{how_to_get(cls, root, short=True)}") from None
     except Exception as e:  # network, checksum, disk: torchvision raises many kinds
         raise DataError(f"torchvision's {src.torchvision} download into {staging} failed "
                         f"({type(e).__name__}: {e}); run again (finished files are kept), or "
