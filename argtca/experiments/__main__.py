@@ -101,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "ctpt,otpt,atpt,tca)")
     tu.add_argument("--write", default=None, metavar="YAML",
                     help="where to write the chosen values (default <report-dir>/tuned.yaml)")
+    tu.add_argument("--allow-partial", action="store_true",
+                    help="choose even where some grid points failed (tuned.yaml names them)")
     return ap
 
 
@@ -148,7 +150,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             raise ExperimentError(f"tune takes one dataset, got {datasets}")
         return tune(datasets[0] if datasets else "caltech101", grid_items=a.grid,
                     tolerance=a.tolerance, split=a.split, write=a.write,
-                    methods=[m.lower() for m in _list(a.methods)], **kw)
+                    methods=[m.lower() for m in _list(a.methods)],
+                    allow_partial=a.allow_partial, **kw)
     except (ExperimentError, KeyError) as e:
         return print_bad_input(e)
 

@@ -7,6 +7,12 @@ chosen is the one of lowest ECE among those whose accuracy is within ``--toleran
 the method's best accuracy on the grid (ties: higher accuracy, then grid order). The whole grid
 goes to ``grid.md``/``grid.csv`` and the chosen values to ``tuned.yaml`` (``method: {KEY:
 value}``), which ``python -m argtca.experiments table1 --baseline-config tuned.yaml`` takes.
+
+A grid with failed runs is marked, not shrunk: a setting none of whose seeds finished is a
+"missing" row in grid.md/grid.csv, one with some seeds failed names them. Choosing from an
+incomplete grid would compare settings that were never all run (or not over the same seeds), so
+no value is chosen for such a method unless ``--allow-partial`` is given; then ``tuned.yaml``
+lists, in comments above the method, the points it was chosen without.
 """
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -93,11 +99,25 @@ class Point:
     seeds: List[int]
     within: bool = False
     chosen: bool = False
+    failed_seeds: Tuple[int, ...] = ()     # seeds of this setting whose run did not finish
+
+    @property
+    def missing(self) -> bool:
+        return not self.seeds
+
+    def gap(self) -> str:
+        """What this point lacks, for tables and tuned.yaml ("" when complete)."""
+        name = " ".join(f"{k}={v}" for k, v in self.setting)
+        seeds = " ".join(map(str, self.failed_seeds))
+        if self.missing:
+            return f"{name} (every run failed: seed {seeds})"
+        return f"{name} (seed {seeds} failed)" if self.failed_seeds else ""
 
 
 def choose(points: Sequence[Point], tolerance: float) -> Point:
     """Lowest ECE among the points whose accuracy is within ``tolerance`` of the best accuracy
     (ties: higher accuracy, then the first in grid order); marks ``within``/``chosen``."""
+    points = [p for p in points if not p.missing]
     best = max(p.acc for p in points)
     for p in points:
         p.within = p.acc >= best - tolerance - 1e-9
@@ -125,7 +145,8 @@ def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split
            f"Acc / ECE in %, mean over seeds. Rule: lowest ECE among the settings whose accuracy "
            f"is within {tolerance:g} point(s) of the method's best accuracy on the grid "
            f"(`--tolerance`). ✓ = within the tolerance, **chosen** = written to tuned.yaml, "
-           f"(default) = the value in argtca/config.py.", "",
+           f"(default) = the value in argtca/config.py, **missing** = every run of the setting "
+           f"failed, (failed: k) = seed k failed.", "",
            "| Method | Setting | Acc | ECE | Seeds | Within | |",
            "|:---|:---|---:|---:|:---|:---:|:---|"]
     for p in points:
@@ -133,9 +154,18 @@ def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split
         name = ", ".join(f"{k.split('.')[-1].lower()}={v}" for k, v in p.setting)
         if _defaults(p.setting):
             name += " (default)"
+        failed = " ".join(map(str, p.failed_seeds))
+        if p.missing:
+            out.append(f"| {p.method} | {name} | — | — | (failed: {failed}) | | **missing** |")
+            continue
+        seeds = " ".join(map(str, p.seeds)) + (f" (failed: {failed})" if failed else "")
         out.append(f"| {p.method} | {name} | {p.acc:.2f}{sd(p.acc_std)} | "
-                   f"{p.ece:.2f}{sd(p.ece_std)} | {' '.join(map(str, p.seeds))} | "
+                   f"{p.ece:.2f}{sd(p.ece_std)} | {seeds} | "
                    f"{'✓' if p.within else ''} | {'**chosen**' if p.chosen else ''} |")
+    gaps = [p.gap() for p in points if p.gap()]
+    if gaps:
+        out += ["", f"**Incomplete grid**: {len(gaps)} setting(s) lack runs: "
+                + "; ".join(gaps) + "."]
     return "\n".join(out) + "\n"
 
 
@@ -143,21 +173,28 @@ def grid_csv(points: Sequence[Point]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(["method", "setting", "accuracy", "ece", "accuracy_std", "ece_std", "seeds",
-                "within_tolerance", "chosen"])
+                "within_tolerance", "chosen", "failed_seeds"])
     for p in points:
-        w.writerow([p.method, " ".join(f"{k}={v}" for k, v in p.setting), p.acc, p.ece,
-                    "" if math.isnan(p.acc_std) else p.acc_std,
-                    "" if math.isnan(p.ece_std) else p.ece_std,
-                    " ".join(map(str, p.seeds)), int(p.within), int(p.chosen)])
+        num = lambda v: "" if math.isnan(v) else v  # noqa: E731
+        w.writerow([p.method, " ".join(f"{k}={v}" for k, v in p.setting), num(p.acc),
+                    num(p.ece), num(p.acc_std), num(p.ece_std),
+                    " ".join(map(str, p.seeds)), int(p.within), int(p.chosen),
+                    " ".join(map(str, p.failed_seeds))])
     return buf.getvalue()
 
 
-def tuned_yaml(chosen: Dict[str, Point], dataset: str, split: str, tolerance: float) -> str:
+def tuned_yaml(chosen: Dict[str, Point], dataset: str, split: str, tolerance: float,
+               gaps: Optional[Dict[str, List[str]]] = None) -> str:
     lines = [f"# Baselines' weights tuned on {dataset} ({split} split) by python -m "
              f"argtca.experiments tune", f"# rule: lowest ECE within {tolerance:g} accuracy "
              f"point(s) of the best; use: python -m argtca.experiments table1 "
              f"--baseline-config THIS_FILE"]
     for m, p in chosen.items():
+        missing = (gaps or {}).get(m)
+        if missing:
+            lines.append(f"# {m}: chosen from an INCOMPLETE grid (--allow-partial); missing "
+                         f"points:")
+            lines += [f"#   {g}" for g in missing]
         lines.append(f"{m}:")
         for k, v in p.setting:
             lines.append(f"  {k}: {value_for(k, v)}")
@@ -171,7 +208,8 @@ def _mean_std(v: List[float]) -> Tuple[float, float]:
 def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: Sequence[str] = (),
          tolerance: float = 1.0, split: str = "val", root: str = "", out_root="output",
          opts: Sequence[str] = (), plugins: Sequence[str] = (), dry_run: bool = False,
-         quiet: bool = False, report_dir=None, write=None, methods: Sequence[str] = ()) -> int:
+         quiet: bool = False, report_dir=None, write=None, methods: Sequence[str] = (),
+         allow_partial: bool = False) -> int:
     if tolerance < 0:
         raise ExperimentError(f"--tolerance {tolerance:g}: must be >= 0 (accuracy points)")
     grid = parse_grid(grid_items)
@@ -217,21 +255,32 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
     ok = {o.spec.out for o in outcomes if o.ok}
     points: List[Point] = []
     chosen: Dict[str, Point] = {}
+    gaps: Dict[str, List[str]] = {}
+    refused: List[str] = []
     for m, sets in by_method.items():
         pts = []
         for st in sets:
-            sums = [json.loads((s.out / "summary.json").read_text()) for s in where[(m, st)]
+            runs = where[(m, st)]
+            sums = [json.loads((s.out / "summary.json").read_text()) for s in runs
                     if s.out in ok]
-            if not sums:
+            failed = tuple(sorted(s.seed for s in runs if s.out not in ok))
+            if not sums:      # kept as a row: a grid never shrinks silently
+                pts.append(Point(m, st, math.nan, math.nan, math.nan, math.nan, [],
+                                 failed_seeds=failed))
                 continue
             acc, acc_sd = _mean_std([float(x["accuracy"]) for x in sums])
             ece, ece_sd = _mean_std([float(x["ece"]) for x in sums])
             pts.append(Point(m, st, acc, ece, acc_sd, ece_sd, sorted(int(x["seed"])
-                                                                     for x in sums)))
-        if pts:
-            chosen[m] = choose(pts, tolerance)
+                                                                     for x in sums),
+                             failed_seeds=failed))
+        gaps[m] = [p.gap() for p in pts if p.gap()]
+        if any(not p.missing for p in pts):
+            if gaps[m] and not allow_partial:
+                refused.append(m)
+            else:
+                chosen[m] = choose(pts, tolerance)
         points += pts
-    if not points:
+    if all(p.missing for p in points):
         print("[tune] error: no run finished, nothing to choose from", file=sys.stderr)
         return 1
     rep = Path(report_dir) if report_dir else out_root / "report" / f"tune_{dataset}_{split}"
@@ -239,10 +288,22 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
     md = grid_markdown(points, tolerance, dataset, split)
     (rep / "grid.md").write_text(md)
     (rep / "grid.csv").write_text(grid_csv(points))
-    target = Path(write) if write else rep / "tuned.yaml"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(tuned_yaml(chosen, dataset, split, tolerance))
     print(md)
-    print(target.read_text())
-    print(f"[tune] wrote: {rep / 'grid.md'}, {rep / 'grid.csv'}, {target}")
+    written = [rep / "grid.md", rep / "grid.csv"]
+    target = Path(write) if write else rep / "tuned.yaml"
+    if refused:
+        shown = "; ".join(f"{m}: {', '.join(gaps[m])}" for m in refused)
+        print(f"[tune] error: the grid is incomplete for {', '.join(refused)} ({shown}); no "
+              f"value is chosen from it. Run the same command again (finished runs are only "
+              f"re-read) or pass --allow-partial to choose among the settings that finished",
+              file=sys.stderr)
+    if chosen:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(tuned_yaml(chosen, dataset, split, tolerance, gaps))
+        print(target.read_text())
+        written.append(target)
+    elif target.is_file():   # an older choice must not pass for this grid's
+        print(f"[tune] note: {target} is from an earlier tune and was not rewritten: nothing "
+              f"was chosen this time", file=sys.stderr)
+    print(f"[tune] wrote: {', '.join(map(str, written))}")
     return 0 if len(ok) == len(outcomes) else 1
