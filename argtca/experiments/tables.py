@@ -208,9 +208,18 @@ def sweep(datasets: Sequence[str] = (), selectors: Sequence[str] = ("div", "disc
     specs = plan_sweep(pres, selectors, seeds, out_root, opts, alphas, betas, fixed_alpha,
                        fixed_beta)
     outcomes = [] if dry_run else execute(specs, root, plugins, "sweep", quiet)
+    failed = [(o.spec.dataset, o.spec.method, o.spec.selector,
+               float(value_of(o.spec.overrides, "TRAINER.ARGTCA.ALPHA")),
+               float(value_of(o.spec.overrides, "TRAINER.ARGTCA.BETA")))
+              for o in outcomes if not o.ok]     # marked in the report, not left out
     return _finish(outcomes, "sweep", lambda done: make_sweep_report(
-        done, report_dir, force=force, default_parent=out_root / "report", prefix="sweep"),
-        dry_run, specs)
+        done, report_dir, force=force, default_parent=out_root / "report", prefix="sweep",
+        missing=failed), dry_run, specs)
+
+
+def value_of(overrides: Sequence[str], key: str) -> str:
+    """The value of the last ``key`` in a KEY VALUE override list."""
+    return [overrides[i + 1] for i in range(0, len(overrides) - 1, 2) if overrides[i] == key][-1]
 
 
 # ----------------------------------------------------------------------------- Table 3

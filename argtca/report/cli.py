@@ -238,7 +238,8 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
 
 
 def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
-                      default_parent=None, prefix: str = "sweep") -> Dict[str, Path]:
+                      default_parent=None, prefix: str = "sweep",
+                      missing: Sequence[tuple] = ()) -> Dict[str, Path]:
     """Sensitivity plots: ECE/accuracy against α (``sweep_alpha.png``) and β
     (``sweep_beta.png``) from the runs' TRAINER.ARGTCA.ALPHA/BETA overrides, plus sweep.md."""
     from argtca.report import plots
@@ -247,7 +248,8 @@ def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
     runs = find_runs(paths, problems)
     out = Path(out_dir) if out_dir is not None else default_report_dir(
         runs, "sweep", default_parent, prefix)
-    both = {sym: sweep_points(runs, param) for param, sym in (("ALPHA", "α"), ("BETA", "β"))}
+    both = {sym: sweep_points(runs, param, missing)   # missing: failed points (sweep_points)
+            for param, sym in (("ALPHA", "α"), ("BETA", "β"))}
     if not any(both.values()):
         raise ReportError(f"no tca/argtca runs under {', '.join(map(str, paths))}; "
                           "run scripts/sweep.sh first")

@@ -15,7 +15,7 @@ def _trainer_node(method: str) -> Optional[str]:
     return {"argtca": "ARGTCA", "tca": "TCA"}.get(method)
 
 
-def sweep_points(runs: Sequence[Run], param: str
+def sweep_points(runs: Sequence[Run], param: str, missing: Sequence[tuple] = ()
                  ) -> Dict[str, Dict[str, Dict[str, np.ndarray]]]:
     """ECE/accuracy against ``param`` ("ALPHA" or "BETA") for the tca/argtca runs, as
     ``{dataset: {line label: {"x", "ece", "ece_std", "acc", "acc_std", "n_seeds"}}}``.
@@ -24,7 +24,12 @@ def sweep_points(runs: Sequence[Run], param: str
     differ in any other key are separate lines, named by the keys). The other parameter is held
     at the value that has the most distinct ``param`` values in that line (ties: the config
     default), and the line label says which (e.g. ``ArgTCA (div) (β=35)``). Seeds are averaged
-    (std over seeds when more than one)."""
+    (std over seeds when more than one).
+
+    ``missing``: planned points whose run failed, ``(dataset key, method, selector, alpha,
+    beta)``. A line keeps them as x values with NaN numbers (a gap in the plot, "failed" in
+    sweep.md), ``"missing"`` marks them, and the line's label names them, so a failed point is
+    never silently left out of a line."""
     other = {"ALPHA": "BETA", "BETA": "ALPHA"}[param]
     sym = {"ALPHA": "α", "BETA": "β"}[other]
     groups: Dict[Tuple[str, str], List[Run]] = {}
@@ -60,6 +65,11 @@ def sweep_points(runs: Sequence[Run], param: str
         default_other = config_default(ok)
         fixed = max(by_other, key=lambda o: (len(by_other[o]), o == default_other, -o))
         pts = by_other[fixed]
+        r0 = rs[0]
+        lost = sorted({float(p[3] if param == "ALPHA" else p[4]) for p in missing
+                       if (p[0], p[1], p[2]) == (r0.dataset_key, r0.method, r0.selector)
+                       and float(p[4] if param == "ALPHA" else p[3]) == fixed}
+                      - set(pts))
         xs = sorted(pts)
         cells = []
         for x in xs:
@@ -70,19 +80,26 @@ def sweep_points(runs: Sequence[Run], param: str
                                           seen[r.seed], r)
                 seen.setdefault(r.seed, r)
             cells.append(Cell(lab, ds, ds, list(seen.values())))
-        out.setdefault(ds, {})[f"{lab} ({sym}={fixed:g})"] = {
-            "x": np.asarray(xs, dtype=float),
-            "ece": np.asarray([c.mean("ece") for c in cells]),
-            "ece_std": np.asarray([c.std("ece") for c in cells]),
-            "acc": np.asarray([c.mean("accuracy") for c in cells]),
-            "acc_std": np.asarray([c.std("accuracy") for c in cells]),
-            "n_seeds": np.asarray([len(c.runs) for c in cells]),
+        psym = {"ALPHA": "α", "BETA": "β"}[param]
+        gone = (" (missing: " + ", ".join(f"{psym}={x:g}" for x in lost) + ")") if lost else ""
+        nan = [np.nan] * len(lost)
+        order = np.argsort(np.asarray(xs + lost, dtype=float), kind="stable")
+        col = lambda v: np.asarray(v, dtype=float)[order]  # noqa: E731
+        out.setdefault(ds, {})[f"{lab} ({sym}={fixed:g}){gone}"] = {
+            "x": col(xs + lost),
+            "ece": col([c.mean("ece") for c in cells] + nan),
+            "ece_std": col([c.std("ece") for c in cells] + nan),
+            "acc": col([c.mean("accuracy") for c in cells] + nan),
+            "acc_std": col([c.std("accuracy") for c in cells] + nan),
+            "n_seeds": col([len(c.runs) for c in cells] + [0] * len(lost)).astype(int),
+            "missing": col([0] * len(xs) + [1] * len(lost)).astype(bool),
         }
     return out
 
 
 def _sweep_markdown(by_param: Dict[str, Dict[str, Dict[str, Dict[str, np.ndarray]]]]) -> str:
-    out = ["# Sensitivity", "", "Cells: accuracy / ECE (%); [k] = mean over k seeds.", ""]
+    out = ["# Sensitivity", "", "Cells: accuracy / ECE (%); [k] = mean over k seeds; **failed** "
+           "= the point was run and failed (a gap in the plot).", ""]
     for sym, per_ds in by_param.items():
         out += [f"## {sym}", ""]
         if not per_ds:
@@ -101,6 +118,9 @@ def _sweep_markdown(by_param: Dict[str, Dict[str, Dict[str, Dict[str, np.ndarray
                         row.append(MISSING)
                         continue
                     i = hit[0]
+                    if "missing" in s and s["missing"][i]:
+                        row.append("**failed**")
+                        continue
                     ns = int(s["n_seeds"][i])
                     row.append(f"{s['acc'][i]:.2f} / {s['ece'][i]:.2f}"
                                + (f" [{ns}]" if ns > 1 else ""))
