@@ -238,3 +238,14 @@ def test_cli_run_rebuilds_a_damaged_stored_graph(data, tmp_path, monkeypatch, ca
     second = json.loads((tmp_path / "b" / "phase1.json").read_text())
     assert second["reused"] is False
     assert second["selected_by_index"] == first["selected_by_index"]
+
+
+def test_content_hash_covers_tensors_nested_in_dicts_and_lists():
+    """An entry may nest tensors (a graph trained on other vocabularies): they are hashed by their
+    bytes, so one changed value changes the hash, and JSON never sees a tensor."""
+    from argtca.graph.store import content_sha256
+    a = {"h": torch.ones(2), "transfer": {"emb": [torch.zeros(3), torch.ones(1)], "names": ["a"]}}
+    b = {"h": torch.ones(2), "transfer": {"emb": [torch.tensor([0.0, 0.0, 1.0]), torch.ones(1)],
+                                          "names": ["a"]}}
+    assert content_sha256(a) == content_sha256({**a, "meta": {"x": 1}})
+    assert content_sha256(a) != content_sha256(b)

@@ -56,16 +56,35 @@ def store_key(payload: Dict[str, Any], label: str = "graph") -> str:
 
 def content_sha256(data: Dict[str, Any]) -> str:
     """sha256 over every stored value but ``meta``, in key order: a tensor by its name, dtype,
-    shape and bytes, anything else (lists, numbers, None) by its canonical JSON."""
+    shape and bytes, a dict / list / tuple that holds tensors item by item (a transferred graph's
+    entry nests them), anything else (lists, numbers, None) by its canonical JSON."""
     h = hashlib.sha256()
-    for name in sorted(k for k in data if k != "meta"):
-        v = data[name]
+
+    def holds_tensor(v: Any) -> bool:
+        if isinstance(v, torch.Tensor):
+            return True
+        if isinstance(v, dict):
+            return any(holds_tensor(x) for x in v.values())
+        return isinstance(v, (list, tuple)) and any(holds_tensor(x) for x in v)
+
+    def feed(name: str, v: Any) -> None:
         if isinstance(v, torch.Tensor):
             t = v.detach().to("cpu").contiguous()
             h.update(f"{name}|tensor|{t.dtype}|{tuple(t.shape)}|".encode())
             h.update(t.reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(v, dict) and holds_tensor(v):
+            h.update(f"{name}|dict|{len(v)}|".encode())
+            for k in sorted(v, key=str):
+                feed(f"{name}.{k}", v[k])
+        elif isinstance(v, (list, tuple)) and holds_tensor(v):
+            h.update(f"{name}|{type(v).__name__}|{len(v)}|".encode())
+            for i, item in enumerate(v):
+                feed(f"{name}[{i}]", item)
         else:
             h.update(f"{name}|json|{canonical_json(v)}|".encode())
+
+    for name in sorted(k for k in data if k != "meta"):
+        feed(name, data[name])
     return h.hexdigest()
 
 
