@@ -87,7 +87,7 @@ def print_table(res: Dict[str, object]) -> None:
 
 
 def main(argv=None) -> int:
-    args = parse_args(argv)
+    args = parse_args(argv, description=__doc__)
     torch.manual_seed(0)
     dev = torch.device(args.device)
     if dev.type == "cuda":

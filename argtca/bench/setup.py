@@ -228,8 +228,8 @@ def warmup(setup: Setup, kinds=("reference", "fast"), **engine_kw) -> None:
 # ------------------------------------------------------------------------------ main
 
 
-def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="python -m argtca.bench", description=__doc__,
+def parse_args(argv=None, description: str = ""):
+    p = argparse.ArgumentParser(prog="python -m argtca.bench", description=description or None,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="bench.json", help="JSON file for all results")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
