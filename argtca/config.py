@@ -226,6 +226,7 @@ _C.TRAINER.ARGTCA.GAT.HEADS = 4
 _C.TRAINER.ARGTCA.GAT.HIDDEN = 512     # concatenated width (heads x per-head channels: 4 x 128)
 _C.TRAINER.ARGTCA.GAT.DROPOUT = 0.1    # attention dropout
 _C.TRAINER.ARGTCA.GAT.SELF_LOOPS = True  # GATConv add_self_loops (standard GAT; paper silent)
+_C.TRAINER.ARGTCA.GAT.BIAS = False     # a trained bias per GAT layer: Eq. 6 / App. B have none
 _C.TRAINER.ARGTCA.GAT.EPOCHS = 100
 _C.TRAINER.ARGTCA.GAT.LR = 1e-3
 _C.TRAINER.ARGTCA.GAT.TAU = 0.07

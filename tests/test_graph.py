@@ -90,25 +90,34 @@ def test_residual_identity_init():
     assert torch.equal(AttributeGAT(8, hidden=4, heads=2).res(x), x[:, :4])
 
 
-@pytest.mark.parametrize("sparse", [True, False])
-def test_zero_edge_gat_is_a_per_node_map(sparse):
+def layer_bias(conv):
+    """The layer's trained bias (GAT.BIAS True), or 0: Eq. 6 has none (the default)."""
+    return 0.0 if conv.bias is None else conv.bias
+
+
+@pytest.mark.parametrize("sparse,bias", [(True, False), (False, False), (True, True),
+                                         (False, True)])
+def test_zero_edge_gat_is_a_per_node_map(sparse, bias):
     torch.manual_seed(0)
-    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.3, proj_dim=5, sparse=sparse).eval()
+    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.3, proj_dim=5, sparse=sparse,
+                         bias=bias).eval()
     with torch.no_grad():  # make the residual non-trivial
         model.res.weight.add_(0.1 * torch.randn_like(model.res.weight))
-        model.conv1.bias.normal_()
-        model.conv2.bias.normal_()
+        if bias:
+            model.conv1.bias.normal_()
+            model.conv2.bias.normal_()
+    b1, b2 = layer_bias(model.conv1), layer_bias(model.conv2)
     x = torch.randn(4, 6)
     empty = torch.zeros(2, 0, dtype=torch.long)
     out = model(x, empty)
-    # each GATConv alone: only the self-loop, attention 1, so lin(x) + bias
+    # each GATConv alone: only the self-loop, attention 1, so lin(x) (+ bias)
     c1 = model.conv1(x, empty, return_attention_weights=True)
-    assert torch.allclose(c1[0], x @ model.conv1.lin.weight.T + model.conv1.bias, atol=1e-6)
+    assert torch.allclose(c1[0], x @ model.conv1.lin.weight.T + b1, atol=1e-6)
     assert torch.equal(c1[1][1], torch.ones(4, 2))
     for i in range(4):  # explicit computation, one node at a time
         xi = x[i]
-        a = F.elu(model.conv1.lin.weight @ xi + model.conv1.bias)
-        g = F.elu(model.conv2.lin.weight @ a + model.conv2.bias) + model.res.weight @ xi
+        a = F.elu(model.conv1.lin.weight @ xi + b1)
+        g = F.elu(model.conv2.lin.weight @ a + b2) + model.res.weight @ xi
         h = g / g.norm()
         z = model.head[2].weight @ F.gelu(model.head[0].weight @ h + model.head[0].bias)
         assert torch.allclose(out.h[i], h, atol=1e-6)
@@ -118,7 +127,7 @@ def test_zero_edge_gat_is_a_per_node_map(sparse):
 def appendix_forward(model, x, edges):
     """The appendix's equations written out with loops, from the model's parameters only:
     per layer, per target node i and head k, attention over N(i) + {i} (edges j -> i),
-    LeakyReLU(0.2) scores, softmax, weighted sum, heads concatenated + bias, ELU; then
+    LeakyReLU(0.2) scores, softmax, weighted sum, heads concatenated (+ bias), ELU; then
     h^L = normalize(h^(2) + W_res h^(0))."""
     n = x.shape[0]
     nbrs = {i: [i] + [int(j) for j, t in edges.T.tolist() if t == i and j != i] for i in range(n)}
@@ -136,22 +145,24 @@ def appendix_forward(model, x, edges):
                                  for j in nbrs[i]])
                 alpha = torch.exp(e - e.max()) / torch.exp(e - e.max()).sum()
                 parts.append(sum(alpha[q] * wh[j, k] for q, j in enumerate(nbrs[i])))
-            rows.append(F.elu(torch.cat(parts) + conv.bias))
+            rows.append(F.elu(torch.cat(parts) + layer_bias(conv)))
         h = torch.stack(rows)
     g = h + x @ model.res.weight.T
     return g / g.norm(dim=1, keepdim=True)
 
 
-@pytest.mark.parametrize("sparse", [True, False])
-def test_h_L_equals_the_appendix_equations(sparse):
+@pytest.mark.parametrize("sparse,bias", [(True, False), (False, False), (True, True),
+                                         (False, True)])
+def test_h_L_equals_the_appendix_equations(sparse, bias):
     nodes, cls, attrs = hand_graph()
     edges = build_graph(cls, attrs, "full")
     torch.manual_seed(3)
-    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.5, sparse=sparse).eval()
+    model = AttributeGAT(6, hidden=8, heads=2, dropout=0.5, sparse=sparse, bias=bias).eval()
     with torch.no_grad():  # non-trivial residual and biases
         model.res.weight.add_(0.3 * torch.randn_like(model.res.weight))
-        model.conv1.bias.normal_()
-        model.conv2.bias.normal_()
+        if bias:
+            model.conv1.bias.normal_()
+            model.conv2.bias.normal_()
     x = torch.randn(nodes.num_nodes, 6)
     with torch.no_grad():
         got = model(x, edges).h
@@ -272,6 +283,10 @@ def test_training_is_seeded_reduces_loss_and_keeps_global_rng():
     assert c3 != c1
     _, c4 = train_gat(h0, ei, cls, gat_cfg(LOSS_ON="z"))
     assert c4 != c1
+    # GAT.BIAS: none by default (Eq. 6); True trains one per layer, as earlier builds did
+    m5, c5 = train_gat(h0, ei, cls, gat_cfg(BIAS=True))
+    assert m1.conv1.bias is None and m1.conv2.bias is None
+    assert m5.conv1.bias.shape == (16,) and m5.conv2.bias.abs().sum() > 0 and c5 != c1
     # the default loss is SupCon on h^L (Eq. 7): the first epoch's loss recomputed by hand
     g = gat_cfg()
     assert get_cfg_default().TRAINER.ARGTCA.GAT.LOSS_ON == "h"
@@ -280,6 +295,58 @@ def test_training_is_seeded_reduces_loss_and_keeps_global_rng():
         model = AttributeGAT(10, hidden=int(g.HIDDEN), heads=int(g.HEADS),
                              dropout=float(g.DROPOUT)).train()
         out = model(h0, ei)
-    assert math.isclose(float(supcon_loss(out.h, cls, tau=float(g.TAU)).detach()), c1[0], rel_tol=1e-6)
+    assert math.isclose(float(supcon_loss(out.h, cls, tau=float(g.TAU)).detach()), c1[0],
+                        rel_tol=1e-6)
     assert not math.isclose(float(supcon_loss(out.z, cls, tau=float(g.TAU)).detach()), c1[0],
                             rel_tol=1e-3)
+
+
+def eq6_dense(x, adj, layers, w_res):
+    """Eq. 6 / Appendix B as dense matrices, no bias: per layer and head k,
+    e_ij = LeakyReLU_0.2(a_src_k . W_k h_j + a_dst_k . W_k h_i) over j in N(i) + {i} (adj[i, j]),
+    alpha = row softmax, h_i' = ELU(||_k sum_j alpha_ij W_k h_j); then normalize(h + W_res x)."""
+    h = x
+    for w, a_src, a_dst in layers:              # w [H*C, in], a_src/a_dst [H, C]
+        heads, ch = a_src.shape
+        wh = (h @ w.T).view(-1, heads, ch)      # [N, H, C]
+        s_src = (wh * a_src).sum(-1)            # [N, H]: a_src . W h_j
+        s_dst = (wh * a_dst).sum(-1)            # [N, H]: a_dst . W h_i
+        e = F.leaky_relu(s_dst[:, None, :] + s_src[None, :, :], 0.2)   # [i, j, H]
+        e = e.masked_fill(~adj[:, :, None], float("-inf"))
+        alpha = torch.softmax(e, dim=1)
+        h = F.elu(torch.einsum("ijk,jkc->ikc", alpha, wh).reshape(h.shape[0], heads * ch))
+    g = h + x @ w_res.T
+    return g / g.norm(dim=1, keepdim=True)
+
+
+@pytest.mark.parametrize("sparse", [True, False])
+def test_default_gat_has_no_bias_and_is_eq6_recomputed_by_hand(sparse):
+    """GAT.BIAS False (the default, as the paper): no bias parameter in either layer, and the
+    forward is Eq. 6 recomputed densely on a 4-node graph with hand-set weights."""
+    assert get_cfg_default().TRAINER.ARGTCA.GAT.BIAS is False
+    model = AttributeGAT(3, hidden=4, heads=2, dropout=0.0, sparse=sparse).eval()
+    for conv in (model.conv1, model.conv2):
+        assert conv.bias is None and not [n for n, _ in conv.named_parameters() if "bias" in n]
+    assert AttributeGAT(3, hidden=4, heads=2, bias=True).conv1.bias.shape == (4,)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for conv in (model.conv1, model.conv2):
+            conv.lin.weight.copy_(torch.randn(conv.lin.weight.shape, generator=g))
+            conv.att_src.copy_(torch.randn(conv.att_src.shape, generator=g))
+            conv.att_dst.copy_(torch.randn(conv.att_dst.shape, generator=g))
+        model.res.weight.add_(0.5 * torch.randn(model.res.weight.shape, generator=g))
+    x = torch.tensor([[1.0, 0.0, -1.0], [0.5, 2.0, 0.0], [-1.0, 1.0, 1.0], [0.0, -0.5, 0.5]])
+    edges = torch.tensor([[0, 2, 1, 3, 1], [1, 1, 0, 2, 3]])     # j -> i: source, target
+    adj = torch.eye(4, dtype=torch.bool)
+    adj[edges[1], edges[0]] = True                                # adj[i, j]: j in N(i) + {i}
+    layers = [(c.lin.weight, c.att_src[0], c.att_dst[0]) for c in (model.conv1, model.conv2)]
+    with torch.no_grad():
+        got = model(x, edges).h
+        want = eq6_dense(x, adj, layers, model.res.weight)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    # a bias of 0.5 in layer 1 moves the result (so the comparison can fail)
+    biased = AttributeGAT(3, hidden=4, heads=2, dropout=0.0, sparse=sparse, bias=True).eval()
+    biased.load_state_dict({**model.state_dict(), "conv1.bias": torch.full((4,), 0.5),
+                            "conv2.bias": torch.zeros(4)})
+    with torch.no_grad():
+        assert not torch.allclose(biased(x, edges).h, want, atol=1e-3)

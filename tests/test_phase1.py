@@ -98,11 +98,13 @@ def test_store_key_covers_the_graph_not_the_selection(tmp_path):
                         ({"GAT.EPOCHS": 6}, {"dataset": "toy"}),
                         ({"NUM_CANDIDATES": 3}, {"dataset": "toy"}),
                         ({"EMBEDDINGS": "raw"}, {"dataset": "toy"}),
-                        ({"GAT.SELF_LOOPS": False}, {"dataset": "toy"})):
+                        ({"GAT.SELF_LOOPS": False}, {"dataset": "toy"}),
+                        ({"GAT.BIAS": True}, {"dataset": "toy"})):
         r = run_phase1(CLASSES, ATTRS, fn, node(**over), str(tmp_path), ident)
         assert r["reused"] is False and r["store_key"] not in keys
         keys.add(r["store_key"])
-    assert fn.calls == 9
+    assert fn.calls == 10
+    assert first["settings"]["GAT"]["BIAS"] is False and r["settings"]["GAT"]["BIAS"] is True
     # other class names (same file): a new key
     r = run_phase1(["cat", "dog"], ATTRS, fn, node(), str(tmp_path), {"dataset": "toy"})
     assert r["reused"] is False and r["store_key"] not in keys

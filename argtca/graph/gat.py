@@ -2,7 +2,7 @@
 
 The appendix's update, applied at EVERY layer l = 0, 1 (heads concatenated, then ELU)::
 
-    h_i^(l+1) = ELU( ||_{k=1..H}  sum_{j in N(i) + {i}}  alpha_ij^(l,k) W^(l,k) h_j^(l) + b^(l) )
+    h_i^(l+1) = ELU( ||_{k=1..H}  sum_{j in N(i) + {i}}  alpha_ij^(l,k) W^(l,k) h_j^(l) )
     alpha_ij^(l,k) = softmax_j( LeakyReLU_0.2( a_src^(l,k) . W^(l,k) h_j^(l)
                                                + a_dst^(l,k) . W^(l,k) h_i^(l) ) )
 
@@ -11,7 +11,9 @@ head z = W2 GELU(W1 h^L + b1) (used by the loss only with GAT.LOSS_ON z).
 
 Both GATConv layers have ``heads`` heads concatenated to ``hidden`` channels (``hidden // heads``
 each), attention dropout ``dropout`` and PyG's own ``add_self_loops`` (``self_loops``, default True:
-N(i) + {i} as in the GAT paper; GAT.SELF_LOOPS). ``W_res`` (no bias) is
+N(i) + {i} as in the GAT paper; GAT.SELF_LOOPS). Eq. 6 and Appendix B add no bias, so by default
+the layers have none; ``bias=True`` (GAT.BIAS, PyG's default) adds a trained b^(l) inside the ELU,
+as earlier builds did. ``W_res`` (no bias) is
 initialised to the identity on h0 (on the leading ``min(in_dim, hidden)`` block when the widths
 differ). The projection head maps ``hidden -> hidden -> proj_dim`` (SupCon's 128 by default).
 
@@ -110,16 +112,17 @@ class SparseGATConv(GATConv):
 
 class AttributeGAT(nn.Module):
     def __init__(self, in_dim: int, hidden: int = 512, heads: int = 4, dropout: float = 0.1,
-                 proj_dim: int = 128, sparse: bool = True, self_loops: bool = True):
+                 proj_dim: int = 128, sparse: bool = True, self_loops: bool = True,
+                 bias: bool = False):
         super().__init__()
         if hidden % heads:
             raise ValueError(f"GAT.HIDDEN={hidden} must be divisible by GAT.HEADS={heads}")
         per_head = hidden // heads
         conv = SparseGATConv if sparse else GATConv
         self.conv1 = conv(in_dim, per_head, heads=heads, concat=True, dropout=dropout,
-                          add_self_loops=bool(self_loops))
+                          add_self_loops=bool(self_loops), bias=bool(bias))
         self.conv2 = conv(hidden, per_head, heads=heads, concat=True, dropout=dropout,
-                          add_self_loops=bool(self_loops))
+                          add_self_loops=bool(self_loops), bias=bool(bias))
         self.res = nn.Linear(in_dim, hidden, bias=False)
         with torch.no_grad():
             self.res.weight.zero_()

@@ -64,7 +64,8 @@ def graph_settings(cfg_node) -> Dict[str, Any]:
         s["GAT"] = {"HEADS": int(g.HEADS), "HIDDEN": int(g.HIDDEN), "DROPOUT": float(g.DROPOUT),
                     "EPOCHS": int(g.EPOCHS), "LR": float(g.LR), "TAU": float(g.TAU),
                     "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED),
-                    "SELF_LOOPS": bool(g.get("SELF_LOOPS", True))}
+                    "SELF_LOOPS": bool(g.get("SELF_LOOPS", True)),
+                    "BIAS": bool(g.get("BIAS", False))}
     return s
 
 
@@ -85,7 +86,7 @@ def phase1_settings(cfg_node) -> Dict[str, Any]:
         "GAT": {"HEADS": int(g.HEADS), "HIDDEN": int(g.HIDDEN), "DROPOUT": float(g.DROPOUT),
                 "EPOCHS": int(g.EPOCHS), "LR": float(g.LR), "TAU": float(g.TAU),
                 "LOSS_ON": str(g.LOSS_ON).lower(), "SEED": int(g.SEED),
-                "SELF_LOOPS": bool(g.get("SELF_LOOPS", True))},
+                "SELF_LOOPS": bool(g.get("SELF_LOOPS", True)), "BIAS": bool(g.get("BIAS", False))},
     }
 
 
@@ -118,7 +119,8 @@ def train_gat(h0: Tensor, edge_index: Tensor, node_class: Tensor, gat_cfg,
         torch.manual_seed(int(gat_cfg.SEED))
         model = AttributeGAT(x.shape[1], hidden=int(gat_cfg.HIDDEN), heads=int(gat_cfg.HEADS),
                              dropout=float(gat_cfg.DROPOUT),
-                             self_loops=bool(gat_cfg.get("SELF_LOOPS", True))).to(dev)
+                             self_loops=bool(gat_cfg.get("SELF_LOOPS", True)),
+                             bias=bool(gat_cfg.get("BIAS", False))).to(dev)
         opt = torch.optim.Adam(model.parameters(), lr=float(gat_cfg.LR))
         on_z = str(gat_cfg.LOSS_ON).lower() == "z"
         model.train()

@@ -154,7 +154,8 @@ def trained_gat(train_nodes: AttributeNodes, text_fn, cfg_node, device: str, sto
         d, reused = store.get_or_compute(key, payload, compute, log=log)
     g = cfg_node.GAT
     model = AttributeGAT(int(d["in_dim"]), hidden=int(g.HIDDEN), heads=int(g.HEADS),
-                         dropout=float(g.DROPOUT), self_loops=bool(g.get("SELF_LOOPS", True)))
+                         dropout=float(g.DROPOUT), self_loops=bool(g.get("SELF_LOOPS", True)),
+                         bias=bool(g.get("BIAS", False)))
     model.load_state_dict(d["state"])
     model.to(device).eval()
     if reused:
