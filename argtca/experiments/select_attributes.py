@@ -98,6 +98,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     """Bad input (unknown dataset, class, selector or key; a broken attribute file or checkpoint)
     is one ``error:`` line and exit 2, as for ``python -m argtca.run``; ARGTCA_DEBUG=1 shows the
     traceback."""
+    from argtca.utils.console import quiet_third_party_warnings
+    quiet_third_party_warnings()
     try:
         return _main(argv)
     except SystemExit as e:

@@ -95,3 +95,6 @@ class ArgTCA(TCA):
         if self.cfg.VERBOSE:
             for c in self.classnames[:5]:
                 print(f"[phase 1] {self.selector}: {c}: {', '.join(self.attributes[c])}")
+            if len(self.classnames) > 5:
+                print(f"[phase 1] {self.selector}: ({len(self.classnames) - 5} more in "
+                      f"phase1.json)")
