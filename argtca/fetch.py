@@ -145,17 +145,22 @@ def _split(name: str, sha: Optional[str], gdrive: str) -> KnownFile:
 # in TCA's copy). Food101/SUN397 splits are not in TCA's copy (over 4 MiB) and ImageNet's
 # classnames.txt only on Google Drive: no hash is recorded for those; their structure is checked.
 _FILES = [
-    _attr("Caltech101_2_V.json", "9980ec1cddc414c45c0145cc5ad4bdd4e05ca8c65d9da67cb67ba3299d557f68"),
+    _attr("Caltech101_2_V.json",
+          "9980ec1cddc414c45c0145cc5ad4bdd4e05ca8c65d9da67cb67ba3299d557f68"),
     _attr("DescribableTextures_2_V.json",
           "4a6741ad080680320d31a8e59a7844448e076203b8884d73881a7729dc6fda9d"),
     _attr("EuroSAT_2_V.json", "4a99e788e38d3d7427ff7514f331663b3059010714d795b814e2dd6087591d1a"),
-    _attr("FGVCAircraft_2_V.json", "323f46fe5e4d6432666576e97fb58a623c648e31c14abbac92ac2e61df1ea32d"),
+    _attr("FGVCAircraft_2_V.json",
+          "323f46fe5e4d6432666576e97fb58a623c648e31c14abbac92ac2e61df1ea32d"),
     _attr("Food101_2_V.json", "0a9c2d6b1bb78842c191da09d1ccfa29d44d85c83cc3e60c8778f1309b4cccb3"),
     _attr("ImageNet_2_V.json", "9fb232cb9adf0664d0afa9ed019c33805db5199c01d90e327c583de04f68862c"),
-    _attr("OxfordFlowers_2_V.json", "f72eaa5f6b1a2619d6cd4a37a6f87765ce0c427373715696ef1c90a49988d1a9"),
-    _attr("OxfordPets_2_V.json", "8a2407bee63a19be0c7dbd4dfad650f472579479a78017e37153dde4e5fcf1f8"),
+    _attr("OxfordFlowers_2_V.json",
+          "f72eaa5f6b1a2619d6cd4a37a6f87765ce0c427373715696ef1c90a49988d1a9"),
+    _attr("OxfordPets_2_V.json",
+          "8a2407bee63a19be0c7dbd4dfad650f472579479a78017e37153dde4e5fcf1f8"),
     _attr("SUN397_2_V.json", "51afa3c88c1b4f68282d046324086bab5580124d3603bf7a660e3c570b48e3b6"),
-    _attr("StanfordCars_2_V.json", "6caf5ea8a3473ebf94ac158a5a4b320bc937e0d7beb5eaa2184c169c4f877229"),
+    _attr("StanfordCars_2_V.json",
+          "6caf5ea8a3473ebf94ac158a5a4b320bc937e0d7beb5eaa2184c169c4f877229"),
     _attr("UCF101_2_V.json", "5858253102d399d498df40933381de4accca84a1e82dad6bc184e68770c4e0bd"),
     _split("split_zhou_Caltech101.json",
            "52ce83205ff8ff8a1a18119aad6376120ae35c36e783a984bc560cbf10e73fa5",
@@ -186,7 +191,8 @@ _FILES = [
 ]
 KNOWN_FILES: Dict[str, KnownFile] = {f.name: f for f in _FILES}
 
-# registered dataset class -> the TCA authors' attribute file for it (ImageNet's serves its variants)
+# registered dataset class -> the TCA authors' attribute file for it (ImageNet's serves its
+# variants)
 TCA_ATTRIBUTE_FILES: Dict[str, str] = {
     "Caltech101": "Caltech101_2_V.json", "DescribableTextures": "DescribableTextures_2_V.json",
     "EuroSAT": "EuroSAT_2_V.json", "FGVCAircraft": "FGVCAircraft_2_V.json",
@@ -208,7 +214,8 @@ def _check_split_bytes(data: bytes) -> Optional[str]:
     if not isinstance(obj, dict) or not isinstance(obj.get("test"), list) or not obj["test"]:
         return "not a CoOp split file (no non-empty 'test' list)"
     e = obj["test"][0]
-    if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], str) and isinstance(e[1], int)):
+    if not (isinstance(e, list) and len(e) == 3 and isinstance(e[0], str)
+            and isinstance(e[1], int)):
         return f"not a CoOp split file (test entry {e!r} is not [path, label, classname])"
     return None
 
@@ -247,7 +254,8 @@ def downloads_dir() -> Path:
     d = os.environ.get("ARGTCA_DOWNLOADS")
     if d:
         return Path(os.path.expanduser(d))
-    return Path(os.path.expanduser(os.environ.get("ARGTCA_CACHE") or "~/.cache/argtca")) / "downloads"
+    cache = os.environ.get("ARGTCA_CACHE") or "~/.cache/argtca"
+    return Path(os.path.expanduser(cache)) / "downloads"
 
 
 def is_offline() -> bool:

@@ -16,8 +16,8 @@ Runs ArgTCA (div) on the embedded demo three ways and compares them:
   that does not know them, not what ViT-B/16 would do.
 
 Prints per-class Jaccard overlap of the selected attributes against per-dataset (mean over all,
-seen and unseen classes) and each run's accuracy / ECE, and writes ``transfer.json``. Extra KEY VALUE
-pairs go to every run (e.g. ``TTA.ENGINE fast``).
+seen and unseen classes) and each run's accuracy / ECE, and writes ``transfer.json``. Extra KEY
+VALUE pairs go to every run (e.g. ``TTA.ENGINE fast``).
 """
 from __future__ import annotations
 

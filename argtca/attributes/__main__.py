@@ -1,7 +1,8 @@
 """``python -m argtca.attributes generate ...``: see :mod:`argtca.attributes.generate`."""
 import sys
 
-USAGE = ("usage: python -m argtca.attributes generate (--classes FILE | --dataset NAME [--root DATA])"
+USAGE = ("usage: python -m argtca.attributes generate"
+        " (--classes FILE | --dataset NAME [--root DATA])"
          " --out FILE.json [--model M] [--base-url URL] [--num M] ...  (generate --help for all)")
 
 

@@ -190,7 +190,8 @@ def attribute_file_for(cfg) -> str:
     if fname is None:
         raise AttributeFileError(
             f"DATASET.ATTRIBUTE_FILE is empty and dataset {name!r} has no TCA attribute file "
-            f"(known: {', '.join(sorted(fetch.TCA_ATTRIBUTE_FILES))}); set DATASET.ATTRIBUTE_FILE to a "
+            f"(known: {', '.join(sorted(fetch.TCA_ATTRIBUTE_FILES))}); "
+            f"set DATASET.ATTRIBUTE_FILE to a "
             f"TCA-format JSON (class name -> space-separated attributes); for your own classes, "
             f"make one with: {make}")
     try:

@@ -16,7 +16,8 @@ the TCA objective (M' attribute prompts per class):
   with ``--profile`` where the time of one fast batch goes.
 
 Model loading, CUDA initialisation and (if on) compilation happen in a warm-up on random views
-before the timed passes; the θ0 text cache is built inside the timed pass (it is a per-dataset cost).
+before the timed passes; the θ0 text cache is built inside the timed pass (it is a per-dataset
+cost).
 """
 from __future__ import annotations
 
@@ -144,7 +145,8 @@ def main(argv=None) -> int:
             if args.auto and ok and K == args.classes[0]:
                 best = min(ok, key=lambda r: r["ms_per_image"])
                 engine_kw = {k: best[k] for k in ("grad_mode", "text_attention", "compile_text",
-                                                  "compile_text_grad", "compile_image") if k in best}
+                                                  "compile_text_grad", "compile_image")
+                             if k in best}
                 res["chosen_knobs"] = engine_kw
                 print(f"  chosen knobs: {engine_kw}", flush=True)
         if args.tower and K == args.classes[0]:
@@ -158,7 +160,8 @@ def main(argv=None) -> int:
             guarded("warm views", warm_views, setup)
         if args.profile and K == args.classes[0]:
             res["profile"] = guarded("profile", profile_batch, setup, **engine_kw)
-        passes = [("ref-cpu", "reference", "cpu", n_ref, {}), ("ref-gpu", "reference", "gpu", n_ref, {}),
+        passes = [("ref-cpu", "reference", "cpu", n_ref, {}),
+                  ("ref-gpu", "reference", "gpu", n_ref, {}),
                   ("fast-cpu", "fast", "cpu", n_cpu, engine_kw),
                   ("fast-cpufast", "fast", "cpu-fast", n_cpu, engine_kw),
                   ("fast-gpu", "fast", "gpu", n_fast, engine_kw)]

@@ -39,7 +39,8 @@ def _jpeg_pool(n: int, size=(300, 225), seed: int = 0) -> List[bytes]:
         for _ in range(6):
             x0, y0 = rng.integers(0, w), rng.integers(0, h)
             r = rng.integers(10, 60)
-            d.ellipse([x0 - r, y0 - r, x0 + r, y0 + r], fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
+            d.ellipse([x0 - r, y0 - r, x0 + r, y0 + r],
+                      fill=tuple(int(v) for v in rng.integers(0, 255, 3)))
         img = img.filter(ImageFilter.GaussianBlur(1.2))
         buf = io.BytesIO()
         img.save(buf, format="JPEG", quality=90)

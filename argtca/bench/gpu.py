@@ -208,7 +208,8 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
         if n == 1:   # one GPU of the host, as on a one-GPU machine
             cmd = [sys.executable, "-m", "argtca.run", "--output-dir", out] + args
             if torch.cuda.is_available():
-                run_env["CUDA_VISIBLE_DEVICES"] = run_env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0]
+                run_env["CUDA_VISIBLE_DEVICES"] = (
+                    run_env.get("CUDA_VISIBLE_DEVICES", "0").split(",")[0])
         else:
             cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                    f"--nproc_per_node={n}", "-m", "argtca.run", "--output-dir", out] + args

@@ -103,7 +103,8 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     t0 = time.perf_counter()
     dataset = build_dataset(cfg)
     loader = build_views_loader(cfg, dataset, int(cfg.SEED), list(range(len(dataset.test))),
-                                batch_images, dev, args.workers, prefetch=int(cfg.DATALOADER.PREFETCH),
+                                batch_images, dev, args.workers,
+                                prefetch=int(cfg.DATALOADER.PREFETCH),
                                 compile=views_compiled(args))
     fd, rec_path = tempfile.mkstemp(suffix=".jsonl")
     os.close(fd)
@@ -155,7 +156,8 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
 def script_setup(n_images: int, K: int = 101, workers: str = "15"):
     """``(args, device, Setup)`` for the probes in benchmarks/probes/: this module's arguments
     from ``BENCH_ARGS`` (e.g. ``--device cpu --backbone argtca-tiny-test`` for a CPU smoke test),
-    ``WORKERS`` loader workers (default ``workers``), a synthetic ``K``-class set of ``n_images``."""
+    ``WORKERS`` loader workers (default ``workers``), a synthetic ``K``-class set of
+    ``n_images``."""
     args = parse_args(["--workers", os.environ.get("WORKERS", workers)]
                       + os.environ.get("BENCH_ARGS", "").split())
     dev = torch.device(args.device)

@@ -47,7 +47,8 @@ def _phase_times(eng, x, reps, dev):
         t_pred += time.perf_counter() - t
     k = 1e3 / (reps * n)
     return {"image_ms": round(t_img * k, 3), "tune_ms": round(t_tune * k, 3),
-            "predict_ms": round(t_pred * k, 3), "ms_per_image": round((t_img + t_tune + t_pred) * k, 3)}
+            "predict_ms": round(t_pred * k, 3),
+            "ms_per_image": round((t_img + t_tune + t_pred) * k, 3)}
 
 
 VARIANTS = [
@@ -70,7 +71,8 @@ VARIANTS = [
 ]
 
 
-def variants(setup: Setup, n_batches: int = 3, compile_image: bool = False) -> List[Dict[str, object]]:
+def variants(setup: Setup, n_batches: int = 3,
+             compile_image: bool = False) -> List[Dict[str, object]]:
     """Engine-only time per image (views already on the device) for the fast engine's knobs, split
     into image tower / tuning / final prediction. The image tower is timed eager and compiled."""
     args, dev = setup.args, setup.device
@@ -79,7 +81,8 @@ def variants(setup: Setup, n_batches: int = 3, compile_image: bool = False) -> L
     rows = []
     combos = list(VARIANTS)
     if dev.type != "cuda":
-        combos = [c for c in combos if c[0] == "reference" or c[1].get("text_attention") == "default"]
+        combos = [c for c in combos
+                  if c[0] == "reference" or c[1].get("text_attention") == "default"]
     for kind, kw in combos:
         kw = dict(kw)
         if kind == "fast":
@@ -129,7 +132,8 @@ def input_pipeline(setup: Setup, n_images: int) -> List[Dict[str, object]]:
         t1 = time.perf_counter()
         rows.append({"views": views, "n": n, "workers": args.workers,
                      "img_per_s": round(n / (t1 - t0), 2),
-                     "img_per_s_after_first_batch": round((n - n_first) / max(1e-9, t1 - t_first), 2)})
+                     "img_per_s_after_first_batch":
+                         round((n - n_first) / max(1e-9, t1 - t_first), 2)})
         print(f"  input pipeline {rows[-1]}", flush=True)
     # the GPU maker alone on batches already on the device
     cfg = _bench_cfg(args, setup.data, "fast", "gpu", args.batch)
@@ -190,12 +194,14 @@ def profile_batch(setup: Setup, **engine_kw) -> Dict[str, object]:
     kernels.sort(key=lambda e: -getattr(e, attr))
     total = sum(getattr(e, attr) for e in kernels) or 1.0
     top = [{"kernel": e.key[:90], "ms": round(getattr(e, attr) / 1e3, 3),
-            "pct": round(100 * getattr(e, attr) / total, 1), "calls": e.count} for e in kernels[:15]]
+            "pct": round(100 * getattr(e, attr) / total, 1), "calls": e.count}
+           for e in kernels[:15]]
     fam = {}
     for e in kernels:
         k = e.key.lower()
         f = ("attention" if any(s in k for s in ("flash", "fmha", "attention", "efficient", "sdpa"))
-             else "gemm" if any(s in k for s in ("gemm", "sm90", "cutlass", "matmul", "xmma", "nvjet"))
+             else "gemm" if any(s in k for s in ("gemm", "sm90", "cutlass", "matmul", "xmma",
+                                                 "nvjet"))
              else "copy/cast" if any(s in k for s in ("copy", "cast", "memcpy", "memset"))
              else "norm" if "norm" in k else "elementwise/other")
         fam[f] = fam.get(f, 0.0) + getattr(e, attr) / 1e3

@@ -2,18 +2,18 @@
 place where argtca's value differs is refused at build time.
 
 Keys: ``install_defaults()`` adds every argtca key that Dassl's default config lacks (``TTA.*``,
-``TRAINER.<METHOD>.*``, ``MODEL.PRETRAINED``, ``DATASET.NUM_IMAGES``, ...) to Dassl's default node, so
-the ``get_cfg_default()`` in CoOp's ``train.py`` already has them and no ``extend_cfg`` line is
+``TRAINER.<METHOD>.*``, ``MODEL.PRETRAINED``, ``DATASET.NUM_IMAGES``, ...) to Dassl's default node,
+so the ``get_cfg_default()`` in CoOp's ``train.py`` already has them and no ``extend_cfg`` line is
 needed. It never changes a value Dassl defines, so CoOp's own trainers see Dassl's defaults as
 before.
 
 Keys both define: Dassl's defaults are not argtca's for ``SEED`` (-1), ``INPUT.INTERPOLATION``
 (bilinear), ``INPUT.PIXEL_MEAN/STD`` (ImageNet's) and ``MODEL.BACKBONE.NAME`` (empty). A run under
-Dassl with one of these still at Dassl's default would silently differ from ``python -m argtca.run``,
-so :func:`check_dassl_cfg` refuses it, naming the key and argtca's value; argtca's
-``configs/trainers/*.yaml`` state the input keys, as CoOp's trainer configs do, and the backbone comes
-from ``--backbone`` or the dataset config (the demo's). ``INPUT.SIZE`` must be the backbone's image
-size.
+Dassl with one of these still at Dassl's default would silently differ from
+``python -m argtca.run``, so :func:`check_dassl_cfg` refuses it, naming the key and argtca's value;
+argtca's ``configs/trainers/*.yaml`` state the input keys, as CoOp's trainer configs do, and the
+backbone comes from ``--backbone`` or the dataset config (the demo's). ``INPUT.SIZE`` must be the
+backbone's image size.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ from typing import Dict, Tuple
 from argtca.config import get_cfg_default
 from argtca.engine.run_folder import NON_RESULT_KEYS, flatten_cfg
 
-# TPT turns AugMix on for the fine-grained sets and off for the ImageNet family; argtca's own dataset
-# classes say it with ``fine_grained``; for CoOp datasets without an argtca reader:
+# TPT turns AugMix on for the fine-grained sets and off for the ImageNet family; argtca's own
+# dataset classes say it with ``fine_grained``; for CoOp datasets without an argtca reader:
 FINE_GRAINED = {"SUN397": True, "ImageNet": False, "ImageNetA": False, "ImageNetR": False,
                 "ImageNetSketch": False, "ImageNetV2": False}
 

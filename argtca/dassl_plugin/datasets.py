@@ -1,6 +1,6 @@
-"""Data under Dassl: argtca's trainers evaluate the Datum list (impath, label, classname) of the split
-Dassl's DataManager built from ``DATASET.NAME`` (CoOp's own classes for CoOp's datasets), and argtca's
-demo is a Dassl dataset with real train/val/test splits."""
+"""Data under Dassl: argtca's trainers evaluate the Datum list (impath, label, classname) of the
+split Dassl's DataManager built from ``DATASET.NAME`` (CoOp's own classes for CoOp's datasets),
+and argtca's demo is a Dassl dataset with real train/val/test splits."""
 from __future__ import annotations
 
 import math
@@ -45,7 +45,8 @@ def test_set_from_dassl(cfg, dataset) -> DasslTestSet:
                                 f"{d.classname!r}; fix the split file")
     labels = sorted(names)
     if labels != list(range(len(labels))):
-        raise DataError(f"{name}: labels are not 0..K-1 (found {labels[:10]}...); fix the split file")
+        raise DataError(f"{name}: labels are not 0..K-1 (found {labels[:10]}...); "
+                        "fix the split file")
     classnames = [prompt_name(names[i]) for i in labels]
     n = int(cfg.DATASET.NUM_IMAGES)
     if n > 0:

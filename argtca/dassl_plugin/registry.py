@@ -46,7 +46,8 @@ def guard(registry) -> None:
 
 
 def register(registry, obj) -> None:
-    """``registry.register(obj)`` under ``obj.__name__``; re-registering the same object is a no-op."""
+    """``registry.register(obj)`` under ``obj.__name__``; re-registering the same object is a
+    no-op."""
     guard(registry)
     if registry._obj_map.get(obj.__name__) is obj:
         return

@@ -1,11 +1,11 @@
 """argtca's test-time trainers as Dassl trainers.
 
-Each is a Dassl ``TrainerX`` whose data come from Dassl's ``DataManager`` (the dataset ``DATASET.NAME``
-names) and whose ``test()`` runs the argtca trainer of the same method on the split's Datum list with
-argtca's own multi-view loader. Nothing is trained: ``train()`` (CoOp's driver without
-``--eval-only``) runs the test-time evaluation, and so does ``--eval-only``; ``--model-dir``/``--load-epoch``
-(with ``--eval-only``, as CoOp's train.py reads them) name a CoOp run whose learned context starts
-the tuning (``TTA.CTX_CHECKPOINT``; argtca/models/coop_ckpt.py).
+Each is a Dassl ``TrainerX`` whose data come from Dassl's ``DataManager`` (the dataset
+``DATASET.NAME`` names) and whose ``test()`` runs the argtca trainer of the same method on the
+split's Datum list with argtca's own multi-view loader. Nothing is trained: ``train()`` (CoOp's
+driver without ``--eval-only``) runs the test-time evaluation, and so does ``--eval-only``;
+``--model-dir``/``--load-epoch`` (with ``--eval-only``, as CoOp's train.py reads them) name a CoOp
+run whose learned context starts the tuning (``TTA.CTX_CHECKPOINT``; argtca/models/coop_ckpt.py).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Data doctor and downloader.
 
-    python -m argtca.data check [DATASET ...] --root $DATA     # present / missing / broken + fix
-    python -m argtca.data download DATASET --root $DATA        # torchvision's downloader, CoOp layout
-    python -m argtca.data list                                 # datasets, layouts, downloadable?
+    python -m argtca.data check [DATASET ...] --root $DATA  # present / missing / broken + fix
+    python -m argtca.data download DATASET --root $DATA     # torchvision's downloader, CoOp layout
+    python -m argtca.data list                              # datasets, layouts, downloadable?
 
 ``check`` never writes into the data root and never downloads; exit status 0 when every dataset
 checked is present and sound, 1 otherwise.

@@ -1,5 +1,6 @@
 """Datasets: CoOp's fine-grained sets (``coop``), SUN397 and the ImageNet family, one's own class
-folders (``imagefolder``) and the demo set (``demo``). Test-time views live in :mod:`argtca.views`."""
+folders (``imagefolder``) and the demo set (``demo``). Test-time views live in
+:mod:`argtca.views`."""
 from __future__ import annotations
 
 from ..registry import DATASET_REGISTRY
@@ -10,8 +11,8 @@ from . import imagefolder  # noqa: F401  (registers ImageFolder: your own class 
 from .coop import COOP_DATASETS
 from . import demo  # noqa: F401  (registers the demo dataset)
 
-__all__ = ["DataError", "DatasetBase", "Datum", "read_json", "COOP_DATASETS", "resolve_dataset_class",
-           "build_dataset"]
+__all__ = ["DataError", "DatasetBase", "Datum", "read_json", "COOP_DATASETS",
+           "resolve_dataset_class", "build_dataset"]
 
 
 def resolve_dataset_class(name: str) -> type:
@@ -32,8 +33,10 @@ def resolve_dataset_class(name: str) -> type:
             by_key[key.lower()] = cls
     if name.lower() in by_key:
         return by_key[name.lower()]
+    classes = ", ".join(c.__name__ for c in map(DATASET_REGISTRY.get,
+                                                 DATASET_REGISTRY.registered_names()))
     raise KeyError(f'dataset "{name}" is not registered; use a class name '
-                   f'({", ".join(c.__name__ for c in map(DATASET_REGISTRY.get, DATASET_REGISTRY.registered_names()))}) '
+                   f'({classes}) '
                    f'or a key ({", ".join(sorted(by_key))})')
 
 

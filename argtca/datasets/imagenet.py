@@ -59,7 +59,8 @@ def read_classnames(path: str) -> "OrderedDict[str, str]":
                 continue
             wnid, _, name = line.partition(" ")
             if not _WNID.match(wnid) or not name.strip():
-                raise DataError(f"{path} line {lineno}: {line[:60]!r} is not '<wnid> <class name>'; "
+                raise DataError(f"{path} line {lineno}: {line[:60]!r} "
+                                "is not '<wnid> <class name>'; "
                                 f"re-download classnames.txt ({COOP_DATASETS_MD})")
             if wnid in out:
                 raise DataError(f"{path} line {lineno}: {wnid} is listed twice; re-download it")
@@ -126,7 +127,8 @@ class ImageNetFolderDataset(DatasetBase):
         self.split = "test"
         found = self.find_layout(root)
         if found is None:
-            raise DataError(f"{type(self).__name__}: none of {', '.join(self.expected_paths(root))} "
+            raise DataError(f"{type(self).__name__}: none of "
+                            f"{', '.join(self.expected_paths(root))} "
                             f"exists under DATASET.ROOT={root}; lay the images out as CoOp's "
                             f"DATASETS.md ({COOP_DATASETS_MD}) or TPT's README describe "
                             f"({_DOCTOR.format(key=self.key, root=root)})")
@@ -140,7 +142,8 @@ class ImageNetFolderDataset(DatasetBase):
             items = items[:n]
         if check_files:  # the same load-time check as the CoOp sets (DATASET.CHECK_IMAGES)
             from .images import check_images
-            check_images(items, f"{type(self).__name__} test", cfg.DATASET.get("CHECK_IMAGES", "header"))
+            check_images(items, f"{type(self).__name__} test",
+                         cfg.DATASET.get("CHECK_IMAGES", "header"))
         super().__init__(items, classnames, root=root)
 
     def class_folders(self, wnid_names: "OrderedDict[str, str]") -> Tuple[List[str], List[str]]:
@@ -216,7 +219,8 @@ class ImageNetSketch(ImageNetFolderDataset):
     dataset_dir = "imagenet-sketch"
     # CoOp's DATASETS.md; the published archive unpacks to sketch/; TPT's ImageNet-Sketch/
     layouts = (("imagenet-sketch", "images"), ("imagenet-sketch", "sketch"),
-               ("ImageNet-Sketch", "images"), ("ImageNet-Sketch", "sketch"), ("ImageNet-Sketch", ""))
+               ("ImageNet-Sketch", "images"), ("ImageNet-Sketch", "sketch"),
+               ("ImageNet-Sketch", ""))
 
 
 @DATASET_REGISTRY.register()

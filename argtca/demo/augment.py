@@ -1,5 +1,6 @@
 """Batched image augmentation on tensors (any device): random resized crops with flips and small
-rotations through one ``affine_grid``/``grid_sample`` call, mild colour jitter, CLIP normalisation."""
+rotations through one ``affine_grid``/``grid_sample`` call, mild colour jitter, CLIP
+normalisation."""
 from __future__ import annotations
 
 import math
@@ -49,7 +50,8 @@ def random_resized_crop(x: torch.Tensor, scale: Tuple[float, float] = (0.08, 1.0
 
 
 def color_jitter(x: torch.Tensor, brightness: float = 0.15, contrast: float = 0.15,
-                 saturation: float = 0.15, generator: Optional[torch.Generator] = None) -> torch.Tensor:
+                 saturation: float = 0.15,
+                 generator: Optional[torch.Generator] = None) -> torch.Tensor:
     B, dev = x.shape[0], x.device
     b = _u(B, 1 - brightness, 1 + brightness, generator, dev).view(B, 1, 1, 1)
     c = _u(B, 1 - contrast, 1 + contrast, generator, dev).view(B, 1, 1, 1)

@@ -152,7 +152,8 @@ def caption_text(words: Sequence[str]) -> str:
 
 
 class CaptionTokenizer:
-    """Word-list -> padded BPE ids, by concatenating cached per-word ids of open_clip's tokenizer."""
+    """Word-list -> padded BPE ids, by concatenating cached per-word ids of open_clip's
+    tokenizer."""
 
     def __init__(self, tokenizer=None, context_length: int = 77):
         if tokenizer is None:
@@ -175,7 +176,8 @@ class CaptionTokenizer:
         out.append(EOT_ID)
         return out[: self.context_length]
 
-    def batch(self, captions: Iterable[Sequence[str]], pad_to: Optional[int] = None) -> torch.Tensor:
+    def batch(self, captions: Iterable[Sequence[str]],
+              pad_to: Optional[int] = None) -> torch.Tensor:
         seqs = [self.ids(c) for c in captions]
         n = pad_to or max(len(s) for s in seqs)
         out = torch.zeros(len(seqs), n, dtype=torch.long)

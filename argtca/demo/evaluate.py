@@ -99,12 +99,14 @@ def context_probe(model, images01: torch.Tensor, labels: torch.Tensor,
     base = text_features(model, ids)
     g = torch.Generator().manual_seed(seed)
     used = model.token_embedding.weight.abs().sum(1) > 0
-    rnd = torch.randn(4, emb.shape[1], generator=g).to(dev) * model.token_embedding.weight[used].std()
+    rnd = (torch.randn(4, emb.shape[1], generator=g).to(dev)
+           * model.token_embedding.weight[used].std())
     out: Dict[str, dict] = {}
     variants = {"a photo of a": emb, "zeros": torch.zeros_like(emb), "random": rnd}
     ct = CaptionTokenizer()
-    for words in ("a noisy photo of", "a dark photo of", "a blurry photo of", "a patterned photo of",
-                  "a messy photo of", "a clean photo of", "a faded photo of"):
+    for words in ("a noisy photo of", "a dark photo of", "a blurry photo of",
+                  "a patterned photo of", "a messy photo of", "a clean photo of",
+                  "a faded photo of"):
         wid = torch.tensor(ct.ids(words.split())[1:-1], device=dev)
         assert wid.numel() == 4, words
         variants[words] = model.token_embedding(wid)
@@ -142,7 +144,8 @@ def attribute_probe(model, images01: torch.Tensor, labels: torch.Tensor,
         t = model.encode_text(ids.to(dev), normalize=True).float()
         logit = scale * f_img @ t.T
         owner_t = torch.tensor(owner, device=logit.device)
-        lse = torch.stack([torch.logsumexp(logit[:, owner_t == ci], 1) for ci in range(len(classnames))], 1)
+        lse = torch.stack([torch.logsumexp(logit[:, owner_t == ci], 1)
+                           for ci in range(len(classnames))], 1)
         out[name] = metrics(lse.softmax(-1).cpu(), labels)
     return out
 

@@ -75,7 +75,8 @@ class Sample:
     image: np.ndarray            # uint8 [64, 64, 3]
     label: int
     attributes: FrozenSet[str]   # attribute words true for this instance (synonyms expanded)
-    styles: Tuple[Tuple[str, float], ...]   # train: (style, strength in [0,1]); test: (("shifted", 1.0),)
+    # train: (style, strength in [0,1]); test: (("shifted", 1.0),)
+    styles: Tuple[Tuple[str, float], ...]
 
 
 def class_dir(classname: str) -> str:
@@ -141,7 +142,8 @@ def _clutter(d: ImageDraw.ImageDraw, rng: np.random.Generator, n: int, lo: float
             d.rectangle([x - s / 2, y - s / 3, x + s / 2, y + s / 3], fill=col)
         elif kind == 2:
             a = rng.uniform(0, math.pi)
-            d.line([(x - s * math.cos(a), y - s * math.sin(a)), (x + s * math.cos(a), y + s * math.sin(a))],
+            d.line([(x - s * math.cos(a), y - s * math.sin(a)),
+                    (x + s * math.cos(a), y + s * math.sin(a))],
                    fill=col, width=int(rng.integers(2, 5)))
         else:
             a = rng.uniform(0, 2 * math.pi)

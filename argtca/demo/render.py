@@ -89,7 +89,8 @@ def _ell(d: ImageDraw.ImageDraw, cx: float, cy: float, rx: float, ry: float, **k
     d.ellipse([cx - rx, cy - ry, cx + rx, cy + ry], **kw)
 
 
-def _highlight(im: Image.Image, cx: float, cy: float, rx: float, ry: float, alpha: int = 150) -> None:
+def _highlight(im: Image.Image, cx: float, cy: float, rx: float, ry: float,
+               alpha: int = 150) -> None:
     hl = Image.new("RGBA", im.size, (0, 0, 0, 0))
     _ell(ImageDraw.Draw(hl), cx, cy, rx, ry, fill=(255, 255, 255, alpha))
     im.alpha_composite(hl)
@@ -116,7 +117,8 @@ def _star(cx: float, cy: float, r_out: float, r_in: float, n: int, phase: float 
 
 
 def _polygon(cx: float, cy: float, r: float, n: int, phase: float) -> List[Tuple[float, float]]:
-    return [(cx + r * math.cos(phase + 2 * math.pi * k / n), cy + r * math.sin(phase + 2 * math.pi * k / n))
+    return [(cx + r * math.cos(phase + 2 * math.pi * k / n),
+             cy + r * math.sin(phase + 2 * math.pi * k / n))
             for k in range(n)]
 
 
@@ -293,7 +295,8 @@ def draw_brick(rng, s):
     col = jitter(rng, (175, 70, 45), 16)
     w, h = s / 2, s * rng.uniform(0.24, 0.3)
     d.rectangle([c - w, c - h, c + w, c + h], fill=col, outline=shade(col, 0.7), width=2)
-    pts = np.stack([rng.uniform(c - w + 2, c + w - 2, 70), rng.uniform(c - h + 2, c + h - 2, 70)], 1)
+    pts = np.stack([rng.uniform(c - w + 2, c + w - 2, 70),
+                    rng.uniform(c - h + 2, c + h - 2, 70)], 1)
     _dots(d, pts[:35], 0.8, shade(col, 0.78))
     _dots(d, pts[35:], 0.8, shade(col, 1.18))
     attrs = {"rectangular", "red", "rough", "block", "dotted", "flat", "brown"}
@@ -386,8 +389,10 @@ def draw_leaf(rng, s):
         cname = "green"
     L, W = s / 2, s * rng.uniform(0.2, 0.27)
     n = 12
-    upper = [(c - L + 2 * L * t, c - W * math.sin(math.pi * t) ** 0.8) for t in np.linspace(0, 1, n)]
-    lower = [(c - L + 2 * L * t, c + W * math.sin(math.pi * t) ** 0.8) for t in np.linspace(1, 0, n)]
+    upper = [(c - L + 2 * L * t, c - W * math.sin(math.pi * t) ** 0.8)
+             for t in np.linspace(0, 1, n)]
+    lower = [(c - L + 2 * L * t, c + W * math.sin(math.pi * t) ** 0.8)
+             for t in np.linspace(1, 0, n)]
     d.polygon(upper + lower, fill=col, outline=shade(col, 0.7))
     vein = shade(col, 0.65) if not autumn else shade(col, 0.7)
     d.line([(c - L - s * 0.12, c), (c + L * 0.9, c)], fill=vein, width=2)

@@ -1,6 +1,7 @@
 """Train the demo CLIP contrastively on procedurally generated images and attribute captions.
 
-``python -m argtca.demo.train_clip --out argtca/demo/assets/demo_clip.pt [--steps N] [--device cuda]``
+``python -m argtca.demo.train_clip --out argtca/demo/assets/demo_clip.pt [--steps N]
+[--device cuda]``
 
 1. renders ``--n-per-class`` training images per class (domain ``train``, with styles) in
    ``--workers`` processes and keeps them as one uint8 tensor on the device;
@@ -52,12 +53,14 @@ def parse_args(argv: Optional[List[str]] = None) -> argparse.Namespace:
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--weight-decay", type=float, default=0.1)
     ap.add_argument("--warmup", type=int, default=150)
-    ap.add_argument("--n-per-class", type=int, default=4000, help="pre-rendered training images per class")
+    ap.add_argument("--n-per-class", type=int, default=4000,
+                    help="pre-rendered training images per class")
     ap.add_argument("--soft-style", type=float, default=0.35,
                     help="probability that a styled image gets a soft-style caption")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1), help="render processes")
+    ap.add_argument("--workers", type=int, default=min(16, os.cpu_count() or 1),
+                    help="render processes")
     ap.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     ap.add_argument("--log-every", type=int, default=100)
     ap.add_argument("--report", default=None, help="evaluation JSON (default: <out>.report.json)")
@@ -73,7 +76,8 @@ def param_groups(model, weight_decay: float):
             decay.append(p)
         else:
             no_decay.append(p)
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [{"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0}]
 
 
 def soft_style_embeddings(model, tokens: torch.Tensor, rows: torch.Tensor, neutral: torch.Tensor,
@@ -208,18 +212,21 @@ def train(args: argparse.Namespace) -> dict:
         with torch.no_grad():
             model.logit_scale.clamp_(0, max_scale)
         every = max(1, min(10, args.log_every))
-        losses.append(loss.item() if (step + 1) % every == 0 or step + 1 == args.steps else float("nan"))
+        losses.append(loss.item() if (step + 1) % every == 0 or step + 1 == args.steps
+                      else float("nan"))
         if (step + 1) % args.log_every == 0 or step + 1 == args.steps:
             window = [v for v in losses[-args.log_every:] if v == v]
             m = float(np.mean(window))
             curve.append([step + 1, round(m, 4)])
-            print(f"step {step + 1}/{args.steps} loss {m:.3f} scale {model.logit_scale.exp().item():.1f} "
+            print(f"step {step + 1}/{args.steps} loss {m:.3f} "
+                  f"scale {model.logit_scale.exp().item():.1f} "
                   f"{(time.time() - t0) / (step + 1):.3f}s/step", flush=True)
     train_s = time.time() - t0
 
     model = model.float().cpu().eval()
     meta = {
-        "seed": args.seed, "steps": args.steps, "soft_style": args.soft_style, "batch": args.batch, "lr": args.lr,
+        "seed": args.seed, "steps": args.steps, "soft_style": args.soft_style, "batch": args.batch,
+        "lr": args.lr,
         "weight_decay": args.weight_decay, "warmup": args.warmup, "n_train_images": n_img,
         "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "precision": "bf16 autocast" if use_amp else "fp32",
@@ -255,7 +262,8 @@ def train(args: argparse.Namespace) -> dict:
             print(split, report[f"zero_shot_{split}"], flush=True)
         report["context_probe_test"] = context_probe(shipped, imgs, labs)
         for k, v in report["context_probe_test"].items():
-            print(f"  ctx {k:22s} acc {v['accuracy']:.1f} ece {v['ece']:.1f} cos {v['text_cos_to_plain']:.3f}")
+            print(f"  ctx {k:22s} acc {v['accuracy']:.1f} ece {v['ece']:.1f} "
+                  f"cos {v['text_cos_to_plain']:.3f}")
         if args.tpt_probe:
             from .evaluate import tpt_probe
             t0 = time.time()

@@ -3,7 +3,8 @@
 order and computes exactly the metrics of a one-process run.
 
     torchrun --nproc_per_node 4 -m argtca.run --root $DATA \
-        --dataset-config-file configs/datasets/caltech101.yaml --config-file configs/trainers/tca.yaml \
+        --dataset-config-file configs/datasets/caltech101.yaml \
+        --config-file configs/trainers/tca.yaml \
         --output-dir output/tca/caltech101/seed1 TTA.ENGINE fast
 
 (``argtca.run`` calls :func:`distributed_test` when ``WORLD_SIZE`` > 1.) Why the results equal one

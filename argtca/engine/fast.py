@@ -159,7 +159,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
             2048, int(cfg.TTA.BATCH_IMAGES) * max(1, int(cfg.TTA.N_VIEWS)))
         self.text_tokens = int(text_tokens or knobs.TEXT_TOKENS)
         # fp16 autocast on CUDA: keep a copy of the frozen image tower stored in fp16 (no weight
-        # or LayerNorm casts per call) with the patch embedding as a matmul (argtca/engine/towers.py)
+        # or LayerNorm casts per call) with the patch embedding as a matmul
+        # (argtca/engine/towers.py)
         self.half_image = bool(pick(half_image, "HALF_IMAGE")) and self.amp
         if self.half_image:
             from argtca.engine.towers import fast_image_tower
@@ -443,7 +444,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
 
     def prepare(self) -> None:
         """Everything computed once per dataset (T0, the text-only regulariser, Jᵀ at θ0), so a
-        caller can overlap it with the loader's start (:func:`argtca.engine.pipeline.predictions`)."""
+        caller can overlap it with the loader's start
+        (:func:`argtca.engine.pipeline.predictions`)."""
         self.theta0()
         if self.steps > 0 and self._uses_cached_regularizer():
             self.regularizer0()

@@ -29,7 +29,8 @@ def select_confident(scores: torch.Tensor, p: float) -> torch.Tensor:
 
 
 def avg_entropy(scores: torch.Tensor) -> torch.Tensor:
-    """TPT's loss: entropy of the mean of softmax(scores) over the views, in log space. [B,S,K]→[B]."""
+    """TPT's loss: entropy of the mean of softmax(scores) over the views, in log space.
+    [B,S,K]→[B]."""
     logp = scores.float().log_softmax(-1)
     avg = torch.logsumexp(logp, dim=-2) - math.log(logp.shape[-2])
     avg = avg.clamp(min=torch.finfo(avg.dtype).min)

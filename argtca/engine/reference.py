@@ -27,7 +27,8 @@ def _name(paths: Optional[Sequence[str]], i: int) -> str:
 
 
 def raise_if_non_finite(loss: torch.Tensor, bad: torch.Tensor,
-                        paths: Optional[Sequence[str]] = None, entropy: Optional[torch.Tensor] = None,
+                        paths: Optional[Sequence[str]] = None,
+                        entropy: Optional[torch.Tensor] = None,
                         hint: str = "", step: Optional[int] = None) -> None:
     """``loss`` [B] and ``bad`` [B] (bool): raise for the first bad image, naming its file, the
     loss terms (``entropy`` [B]: the entropy term; the rest is the objective's regulariser) and
@@ -133,7 +134,8 @@ class ReferenceEngine:
                 scores = self.objective.scores(logits.float())
                 if sel_idx is None:
                     sel_idx = select_confident(scores.detach(), self.selection_p)
-                sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
+                sel = torch.gather(scores, 1,
+                                   sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
                 loss = self.objective.loss(sel, text.float())
                 bad = ~torch.isfinite(loss.detach())
                 if bool(bad.any()):

@@ -2,12 +2,12 @@
 
 Every prompt of an image is ``[SOS] ctx_1..ctx_n <suffix_p> [EOS]``. Under CLIP's causal mask the
 hidden states of the first ``n0 = 1 + n`` positions (SOS and the context) depend on those positions
-only, so they are **the same for all P prompts** of an image: :class:`PrefixSharedText` computes them
-once per image ([B, n0, W] instead of [B·P, n0, W]) and lets each prompt's suffix attend to the
-shared keys/values. In the last layer only the EOS row of each prompt is read, so its query, output
-projection and MLP run on that row alone. Both are exact (the same sums in another order); at
-K=101 (202 prompts x 13 tokens) they remove ~45 % of the text tower's FLOPs, at K=1000 (2000 x 17)
-~35 %.
+only, so they are **the same for all P prompts** of an image: :class:`PrefixSharedText` computes
+them once per image ([B, n0, W] instead of [B·P, n0, W]) and lets each prompt's suffix attend to
+the shared keys/values. In the last layer only the EOS row of each prompt is read, so its query,
+output projection and MLP run on that row alone. Both are exact (the same sums in another order);
+at K=101 (202 prompts x 13 tokens) they remove ~45 % of the text tower's FLOPs, at K=1000
+(2000 x 17) ~35 %.
 
 :func:`text_jacobian` computes ``J = ∂T/∂ctx`` at θ0 (forward mode, ``torch.func.jvp`` under
 ``vmap`` over chunks of the n·W basis tangents). With one AdamW step per image (TPT/TCA's setting)

@@ -24,8 +24,9 @@ from argtca.utils.paths import resolve_builtin  # noqa: F401,E402  (re-exported:
 MODEL_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model_configs")
 open_clip.add_model_config(MODEL_CONFIG_DIR)
 
-# CoOp/TPT spell backbones the OpenAI way. OpenAI weights were trained with QuickGELU; open_clip 3.x's
-# plain "ViT-B-16" config uses nn.GELU and only warns, which would silently change every number.
+# CoOp/TPT spell backbones the OpenAI way. OpenAI weights were trained with QuickGELU; open_clip
+# 3.x's plain "ViT-B-16" config uses nn.GELU and only warns, which would silently change every
+# number.
 BACKBONES = {
     "ViT-B/16": "ViT-B-16-quickgelu",
     "ViT-B/32": "ViT-B-32-quickgelu",
@@ -40,7 +41,8 @@ def open_clip_name(backbone: str) -> str:
     name = name.replace("/", "-")
     if name not in open_clip.list_models():
         raise ModelError(
-            f"unknown backbone MODEL.BACKBONE.NAME={backbone!r} (open_clip name {name!r}); use one of "
+            f"unknown backbone MODEL.BACKBONE.NAME={backbone!r} (open_clip name {name!r}); "
+            f"use one of "
             f"{sorted(BACKBONES)} or an open_clip model name / a JSON in {MODEL_CONFIG_DIR}")
     return name
 
@@ -215,14 +217,17 @@ def _weights_file(pretrained: str, name: str, backbone: str) -> str:
         path = os.path.expanduser(pretrained)
         if not os.path.isfile(path):
             hint = (f"; for a Hugging Face Hub repository write hf-hub:{pretrained}"
-                    if pretrained.count("/") == 1 and not pretrained.startswith((".", "/", "~")) else "")
-            raise ModelError(f"MODEL.PRETRAINED checkpoint not found: {path}; give an existing file "
+                    if pretrained.count("/") == 1
+                    and not pretrained.startswith((".", "/", "~")) else "")
+            raise ModelError(f"MODEL.PRETRAINED checkpoint not found: {path}; "
+                             f"give an existing file "
                              f"(e.g. OpenAI's ViT-B-16.pt) or a tag such as 'openai'{hint}")
         return path
     tags = [t for m, t in open_clip.list_pretrained() if m == name]
     if pretrained not in tags:
         raise ModelError(f"MODEL.PRETRAINED={pretrained!r} is not a pretrained tag of {name} "
-                         f"(known: {tags}); give a local checkpoint path or hf-hub:org/name instead")
+                         f"(known: {tags}); "
+                         f"give a local checkpoint path or hf-hub:org/name instead")
     pcfg = open_clip.get_pretrained_cfg(name, pretrained)
     errors = []
     if pcfg.get("hf_hub"):
@@ -339,7 +344,8 @@ def _quiet_random_init_warning():
 
 
 def load_compact_checkpoint(model: nn.Module, path: str) -> nn.Module:
-    """Load argtca's compact checkpoint (fp16, pruned vocabulary rows; see argtca.demo.checkpoint)."""
+    """Load argtca's compact checkpoint (fp16, pruned vocabulary rows; see
+    argtca.demo.checkpoint)."""
     from argtca.demo.checkpoint import load_argtca_checkpoint
     return load_argtca_checkpoint(model, path)
 
@@ -351,7 +357,8 @@ def image_size(model: nn.Module) -> int:
 
 # ------------------------------------------------------------------------------------- text side
 def _run_text_tower(model: nn.Module, x: torch.Tensor, eot_idx: torch.Tensor) -> torch.Tensor:
-    """Token embeddings [N, L, W] (already cut to L tokens) → EOS hidden state after ln_final [N, W].
+    """Token embeddings [N, L, W] (already cut to L tokens) → EOS hidden state after ln_final
+    [N, W].
 
     Exact under CLIP's causal mask: tokens after the last EOS never influence the EOS output."""
     L = x.shape[1]
@@ -415,7 +422,8 @@ class PromptTextEncoder(nn.Module):
         if n_ctx is None:
             n_ctx = n_init
         if n_ctx != n_init:
-            raise ValueError(f"TTA.N_CTX={n_ctx} but TTA.CTX_INIT={ctx_init!r} has {n_init} tokens; "
+            raise ValueError(f"TTA.N_CTX={n_ctx} but TTA.CTX_INIT={ctx_init!r} "
+                             f"has {n_init} tokens; "
                              f"make them agree")
         self.n_ctx = n_ctx
         prompts = [f"{ctx_init} {s}" for s in suffixes]

@@ -18,7 +18,8 @@ _HIDDEN = ("transformers",)
 def import_open_clip():
     if "open_clip" in sys.modules:
         return sys.modules["open_clip"]
-    keep = os.environ.get("ARGTCA_OPEN_CLIP_TRANSFORMERS", "").strip().lower() in ("1", "true", "on")
+    keep = (os.environ.get("ARGTCA_OPEN_CLIP_TRANSFORMERS", "").strip().lower()
+            in ("1", "true", "on"))
     hide = [] if keep else [m for m in _HIDDEN if m not in sys.modules]
     for m in hide:
         sys.modules[m] = None          # "import transformers" raises ImportError

@@ -114,7 +114,8 @@ class _TorchScriptUnpickler(pickle.Unpickler):
             return _StorageType(_STORAGE_DTYPES[name])
         if (module, name) in _ALLOWED:
             return _ALLOWED[(module, name)]
-        raise ModelError(f"{self.path}: the TorchScript archive's data.pkl refers to {module}.{name}, "
+        raise ModelError(f"{self.path}: the TorchScript archive's data.pkl refers to "
+                         f"{module}.{name}, "
                          f"which a weight file does not need; refusing to read it. Use a plain "
                          f"state dict or safetensors file, or " + _FIX_REDOWNLOAD)
 
@@ -223,7 +224,8 @@ def read_state_dict(path: str):
     if head[:1] == b"\x80":  # a pickle: torch.save's legacy (pre-zip) format
         return _torch_load(path)
     shown = head[:24].decode("utf-8", "replace")
-    kind = "an HTML page (a failed download?)" if shown.lstrip().startswith("<") else "not a checkpoint"
+    kind = ("an HTML page (a failed download?)" if shown.lstrip().startswith("<")
+            else "not a checkpoint")
     raise ModelError(f"MODEL.PRETRAINED file {path} is {kind}: it starts with {shown!r}, not a "
                      f"PyTorch zip/pickle or safetensors header; " + _FIX_REDOWNLOAD)
 
@@ -283,7 +285,8 @@ def load_state_dict_into(model: nn.Module, sd: Dict[str, torch.Tensor], path: st
     non_persistent = {n for n, _ in model.named_buffers()} - set(own)
     for k in non_persistent:
         sd.pop(k, None)
-    if "logit_scale" in sd and "logit_scale" in own and sd["logit_scale"].dim() != own["logit_scale"].dim():
+    if ("logit_scale" in sd and "logit_scale" in own
+            and sd["logit_scale"].dim() != own["logit_scale"].dim()):
         sd["logit_scale"] = sd["logit_scale"].reshape(own["logit_scale"].shape)
     missing = [k for k in own if k not in sd]
     unexpected = [k for k in sd if k not in own]
@@ -291,7 +294,8 @@ def load_state_dict_into(model: nn.Module, sd: Dict[str, torch.Tensor], path: st
               if k in sd and sd[k].shape != own[k].shape]
     if missing or unexpected or shapes:
         guess = guess_backbone(sd)
-        hint = (f"it looks like {guess}: set MODEL.BACKBONE.NAME {guess}" if guess and guess != backbone
+        hint = (f"it looks like {guess}: set MODEL.BACKBONE.NAME {guess}"
+                if guess and guess != backbone
                 else "set MODEL.BACKBONE.NAME to the model the checkpoint was trained as")
         parts = []
         if shapes:

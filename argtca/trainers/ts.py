@@ -152,7 +152,8 @@ class TemperatureScaled:
                 raise TemperatureError(
                     f"TRAINER.TS.FIT val: cannot read split {self.ts.VAL_SPLIT!r} of "
                     f"{self.cfg.DATASET.NAME} ({str(e).splitlines()[0][:200]}); set "
-                    f"TRAINER.TS.VAL_SPLIT to a validation split, or TRAINER.TS.FIT fixed") from None
+                    f"TRAINER.TS.VAL_SPLIT to a validation split, "
+                    f"or TRAINER.TS.FIT fixed") from None
         if list(ds.classnames) != list(self.dataset.classnames):
             raise TemperatureError(f"TRAINER.TS: the {self.ts.VAL_SPLIT!r} split's classes differ "
                                    f"from the evaluated split's; fix the split file")
@@ -160,7 +161,8 @@ class TemperatureScaled:
         if shared:
             raise TemperatureError(
                 f"TRAINER.TS.FIT val: the {self.ts.VAL_SPLIT!r} split shares {len(shared)} images "
-                f"with the evaluated split (e.g. {sorted(shared)[0]}): fitting T there sees the test "
+                f"with the evaluated split (e.g. {sorted(shared)[0]}): "
+                f"fitting T there sees the test "
                 f"labels; use TRAINER.TS.FIT fixed (TRAINER.TS.T) for this dataset")
         return ds
 

@@ -1,5 +1,6 @@
 """JSON files read and written the same way everywhere: atomic writes (a killed run never leaves a
-half-written file) and reads whose one-line error names the file, what it should hold and the fix."""
+half-written file) and reads whose one-line error names the file, what it should hold and the
+fix."""
 from __future__ import annotations
 
 import json

@@ -9,12 +9,14 @@ Sampling and application are separate so that a mixed view can be recomputed by 
 * ``sample_plan(rng, severity, size) -> AugMixPlan``: the chain weights ``w ~ Dir(1,1,1)``, the mix
   ``m ~ Beta(1,1)`` and 3 chains of 1-3 ops (TPT's draw order: dirichlet, beta, then per chain the
   depth and per op the op choice and its magnitude);
-* ``augmix_view(x, plan, preprocess)``: ``m * preprocess(x) + (1 - m) * sum_i w_i * preprocess(chain_i(x))``
+* ``augmix_view(x, plan, preprocess)``:
+  ``m * preprocess(x) + (1 - m) * sum_i w_i * preprocess(chain_i(x))``
   (mixing after normalisation, float32 as in TPT), with ``mix_processed`` doing the arithmetic.
 
 Level mapping (TPT/Google AugMix): ``level = U(0.1, severity)``; ``int_parameter(l, max) =
-int(l * max / 10)``; ``float_parameter(l, max) = l * max / 10``. At severity 1 that gives posterize
-4 bits, rotation 0-3 degrees, solarize threshold 231-254, shear 0.003-0.03, translation 0-size/30 px.
+int(l * max / 10)``; ``float_parameter(l, max) = l * max / 10``. At severity 1 that gives
+posterize 4 bits, rotation 0-3 degrees, solarize threshold 231-254, shear 0.003-0.03, translation
+0-size/30 px.
 """
 from __future__ import annotations
 
@@ -29,7 +31,8 @@ import torchvision.transforms.functional as F
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 try:   # the matrix F.affine hands to PIL (private; without it the fast path asks PIL itself)
-    from torchvision.transforms.functional import _get_inverse_affine_matrix as _inverse_affine_matrix
+    from torchvision.transforms.functional import (
+        _get_inverse_affine_matrix as _inverse_affine_matrix)
 except ImportError:  # pragma: no cover - depends on the torchvision version
     _inverse_affine_matrix = None
 
@@ -115,8 +118,8 @@ def apply_op(img: Image.Image, op: OpCall) -> Image.Image:
     if n == "solarize":
         return F.solarize(img, float(v))
     # TPT's affine ops are PIL AFFINE transforms about the top-left corner: with center=[0, 0],
-    # F.affine's inverse matrix is (1, tan(sx), 0, 0, 1, 0) for shear=[sx, 0], (1, 0, 0, tan(sy), 1, 0)
-    # for shear=[0, sy], and (1, 0, -tx, 0, 1, -ty) for translate=[tx, ty].
+    # F.affine's inverse matrix is (1, tan(sx), 0, 0, 1, 0) for shear=[sx, 0],
+    # (1, 0, 0, tan(sy), 1, 0) for shear=[0, sy], and (1, 0, -tx, 0, 1, -ty) for translate=[tx, ty].
     if n == "shear_x":
         return F.affine(img, angle=0.0, translate=[0, 0], scale=1.0,
                         shear=[math.degrees(math.atan(v)), 0.0], interpolation=_BILINEAR,

@@ -138,7 +138,8 @@ class ViewGenerator:
         return self.preprocess(img)
 
     def preaugment(self, img: Image.Image, generator: torch.Generator) -> Image.Image:
-        """RandomResizedCrop(size) (bilinear, torchvision defaults as in TPT) + RandomHorizontalFlip."""
+        """RandomResizedCrop(size) (bilinear, torchvision defaults as in TPT) +
+        RandomHorizontalFlip."""
         width, height = img.size
         i, j, h, w = random_resized_crop_params(width, height, self.scale, self.ratio, generator)
         out = F.resized_crop(img, i, j, h, w, [self.size, self.size],

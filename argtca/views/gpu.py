@@ -1,4 +1,5 @@
-"""Test-time views made on the device (``TTA.VIEWS_DEVICE gpu``), and the views loader of both paths.
+"""Test-time views made on the device (``TTA.VIEWS_DEVICE gpu``), and the views loader of both
+paths.
 
 **Not bit-identical to the CPU path.** The CPU path (:mod:`argtca.views.cpu`) crops, flips and
 AugMixes every view with PIL on the full-resolution image. Here the DataLoader workers only decode
@@ -80,7 +81,8 @@ class GpuViewMaker:
 
     def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None,
                  compile: bool = False):
-        self.work_dtype = work_dtype   # None: float16 on CUDA (integers 0-255 are exact), else float32
+        # None: float16 on CUDA (integers 0-255 are exact), else float32
+        self.work_dtype = work_dtype
         self.size = view_gen.size
         self.n_views = view_gen.n_views
         self.augmix = view_gen.augmix
@@ -308,8 +310,9 @@ class GpuViewMaker:
             An = A.float() * (2.0 / S)
             An[:, :, 2] -= 1.0
             c = torch.arange(S, device=A.device, dtype=torch.float32) + 0.5
-            ax = An[:, :, 0].unsqueeze(1) * c.view(1, S, 1) + An[:, :, 2].unsqueeze(1)  # [n, S(x), 2]
-            by = An[:, :, 1].unsqueeze(1) * c.view(1, S, 1)                             # [n, S(y), 2]
+            # ax: [n, S(x), 2], by: [n, S(y), 2]
+            ax = An[:, :, 0].unsqueeze(1) * c.view(1, S, 1) + An[:, :, 2].unsqueeze(1)
+            by = An[:, :, 1].unsqueeze(1) * c.view(1, S, 1)
             grid = torch.empty(A.shape[0], S, S, 2, device=A.device, dtype=dtype)
             return torch.add(ax.unsqueeze(1), by.unsqueeze(2), out=grid)
         src = self._base_grid(A.device) @ A.transpose(1, 2).unsqueeze(1)     # [n, S, S, 2]
@@ -334,7 +337,8 @@ class GpuViewMaker:
     @staticmethod
     def posterize(x: torch.Tensor, bits: torch.Tensor) -> torch.Tensor:
         return GpuViewMaker._lut_op(x, lambda flat, idx: lut_posterize_solarize(
-            ["posterize"] * x.shape[0], bits.reshape(-1).cpu()).to(x.device).repeat_interleave(3, 0))
+            ["posterize"] * x.shape[0], bits.reshape(-1).cpu()
+        ).to(x.device).repeat_interleave(3, 0))
 
     @staticmethod
     def solarize(x: torch.Tensor, thr: torch.Tensor) -> torch.Tensor:

@@ -150,10 +150,11 @@ def put_rows(x: torch.Tensor, rows: torch.Tensor, y: torch.Tensor) -> None:
     _flat_rows(x).index_copy_(0, rows, _flat_rows(y.contiguous()))
 
 
-def mix_views(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-    """``m·crop + Σ_i k_i·chain_i`` in float32 with the reference's roundings (``k_i = (1 − m)·w_i``,
-    accumulated chain by chain). crops u8 [N,3,S,S], chains u8 [N,3,3,S,S], m [N,1,1,1],
-    k [N,3,1,1,1]."""
+def mix_views(crops: torch.Tensor, chains: torch.Tensor, m: torch.Tensor,
+              k: torch.Tensor) -> torch.Tensor:
+    """``m·crop + Σ_i k_i·chain_i`` in float32 with the reference's roundings
+    (``k_i = (1 − m)·w_i``, accumulated chain by chain). crops u8 [N,3,S,S], chains u8
+    [N,3,3,S,S], m [N,1,1,1], k [N,3,1,1,1]."""
     mix = torch.mul(crops, m)
     for i in range(CHAINS):
         mix += torch.mul(chains[:, i], k[:, i])
