@@ -73,6 +73,8 @@ class _Config(CN):
 
 _C = _Config()
 _C.OUTPUT_DIR = "./output"
+# without an explicit OUTPUT_DIR a run goes to <OUTPUT_ROOT>/<method>/<dataset>/<hash8>/seed<N>
+_C.OUTPUT_ROOT = "output"
 _C.SEED = 1
 _C.USE_CUDA = True
 _C.VERBOSE = True

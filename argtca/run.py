@@ -3,7 +3,8 @@
     python -m argtca.run --root $DATA --dataset-config-file configs/datasets/caltech101.yaml \
         --config-file configs/trainers/tpt.yaml --seed 1 [KEY VALUE ...]
 
-The run folder is output/<method>/<dataset>/<hash8>/seed<N>, hash8 naming every setting that can
+The run folder is output/<method>/<dataset>/<hash8>/seed<N> (--output-root for another folder than
+output/), hash8 naming every setting that can
 change a number (config, test set, device, input file contents; <hash8>/settings.json says which):
 the same command resumes or re-reads its folder, other settings get another one. --output-dir
 names the folder instead; a folder holding records of other settings is then refused.
@@ -26,6 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--root", default="", help="data root (CoOp layout); $DATA in the scripts")
     p.add_argument("--output-dir", default="", help="output directory (default "
                    "output/<method>/<dataset>/<hash8>/seed<N>, hash8 naming the settings)")
+    p.add_argument("--output-root", default="", help="folder of the default run folders "
+                   "(OUTPUT_ROOT, default output): <root>/<method>/<dataset>/<hash8>/seed<N>")
     p.add_argument("--dataset-config-file", default="", help="configs/datasets/<name>.yaml")
     p.add_argument("--config-file", default="", help="configs/trainers/<method>.yaml")
     p.add_argument("--trainer", default="", help="trainer name (ZeroshotCLIP, TPT, CTPT, OTPT, "
@@ -106,6 +109,8 @@ def setup_cfg(args):
         cfg.DATASET.ROOT = args.root
     if args.output_dir:
         cfg.OUTPUT_DIR = args.output_dir
+    if getattr(args, "output_root", ""):
+        cfg.OUTPUT_ROOT = args.output_root
     if args.seed is not None:
         cfg.SEED = args.seed
     if args.trainer:

@@ -10,6 +10,7 @@ import io
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +52,8 @@ def tree(tmp_path_factory):
         # Table 1: caltech101 is absent under the data root; demo runs every method
         r["t1"] = _call(["table1", "caltech101", "demo", "--root", str(empty), "--seeds", "1"]
                         + common + TINY)
-        seed1 = {p: (p.read_bytes(), p.stat().st_mtime_ns)
-                 for p in [out / "argtca/demo/div/seed1/records.jsonl"]}
+        div1 = folders(r["t1"][1])["argtca-div on demo, seed 1"] / "records.jsonl"
+        seed1 = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in [div1]}
         # one method over seeds 1 and 2: seed 1 is only re-read
         r["t1b"] = _call(["table1", "demo", "--seeds", "1,2", "--methods", "argtca-div",
                           "--report-dir", str(out / "report/table1_2seeds")] + common + TINY)
@@ -113,12 +114,32 @@ def plain(cell):
     return cell.replace("**", "").replace("<u>", "").replace("</u>", "")
 
 
-def run_dirs(out):
-    return {"Zero-shot CLIP": out / "zeroshot/demo/seed1", "TPT": out / "tpt/demo/seed1",
-            "C-TPT": out / "ctpt/demo/seed1", "O-TPT": out / "otpt/demo/seed1",
-            "A-TPT": out / "atpt/demo/seed1", "TCA": out / "tca/demo/seed1",
-            "ArgTCA (div)": out / "argtca/demo/div/seed1",
-            "ArgTCA (disc)": out / "argtca/demo/disc/seed1"}
+_STARTED = re.compile(r"^\[\w+\] \d+/\d+ (.+) -> (\S+)( \(finished: re-read\))?$")
+
+
+def folders(text, reread=False):
+    """run name -> run folder, from a command's "[tag] i/n NAME -> FOLDER" lines (``reread``:
+    only those skipped as finished)."""
+    out = {}
+    for line in text.splitlines():
+        m = _STARTED.match(line)
+        if m and (m.group(3) or not reread):
+            out[m.group(1)] = Path(m.group(2))
+    return out
+
+
+HASHED = re.compile(r"/(zeroshot|tpt|ctpt|otpt|atpt|tca|argtca)/demo/[0-9a-f]{8}/seed\d+$")
+
+
+def run_dirs(tree):
+    """Table 1's run folder of each label, as the command printed them."""
+    f = folders(tree["t1"][1])
+    names = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca-div", "argtca-disc"]
+    dirs = {label: f[f"{n} on demo, seed 1"] for label, n in zip(LABELS, names)}
+    # <out-root>/<method>/<dataset>/<hash8>/seed<N>: every run its own experiment folder
+    assert all(HASHED.search(str(d)) for d in dirs.values()) and len(set(dirs.values())) == 8
+    assert all(str(d).startswith(str(tree["out"])) for d in dirs.values())
+    return dirs
 
 
 # ----------------------------------------------------------------------------- Table 1
@@ -131,8 +152,10 @@ def test_table1_lists_absent_datasets_first_and_runs_the_rest(tree):
         and "fix:" in lines[1]
     assert lines[2] == "[table1] present: demo"
     assert sum(line.startswith("[table1] ") and "/8 " in line for line in lines) == 8
-    for d in run_dirs(tree["out"]).values():
+    for d in run_dirs(tree).values():
         assert summary(d)["n"] == 3
+        assert json.loads((d.parent / "settings.json").read_text())["overrides"][
+            "DATASET.NUM_IMAGES"] == 3
 
 
 def report_dir(out, prefix):
@@ -156,7 +179,7 @@ def test_table1_numbers_equal_the_runs(tree):
     got = {(r[0], r[1]): r[2:] for r in rows[1:]}
     assert sorted({k[0] for k in got}) == sorted(LABELS)
     eces = {}
-    for label, d in run_dirs(out).items():
+    for label, d in run_dirs(tree).items():
         acc, ece = recomputed(d)
         s = summary(d)
         assert s["accuracy"] == pytest.approx(acc, abs=1e-6)
@@ -192,17 +215,21 @@ def test_table1_mean_std_over_seeds_and_finished_runs_reread(tree):
     o = tree["out"]
     for p, (data, mtime) in tree["seed1_before"].items():   # finished runs are only re-read
         assert p.read_bytes() == data and p.stat().st_mtime_ns == mtime
+    # seed 1 is Table 1's folder, skipped as finished; seed 2 is its sibling (one experiment)
+    exp = run_dirs(tree)["ArgTCA (div)"].parent
+    assert folders(out, reread=True) == {"argtca-div on demo, seed 1": exp / "seed1"}
+    assert folders(out)["argtca-div on demo, seed 2"] == exp / "seed2"
     md = dict(_with_labels(md_rows((o / "report/table1_2seeds/table.md").read_text())))
-    for label, sub in (("ArgTCA (div)", "argtca/demo/div"),):
+    for label in ("ArgTCA (div)",):
         for metric, i in (("Acc", 0), ("ECE", 1)):
-            v = [recomputed(o / sub / f"seed{s}")[i] for s in (1, 2)]
+            v = [recomputed(exp / f"seed{s}")[i] for s in (1, 2)]
             want = f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}"
             row = md[(label, metric)]
             assert [plain(c) for c in row[2:]] == [want, want], (label, metric, row)
     cells = list(csv.DictReader((o / "report/table1_2seeds/cells.csv").open()))
     c = [x for x in cells if x["method"] == "ArgTCA (div)" and x["metric"] == "ece"
          and x["dataset"] == "Demo"][0]
-    e = [summary(o / f"argtca/demo/div/seed{s}")["ece"] for s in (1, 2)]
+    e = [summary(exp / f"seed{s}")["ece"] for s in (1, 2)]
     assert float(c["mean"]) == pytest.approx(np.mean(e)) and c["seeds"] == "1 2"
     assert float(c["std"]) == pytest.approx(np.std(e, ddof=1))
     assert "$\\pm$" in (o / "report/table1_2seeds/table.tex").read_text()
@@ -217,16 +244,22 @@ def test_table2_ablation_reuses_runs_and_stored_graphs(tree):
     assert "[table2] 1/4 argtca-div on demo, seed 1 -> " in out
     rows = md_rows((report_dir(o, "table2") / "ablation.md").read_text())
     assert rows[0] == ["Variant", "div Acc", "div ECE"]
-    where = {"full": "argtca/demo/div/seed1", "zero edges": "ablation/demo/edges_none_div/seed1",
-             "raw EOS": "ablation/demo/raw_div/seed1", "random": "argtca/demo/random/seed1"}
+    f = folders(out)
+    where = {"full": f["argtca-div on demo, seed 1"],
+             "zero edges": f["argtca-div zero edges on demo, seed 1"],
+             "raw EOS": f["argtca-div raw EOS on demo, seed 1"],
+             "random": f["argtca-random on demo, seed 1"]}
+    assert where["full"] == run_dirs(tree)["ArgTCA (div)"]
+    assert folders(out, reread=True) == {"argtca-div on demo, seed 1": where["full"]}
+    assert len(set(where.values())) == 4 and all(HASHED.search(str(d)) for d in where.values())
     assert [r[0] for r in rows[1:]] == list(where)
     for r in rows[1:]:
-        acc, ece = recomputed(o / where[r[0]])
+        acc, ece = recomputed(where[r[0]])
         assert [plain(c) for c in r[1:]] == [f"{acc:.2f}", f"{ece:.2f}"], r
     assert summary(o / where["zero edges"])["trainer_cfg"]["TRAINER.ARGTCA.EDGES"] == "none"
     assert summary(o / where["raw EOS"])["trainer_cfg"]["TRAINER.ARGTCA.EMBEDDINGS"] == "raw"
-    p1 = {k: json.loads((o / d / "phase1.json").read_text()) for k, d in where.items()}
-    disc = json.loads((o / "argtca/demo/disc/seed1/phase1.json").read_text())
+    p1 = {k: json.loads((d / "phase1.json").read_text()) for k, d in where.items()}
+    disc = json.loads((run_dirs(tree)["ArgTCA (disc)"] / "phase1.json").read_text())
     # one stored graph per edge setting: div trained it, disc reused the same one
     assert p1["full"]["store_key"] == disc["store_key"] and disc["reused"]
     assert not p1["full"]["reused"]
@@ -243,10 +276,13 @@ def test_sweep_figures_and_table(tree):
         assert (rep / f).stat().st_size > 5_000
     text = (rep / "sweep.md").read_text()
     alpha, beta = text.split("## β")
-    d = o / "sweep/demo/div"
+    f = folders(out)
+
+    def at(a, b):
+        return f[f"argtca-div alpha={a} beta={b} on demo, seed 1"]
 
     def cell(a, b):
-        acc, ece = recomputed(d / f"a{a}_b{b}")
+        acc, ece = recomputed(at(a, b))
         return f"{acc:.2f} / {ece:.2f}"
     # α line at β = 35 and β line at α = 10 (one point each at this size)
     a_rows = md_rows(alpha)
@@ -255,7 +291,8 @@ def test_sweep_figures_and_table(tree):
     b_rows = md_rows(beta)
     assert b_rows[0][2:] == ["β=50"]
     assert b_rows[1][1] == "ArgTCA (div) (α=10)" and b_rows[1][2:] == [cell(10, 50)]
-    assert summary(d / "a20_b35")["trainer_cfg"]["TRAINER.ARGTCA.ALPHA"] == 20.0
+    assert summary(at(20, 35))["trainer_cfg"]["TRAINER.ARGTCA.ALPHA"] == 20.0
+    assert at(20, 35) != at(10, 50) and HASHED.search(str(at(20, 35)))
 
 
 # ----------------------------------------------------------------------------- Table 3
@@ -267,8 +304,9 @@ def test_table3_attributes_of_chosen_classes(tree):
     assert rows[0] == ["class", "tca", "div", "disc"]
     assert [r[0] for r in rows[1:]] == ["tomato", "lime"]
     attrs = json.loads((REPO / "argtca/demo/assets/demo_attributes.json").read_text())
-    div = json.loads((o / "argtca/demo/div/seed1/phase1.json").read_text())["selected"]
-    disc = json.loads((o / "argtca/demo/disc/seed1/phase1.json").read_text())["selected"]
+    dirs = run_dirs(tree)
+    div = json.loads((dirs["ArgTCA (div)"] / "phase1.json").read_text())["selected"]
+    disc = json.loads((dirs["ArgTCA (disc)"] / "phase1.json").read_text())["selected"]
     for r in rows[1:]:
         c = r[0]
         assert r[1] == ", ".join(attrs[c].split()[:2])      # TCA: the file's first two
@@ -287,7 +325,7 @@ def test_tune_grid_rule_and_config_for_table1(tree):
         ("ctpt", "TRAINER.CTPT.LAMBDA=0"), ("ctpt", "TRAINER.CTPT.LAMBDA=50"),
         ("tca", "TRAINER.TCA.ALPHA=10 TRAINER.TCA.BETA=35")]
     test_ids = {json.loads(line)["path"] for line in
-                (o / "zeroshot/demo/seed1/records.jsonl").read_text().splitlines()}
+                (run_dirs(tree)["Zero-shot CLIP"] / "records.jsonl").read_text().splitlines()}
     assert set(yaml.safe_load((o / "tuned.yaml").read_text())) == {"ctpt", "tca"}
     for g in grid:
         name = "_".join(f"{kv.split('=')[0].split('.')[-1].lower()}{kv.split('=')[1]}"
@@ -315,7 +353,8 @@ def test_tune_grid_rule_and_config_for_table1(tree):
     # Table 1 with the tuned config: C-TPT runs the chosen lambda on the test split
     rc, out, err = tree["t1tuned"]
     assert rc == 0, err
-    d = o / "tuned/tuned/ctpt/demo/seed1"
+    d = folders(out)["ctpt on demo, seed 1"]
+    assert d.parent != run_dirs(tree)["C-TPT"].parent   # other weights: another experiment
     assert summary(d)["trainer_cfg"]["TRAINER.CTPT.LAMBDA"] == lam
     assert summary(d).get("overrides", {}).get("DATASET.SPLIT", "test") == "test"
     rows = list(csv.reader((o / "report/table1_tuned/table.csv").open()))
@@ -337,9 +376,10 @@ def test_table1_plan_and_default_datasets():
     assert TABLE1_DATASETS == ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers",
                                "food101", "fgvc_aircraft", "dtd", "eurosat", "ucf101"]
     assert TABLE1_EXTENSION == ["imagenet", "sun397"]
-    # the two measured rates (112.2 img/s at K=101, 60.5 at K=1000) are on the line
-    assert 1 / seconds_per_image("tca", 101) == pytest.approx(112.2)
-    assert 1 / seconds_per_image("argtca", 1000) == pytest.approx(60.5)
+    # benchmarks/README.md#current-numbers: the CLI defaults (eager) at K=101, 104.1 img/s; the
+    # compiled line (143.5 img/s at K=101, 60.5 at K=1000) plus eager's cost at K=101
+    assert 1 / seconds_per_image("tca", 101) == pytest.approx(104.1)
+    assert seconds_per_image("argtca", 1000) == pytest.approx(1 / 60.5 + 1 / 104.1 - 1 / 143.5)
     rc, out, err = _call(["table1", "--plan", "--seeds", "1,2", "--methods", "tpt,zeroshot"])
     assert rc == 0, err
     lines = out.splitlines()
@@ -349,7 +389,9 @@ def test_table1_plan_and_default_datasets():
     s = 2465 * 2 * seconds_per_image("tpt", 100) * (1 + 1 / 64)
     assert cal[2:6] == ["4", "2465", str(4 * 2465), "100"] and cal[6] == f"{s / 60:.0f}"
     assert "[table1] 63846 test images per method and seed" in lines
-    assert "BENCHMARKS.md" in out and not list(Path(".").glob("output/report/table1-*"))
+    assert "benchmarks/README.md#current-numbers" in out and "BENCHMARKS.md" not in out
+    assert "[table1] GPU time assumes TTA.VIEWS_DEVICE gpu; with the default CPU views" in out
+    assert not list(Path(".").glob("output/report/table1-*"))
     rc, out, err = _call(["table1", "--plan", "--extended", "--seeds", "1"])
     assert rc == 0 and "[table1] imagenet" in out and "[table1] sun397" in out
 
@@ -404,7 +446,8 @@ def test_scripts_pass_options_and_opts(tmp_path):
     assert p.returncode == 0, p.stderr
     runs = [ln for ln in p.stdout.splitlines() if "would run" in ln]
     assert len(runs) == 8 and all(ln.endswith("(TTA.N_VIEWS 8)") for ln in runs)
-    assert f"argtca-disc on demo, seed 1 -> {tmp_path}/argtca/demo/disc/seed1" in runs[-1]
+    assert re.search(f"argtca-disc on demo, seed 1 -> {tmp_path}/argtca/demo/[0-9a-f]{{8}}/seed1 ",
+                     runs[-1])
 
 
 def test_execute_goes_on_after_a_failure_and_stops_on_ctrl_c(tmp_path, capsys):
@@ -433,3 +476,25 @@ def test_execute_goes_on_after_a_failure_and_stops_on_ctrl_c(tmp_path, capsys):
                 runner=lambda argv: calls.append(1) or 130, tag="t")
     assert e.value.code == 130 and calls == [1]
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_execute_skips_finished_runs_and_starts_unresolvable_ones(tmp_path, capsys):
+    """A hash-keyed folder holding config.json and summary.json is not started again; a run
+    whose folder cannot be worked out beforehand (here: no data) is started with --output-root
+    and reports its own error."""
+    from argtca.experiments.plan import RunSpec, execute, failure_lines
+    done = tmp_path / "tpt/demo/0123abcd/seed1"
+    done.mkdir(parents=True)
+    for f in ("config.json", "summary.json"):
+        (done / f).write_text("{}")
+    specs = [RunSpec("tpt", "demo", 1, done, out_root=tmp_path),
+             RunSpec("tpt", "caltech101", 1, out_root=tmp_path)]
+    calls = []
+    outcomes = execute(specs, str(tmp_path / "no_data"), tag="t",
+                       runner=lambda argv: calls.append(argv) or 2)
+    assert len(calls) == 1 and calls[0][calls[0].index("--output-root") + 1] == str(tmp_path)
+    assert "--output-dir" not in calls[0] and specs[1].out is None
+    assert [o.ok for o in outcomes] == [True, False]
+    assert f"[t] 1/2 tpt on demo, seed 1 -> {done} (finished: re-read)" in capsys.readouterr().out
+    assert failure_lines(outcomes, "t")[1].endswith(
+        f"exit 2, {tmp_path}/tpt/caltech101/<hash8>/seed1")

@@ -60,6 +60,7 @@ def test_experiments_sweep_passes_its_failed_points_to_the_report(tmp_path, monk
                 out.append(Outcome(s, 1, 0.0))
                 continue
             acc, ece = VALS.get((a, b), (50.0, 5.0))
+            s.out = s.out_root / f"a{a}_b{b}"   # the folder the real run would pick
             s.out.mkdir(parents=True)
             (s.out / "summary.json").write_text(json.dumps({
                 "method": "argtca", "selector": s.selector, "label": "ArgTCA (div)",

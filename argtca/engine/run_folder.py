@@ -40,12 +40,21 @@ from argtca.utils.io import os_error, read_json_object, write_json  # noqa: F401
 # Keys that change how fast a run goes, never what it computes.
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
 # (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
-NON_RESULT_KEYS = {"OUTPUT_DIR", "VERBOSE", "DATALOADER.NUM_WORKERS", "DATALOADER.PREFETCH",
+NON_RESULT_KEYS = {"OUTPUT_DIR", "OUTPUT_ROOT", "VERBOSE", "DATALOADER.NUM_WORKERS",
+                   "DATALOADER.PREFETCH",
                    "DATALOADER.MAIN_THREADS", "USE_CUDA", "DATASET.CHECK_IMAGES",
                    "RUN.REQUIRE_CUDA",   # whether a run without CUDA may start at all
                    # the GPU views made on another stream: the same kernels, bit-identical views.
                    # The other TTA.FAST knobs change floating-point rounding: they stay in
-                   "TTA.FAST.VIEWS_OVERLAP"}
+                   "TTA.FAST.VIEWS_OVERLAP",
+                   # where the data is mounted (/data or a node's /scratch): the test set is
+                   # identified by content instead (TEST_SET.*: root-relative paths and labels,
+                   # class names, split files by sha256); an own ImageFolder keeps its location
+                   # (TEST_SET.ROOT, see data_fingerprint)
+                   "DATASET.ROOT"}
+# datasets whose file names are the user's own, not a published split's: two folders may hold
+# other images under the same names, so the folder's location stays part of the test set
+LOCATED_DATASETS = ("ImageFolder",)
 
 
 class RunFolderError(RuntimeError):
@@ -64,6 +73,7 @@ RECORD_KEYS = ("index", "pred", "label", "conf")
 # fingerprint keys holding the sha256 of an input file: FILE_SHA256.<role> (e.g. MODEL.PRETRAINED)
 INPUT_HASH_PREFIX = "FILE_SHA256."
 TEST_SET_KEYS = ("TEST_SET.N_IMAGES", "TEST_SET.ITEMS_SHA256", "TEST_SET.CLASSNAMES_SHA256")
+ROOT_KEY = "TEST_SET.ROOT"   # an own ImageFolder's absolute location (LOCATED_DATASETS)
 
 
 def flatten_cfg(cfg, prefix: str = "") -> Dict[str, object]:
@@ -100,8 +110,11 @@ def data_fingerprint(dataset) -> Dict[str, object]:
     index order and the class names in label order."""
     root = getattr(dataset, "root", "") or ""
     items = [[_rel_item_path(d.impath, root), int(d.label)] for d in dataset.test]
-    return {"TEST_SET.N_IMAGES": len(items), "TEST_SET.ITEMS_SHA256": _sha(items),
-            "TEST_SET.CLASSNAMES_SHA256": _sha(list(dataset.classnames))}
+    out = {"TEST_SET.N_IMAGES": len(items), "TEST_SET.ITEMS_SHA256": _sha(items),
+           "TEST_SET.CLASSNAMES_SHA256": _sha(list(dataset.classnames))}
+    if type(dataset).__name__ in LOCATED_DATASETS:
+        out[ROOT_KEY] = os.path.abspath(root) if root else ""
+    return out
 
 
 def run_fingerprint(cfg, dataset, device_type: Optional[str] = None,
@@ -205,6 +218,12 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
             # written before the fingerprint covered the test set: every reused record is still
             # checked against the dataset's item at its index (check_records)
             cmp.update({k: want[k] for k in TEST_SET_KEYS if k in want})
+        if "DATASET.ROOT" in old:
+            # written while the data root was part of the fingerprint: an own ImageFolder's root
+            # is its TEST_SET.ROOT now; any other dataset is identified by its TEST_SET keys
+            root = cmp.pop("DATASET.ROOT")
+            if ROOT_KEY in want and ROOT_KEY not in old:
+                cmp[ROOT_KEY] = os.path.abspath(str(root)) if root else ""
         if not any(k.startswith(INPUT_HASH_PREFIX) for k in old):
             # written before input files were hashed: what made these records cannot be checked
             # any more; from now on the folder records (and checks) them

@@ -1,10 +1,13 @@
-"""What the experiment commands share: run specifications, the folder layout of the scripts,
-which datasets are present, and running a list of runs (in this process, one after the other).
+"""What the experiment commands share: run specifications, their run folders, which datasets
+are present, and running a list of runs (in this process, one after the other).
 
-A run is started whether or not its folder is finished: ``argtca.run`` re-reads a finished
-folder of the same fingerprint (nothing is recomputed), resumes an interrupted one and refuses
-one made with other settings, naming the differing keys (README "What a run guarantees"). So a
-command can be repeated after a crash, and never reports numbers of other settings.
+Every run goes to ``argtca.run``'s own folder under the out-root,
+``<out-root>/<method>/<dataset>/<hash8>/seed<N>``, ``hash8`` naming every setting that can change
+a number (the run fingerprint without the seed). The folder is known before anything runs: the
+run's configuration, dataset (image list only) and trainer are built without the model and its
+fingerprint taken (:func:`resolve_run_dirs`), exactly as the run will. So runs of other settings
+(another subset, another override) never meet, a finished run (its ``summary.json`` there) is
+skipped, an interrupted one resumes, and a command can be repeated after a crash.
 """
 from __future__ import annotations
 
@@ -29,14 +32,23 @@ TABLE1_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers
 TABLE1_EXTENSION = ["imagenet", "sun397"]
 
 # Estimated GPU seconds per test image of an episodic TTA method (64 views, one step), linear in
-# the number of classes K: a + b·K, through two rates measured on one NVIDIA H200 (BENCHMARKS.md,
-# round 6): K=101, the CLI's defaults, 112.2 img/s steady (run 1); K=1000, every tower compiled,
-# 60.5 img/s end to end (run 7). Measured with the TCA objective (2 prompts per class); TPT-like
-# methods (1 prompt per class) are a little faster. An H100 is slower.
-RATE_SOURCE = "BENCHMARKS.md round 6 (1x H200): 112.2 img/s at K=101, 60.5 img/s at K=1000"
-_S101, _S1000 = 1 / 112.2, 1 / 60.5
-TTA_S_PER_CLASS = (_S1000 - _S101) / (1000 - 101)
-TTA_S_BASE = _S101 - 101 * TTA_S_PER_CLASS
+# the number of classes K, from benchmarks/README.md#current-numbers (one NVIDIA H200, GPU views):
+# the compiled fast engine's end-to-end rates at K=101 (143.5 img/s) and K=1000 (60.5) give the
+# line; the CLI's default engine is eager (TTA.COMPILE auto compiles only past ~57k images), and
+# eager costs 1/104.1 - 1/143.5 s more per image at K=101 (the CLI-defaults row, 104.1 img/s),
+# taken as the same at every K (it is the image tower's, which K does not change). Measured with
+# the TCA objective (2 prompts per class); TPT-like methods are a little faster; an H100 is
+# slower. The default views (TTA.VIEWS_DEVICE cpu, TPT's exact PIL pipeline) have no end-to-end
+# rate there: the estimate assumes GPU views, and says so (CPU views: the host's cores bound it).
+RATE_SOURCE = ("benchmarks/README.md#current-numbers (1x H200, GPU views): 104.1 img/s at K=101 "
+               "(CLI defaults, eager), the compiled line 143.5 -> 60.5 img/s to K=1000 plus "
+               "eager's cost")
+VIEWS_ASSUMPTION = ("assumes TTA.VIEWS_DEVICE gpu; with the default CPU views (TPT's exact PIL "
+                    "pipeline, not in the benchmark table) the host's CPU cores bound the loop "
+                    "and it takes longer")
+_C101, _C1000, _EAGER101 = 1 / 143.5, 1 / 60.5, 1 / 104.1
+TTA_S_PER_CLASS = (_C1000 - _C101) / (1000 - 101)
+TTA_S_BASE = _EAGER101 - 101 * TTA_S_PER_CLASS
 # zero-shot CLIP: one view and no step per image; not benchmarked, taken as 1/64 of a TTA image
 ZEROSHOT_FRACTION = 1 / 64
 ABLATION_DATASETS = ["caltech101", "oxford_pets", "dtd"]
@@ -86,6 +98,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                  f"splits (CoOp's split files); GPU time: {RATE_SOURCE}, linear in the classes; "
                  f"zero-shot at 1/64 of a TTA image (not benchmarked); ArgTCA's Phase 1 (once per "
                  f"dataset) and model loading not included")
+    lines.append(f"GPU time {VIEWS_ASSUMPTION}")
     if unknown:
         lines.append(f"no published size for {', '.join(unknown)}: not estimated")
     return lines
@@ -137,25 +150,29 @@ def check_opts(opts: Sequence[str], what: str = "overrides") -> List[str]:
 
 @dataclass
 class RunSpec:
-    """One run of ``python -m argtca.run``: the same command and folder as the scripts
-    (baseline.sh, argtca.sh, ablation.sh, sweep.sh) would start."""
+    """One run of ``python -m argtca.run``. With ``out_root`` the run picks its own folder under
+    it (``<out_root>/<method>/<dataset>/<hash8>/seed<N>``; ``out`` is that folder once
+    :func:`resolve_run_dirs` has worked it out); otherwise ``out`` is passed as ``--output-dir``
+    (a folder of other settings is then refused)."""
     method: str                  # zeroshot | tpt | ctpt | otpt | atpt | tca | argtca
     dataset: str                 # configs/datasets key
     seed: int
-    out: Path
+    out: Optional[Path] = None
     selector: Optional[str] = None
     overrides: List[str] = field(default_factory=list)
     label: str = ""
+    out_root: Optional[Path] = None
 
     def argv(self, root: str, plugins: Sequence[str] = ()) -> List[str]:
         a: List[str] = []
         for p in plugins:
             a += ["--plugin", p]
-        # the demo reads no data root: "" keeps its fingerprint the same whatever --root is
+        # the demo reads no data root: "" keeps its command the same whatever --root is
         a += ["--root", "" if self.dataset == "demo" else (root or ""), "--seed", str(self.seed),
               "--dataset-config-file", str(dataset_yaml(self.dataset)),
-              "--config-file", str(CONFIGS / "trainers" / f"{self.method}.yaml"),
-              "--output-dir", str(self.out)]
+              "--config-file", str(CONFIGS / "trainers" / f"{self.method}.yaml")]
+        a += (["--output-root", str(self.out_root)] if self.out_root is not None
+              else ["--output-dir", str(self.out)])
         if self.method == "argtca":
             a += ["TRAINER.ARGTCA.SELECTOR", str(self.selector)]
         return a + [str(x) for x in self.overrides]
@@ -165,13 +182,59 @@ class RunSpec:
         m = f"argtca-{self.selector}" if self.method == "argtca" else self.method
         return self.label or f"{m} on {self.dataset}, seed {self.seed}"
 
+    @property
+    def where(self) -> str:
+        """The run folder, or where it will be when it could not be worked out beforehand."""
+        if self.out is not None:
+            return str(self.out)
+        return f"{self.out_root}/{self.method}/{self.dataset}/<hash8>/seed{self.seed}"
 
-def run_dir(root: Path, method: str, dataset: str, seed: int,
-            selector: Optional[str] = None) -> Path:
-    """compare.sh's layout: <root>/<method>/<ds>/seed<k>, <root>/argtca/<ds>/<sel>/seed<k>."""
-    if method == "argtca":
-        return Path(root) / "argtca" / dataset / str(selector) / f"seed{seed}"
-    return Path(root) / method / dataset / f"seed{seed}"
+
+def _resolve_one(spec: RunSpec, root: str, plugins: Sequence[str],
+                 datasets: Dict[str, object]) -> Path:
+    """The folder ``argtca.run`` will pick for ``spec``: its configuration and trainer built as
+    the run builds them (without the model), then the trainer's own ``output_dir()``, so the
+    fingerprint (config, test set, device, input file contents) is the run's by construction.
+    Datasets are built once per DATASET node, without the image check (the run does it)."""
+    import json
+
+    from ..datasets import build_dataset
+    from ..engine.run_folder import flatten_cfg
+    from ..registry import TRAINER_REGISTRY
+    from ..run import build_parser, plugin_files, setup_cfg
+    import argtca.trainers  # noqa: F401  (registration)
+    cfg = setup_cfg(build_parser().parse_args(spec.argv(root, plugins)))
+    node = {k: v for k, v in flatten_cfg(cfg.DATASET).items() if k != "CHECK_IMAGES"}
+    key = json.dumps(node, sort_keys=True, default=str)
+    if key not in datasets:
+        dcfg = cfg.clone()
+        dcfg.defrost()
+        dcfg.DATASET.CHECK_IMAGES = "off"
+        dcfg.freeze()
+        datasets[key] = build_dataset(dcfg)
+    trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg, dataset=datasets[key])
+    trainer.plugin_files = plugin_files(plugins)
+    return Path(trainer.output_dir())
+
+
+def resolve_run_dirs(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()) -> None:
+    """Set ``out`` of every spec with an ``out_root`` to the folder its run will use. A spec
+    whose run cannot even be set up (missing weights or data, a bad value) keeps ``out`` None:
+    the run is started anyway and prints its own one-line error, like any failed run."""
+    todo = [s for s in specs if s.out_root is not None and s.out is None]
+    if not todo:
+        return
+    if plugins:
+        from ..selectors import load_plugins
+        load_plugins(plugins)
+    datasets: Dict[str, object] = {}
+    for s in todo:
+        # the run prints its own notes (engine choice, a CPU-time warning) when it starts
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            try:
+                s.out = _resolve_one(s, root, plugins, datasets)
+            except (Exception, SystemExit):   # noqa: BLE001 (reported by the run itself)
+                s.out = None
 
 
 # ----------------------------------------------------------------------------- presence
@@ -243,19 +306,34 @@ class Outcome:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and (self.spec.out / "summary.json").is_file()
+        return self.rc == 0 and self.spec.out is not None and \
+            (self.spec.out / "summary.json").is_file()
+
+
+def finished(spec: RunSpec) -> bool:
+    """A hash-keyed run folder with its summary: these settings already ran to the end."""
+    return spec.out_root is not None and spec.out is not None and \
+        (spec.out / "summary.json").is_file() and (spec.out / "config.json").is_file()
 
 
 def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
             tag: str = "experiments", quiet: bool = False,
             runner: Optional[Callable[[List[str]], int]] = None) -> List[Outcome]:
-    """Run every spec in order with ``argtca.run.main`` in this process. A failing run is
-    reported (its own error line is printed by the run) and the others still run."""
+    """Run every spec in order with ``argtca.run.main`` in this process. A run whose
+    hash-keyed folder is finished is skipped (its records are only re-read by the report). A
+    failing run is reported (its own error line is printed by the run) and the others still
+    run."""
     if runner is None:
         from ..run import main as runner
+    resolve_run_dirs(specs, root, plugins)
     outcomes = []
     for i, s in enumerate(specs, 1):
-        print(f"[{tag}] {i}/{len(specs)} {s.name} -> {s.out}", flush=True)
+        if finished(s):
+            print(f"[{tag}] {i}/{len(specs)} {s.name} -> {s.out} (finished: re-read)",
+                  flush=True)
+            outcomes.append(Outcome(s, 0, 0.0))
+            continue
+        print(f"[{tag}] {i}/{len(specs)} {s.name} -> {s.where}", flush=True)
         t0 = time.time()
         argv = s.argv(root, plugins)
         if quiet:   # the run's own progress lines go nowhere; its errors still reach stderr
@@ -267,14 +345,18 @@ def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
             print(f"[{tag}] interrupted at {s.name}: run the same command again to resume (the "
                   f"finished runs are only re-read)", file=sys.stderr)
             raise SystemExit(130)
+        if rc == 0 and s.out is None:   # it could not be set up beforehand, yet it ran
+            resolve_run_dirs([s], root, plugins)
         o = Outcome(s, int(rc or 0), time.time() - t0)
         if rc == 0 and not o.ok:
-            print(f"[{tag}] error: {s.name} finished but {s.out}/summary.json is missing",
+            print(f"[{tag}] error: {s.name} finished but {s.where}/summary.json is missing",
                   file=sys.stderr)
         elif rc != 0:
+            fix = ("" if s.out_root is not None else
+                   f" A folder made with other settings is never reused: delete {s.out} or "
+                   f"choose another --out-root")
             print(f"[{tag}] error: {s.name} failed (exit {rc}, message above); the other runs "
-                  f"go on. A folder made with other settings is never reused: delete {s.out} "
-                  f"or choose another --out-root", file=sys.stderr)
+                  f"go on.{fix}", file=sys.stderr)
         outcomes.append(o)
     return outcomes
 
@@ -285,7 +367,7 @@ def failure_lines(outcomes: Sequence[Outcome], tag: str) -> List[str]:
         return []
     return [f"[{tag}] {len(bad)} of {len(outcomes)} run(s) failed and are not in the report "
             f"(run the same command again after fixing them; finished runs are only re-read):"
-            ] + [f"  {o.spec.name}: exit {o.rc}, {o.spec.out}" for o in bad]
+            ] + [f"  {o.spec.name}: exit {o.rc}, {o.spec.where}" for o in bad]
 
 
 def as_float(v) -> str:

@@ -1,13 +1,12 @@
 """Table 1 (every method, every present dataset, over seeds), Table 2 (ablations), the α/β
 sensitivity figures and Table 3 (attributes of chosen classes): plan the runs, run them, report.
 
-Folder layout = the scripts' (compare.sh, ablation.sh, sweep.sh), so runs made by either are
-shared: ``<out>/<method>/<ds>/seed<k>``, ``<out>/argtca/<ds>/<sel>/seed<k>``,
-``<out>/ablation/<ds>/{edges_none,raw}_<sel>/seed<k>``,
-``<out>/sweep/<ds>/<sel>/a<α>_b<β>`` (``_seed<k>`` appended for seeds other than 1). Runs with a
-``--baseline-config`` go to ``<out>/tuned/<config stem>/<method>/<ds>/seed<k>``. Reports go to
-``--report-dir`` or ``<out>/report/<command>-<hash of the runs>`` (``table1-<config stem>-<hash>``
-with a ``--baseline-config``), so a report of other runs is never overwritten.
+Every run goes to ``argtca.run``'s own folder, ``<out>/<method>/<ds>/<hash8>/seed<k>``, the hash
+naming every setting that can change a number (argtca/experiments/plan.py): Table 1, compare.sh,
+the ablations, the sweep and the runs of a ``--baseline-config`` share a folder exactly when
+their settings are the same, and never otherwise. Reports go to ``--report-dir`` or
+``<out>/report/<command>-<hash of the runs>`` (``table1-<config stem>-<hash>`` with a
+``--baseline-config``), so a report of other runs is never overwritten.
 """
 from __future__ import annotations
 
@@ -22,7 +21,7 @@ from ..report.runs import ReportError
 from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, TABLE1_EXTENSION,
                    Presence, RunSpec, plan_lines,
                    as_float, check_presence, execute, failure_lines, load_baseline_config,
-                   presence_lines, run_dir, split_method)
+                   presence_lines, resolve_run_dirs, split_method)
 
 
 def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presence]:
@@ -36,7 +35,8 @@ def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presenc
     return pres
 
 
-def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
+def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
+            plugins: Sequence[str] = ()) -> int:
     """Report over the finished runs; exit status 0 when every run finished, else 1."""
     if not specs:
         print(f"[{tag}] error: nothing to run: no dataset is present (see above); set DATA or "
@@ -44,8 +44,9 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
               f"demo: python -m argtca.experiments {tag} demo", file=sys.stderr)
         return 2
     if dry_run:
+        resolve_run_dirs(specs, root, plugins)
         for s in specs:
-            print(f"[{tag}] would run: {s.name} -> {s.out}"
+            print(f"[{tag}] would run: {s.name} -> {s.where}"
                   + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
         return 0
     for line in failure_lines(outcomes, tag):
@@ -69,9 +70,9 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs) -> int:
 # ----------------------------------------------------------------------------- Table 1
 def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
                 out_root: Path, opts: Sequence[str],
-                tuned: Optional[Dict[str, List[str]]] = None, tuned_tag: str = "tuned"
-                ) -> List[RunSpec]:
-    """Seed-major (one seed of every dataset and method first), then dataset, then method."""
+                tuned: Optional[Dict[str, List[str]]] = None) -> List[RunSpec]:
+    """Seed-major (one seed of every dataset and method first), then dataset, then method.
+    A tuned method's weights are overrides like any other: its runs get their own folders."""
     specs = []
     for seed in seeds:
         for p in pres:
@@ -81,12 +82,9 @@ def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequenc
                 method, sel = split_method(name)
                 if method in NEEDS_ATTRIBUTES and p.attributes_problem:
                     continue
-                ov = list(opts)
-                out = run_dir(out_root, method, p.dataset, seed, sel)
-                if tuned and method in tuned:
-                    ov += tuned[method]
-                    out = out_root / "tuned" / tuned_tag / method / p.dataset / f"seed{seed}"
-                specs.append(RunSpec(method, p.dataset, seed, out, sel, ov))
+                ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
+                specs.append(RunSpec(method, p.dataset, seed, None, sel, ov,
+                                     out_root=Path(out_root)))
     return specs
 
 
@@ -118,13 +116,12 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
     tuned = load_baseline_config(baseline_config) if baseline_config else None
     need_attr = any(split_method(m)[0] in NEEDS_ATTRIBUTES for m in methods)
     pres = _present(datasets, root, opts, need_attr, "table1")
-    tag = Path(baseline_config).stem if baseline_config else "tuned"
-    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned, tag)
+    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned)
     outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet)
-    prefix = f"table1-{tag}" if baseline_config else "table1"
+    prefix = f"table1-{Path(baseline_config).stem}" if baseline_config else "table1"
     return _finish(outcomes, "table1", lambda done: make_report(
         done, report_dir, show_std=True, force=force, default_parent=out_root / "report",
-        prefix=prefix), dry_run, specs)
+        prefix=prefix), dry_run, specs, root, plugins)
 
 
 # ----------------------------------------------------------------------------- Table 2
@@ -137,20 +134,18 @@ def plan_ablation(pres: Sequence[Presence], seeds: Sequence[int], out_root: Path
         for p in pres:
             if not p.present or p.attributes_problem:
                 continue
-            ds = p.dataset
+            ds, root = p.dataset, Path(out_root)
             for sel in selectors:
-                specs.append(RunSpec("argtca", ds, seed, run_dir(out_root, "argtca", ds, seed,
-                                                                  sel), sel, list(opts)))
-                specs.append(RunSpec("argtca", ds, seed, out_root / "ablation" / ds /
-                                     f"edges_none_{sel}" / f"seed{seed}", sel,
+                specs.append(RunSpec("argtca", ds, seed, None, sel, list(opts), out_root=root))
+                specs.append(RunSpec("argtca", ds, seed, None, sel,
                                      list(opts) + ["TRAINER.ARGTCA.EDGES", "none"],
-                                     f"argtca-{sel} zero edges on {ds}, seed {seed}"))
-                specs.append(RunSpec("argtca", ds, seed, out_root / "ablation" / ds /
-                                     f"raw_{sel}" / f"seed{seed}", sel,
+                                     f"argtca-{sel} zero edges on {ds}, seed {seed}",
+                                     out_root=root))
+                specs.append(RunSpec("argtca", ds, seed, None, sel,
                                      list(opts) + ["TRAINER.ARGTCA.EMBEDDINGS", "raw"],
-                                     f"argtca-{sel} raw EOS on {ds}, seed {seed}"))
-            specs.append(RunSpec("argtca", ds, seed, run_dir(out_root, "argtca", ds, seed,
-                                                              "random"), "random", list(opts)))
+                                     f"argtca-{sel} raw EOS on {ds}, seed {seed}",
+                                     out_root=root))
+            specs.append(RunSpec("argtca", ds, seed, None, "random", list(opts), out_root=root))
     return specs
 
 
@@ -165,16 +160,10 @@ def table2(datasets: Sequence[str] = (), seeds: Sequence[int] = (1,), root: str 
     outcomes = [] if dry_run else execute(specs, root, plugins, "table2", quiet)
     return _finish(outcomes, "table2", lambda done: make_ablation_report(
         done, report_dir, force=force, default_parent=out_root / "report", prefix="table2"),
-        dry_run, specs)
+        dry_run, specs, root, plugins)
 
 
 # ----------------------------------------------------------------------------- sweep
-def sweep_dir(out_root: Path, ds: str, sel: str, a: str, b: str, seed: int) -> Path:
-    """sweep.sh's folder (``a<α>_b<β>``), ``_seed<k>`` appended for seeds other than 1."""
-    name = f"a{a}_b{b}" + ("" if seed == 1 else f"_seed{seed}")
-    return out_root / "sweep" / ds / sel / name
-
-
 def plan_sweep(pres: Sequence[Presence], selectors: Sequence[str], seeds: Sequence[int],
                out_root: Path, opts: Sequence[str], alphas: Sequence[str] = ("5", "10", "20",
                "40"), betas: Sequence[str] = ("15", "25", "35", "50"), fixed_alpha: str = "10",
@@ -189,10 +178,11 @@ def plan_sweep(pres: Sequence[Presence], selectors: Sequence[str], seeds: Sequen
             for sel in selectors:
                 for a, b in points:
                     specs.append(RunSpec(
-                        "argtca", p.dataset, seed, sweep_dir(out_root, p.dataset, sel, a, b, seed),
+                        "argtca", p.dataset, seed, None,
                         sel, list(opts) + ["TRAINER.ARGTCA.ALPHA", as_float(a),
                                            "TRAINER.ARGTCA.BETA", as_float(b)],
-                        f"argtca-{sel} alpha={a} beta={b} on {p.dataset}, seed {seed}"))
+                        f"argtca-{sel} alpha={a} beta={b} on {p.dataset}, seed {seed}",
+                        out_root=Path(out_root)))
     return specs
 
 
@@ -214,7 +204,7 @@ def sweep(datasets: Sequence[str] = (), selectors: Sequence[str] = ("div", "disc
               for o in outcomes if not o.ok]     # marked in the report, not left out
     return _finish(outcomes, "sweep", lambda done: make_sweep_report(
         done, report_dir, force=force, default_parent=out_root / "report", prefix="sweep",
-        missing=failed), dry_run, specs)
+        missing=failed), dry_run, specs, root, plugins)
 
 
 def value_of(overrides: Sequence[str], key: str) -> str:

@@ -31,7 +31,7 @@ from ..engine.run_folder import NON_RESULT_KEYS, flatten_cfg
 # (it draws the views) but is the axis the report averages over, never part of a cell's identity.
 RESULT_KEYS = frozenset({
     "SEED",
-    "DATASET.ROOT", "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
+    "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
     "DATASET.ATTRIBUTE_FILE", "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
     # the engine, batch size, compilation and where views are made change floating-point
     # rounding (fast vs reference engine, GPU vs CPU augmentations): kept apart like the

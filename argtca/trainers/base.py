@@ -253,11 +253,12 @@ class TestTimeTrainer:
 
     def output_dir(self) -> str:
         """``--output-dir`` when given (another run's settings there are refused); otherwise
-        ``output/<method>/<dataset>/<hash8>/seed<N>`` (:func:`default_output_dir`)."""
+        ``<OUTPUT_ROOT>/<method>/<dataset>/<hash8>/seed<N>`` (:func:`default_output_dir`)."""
         if self.cfg.OUTPUT_DIR and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR:
             return self.cfg.OUTPUT_DIR
         return default_output_dir(self.method, self.dataset.key or self.dataset.name,
-                                  self.fingerprint())
+                                  self.fingerprint(), str(self.cfg.get("OUTPUT_ROOT", "output")
+                                                          or "output"))
 
     @property
     def explicit_output_dir(self) -> bool:
