@@ -8,9 +8,10 @@
     python -m argtca.experiments tune   [DATASET]       # baselines re-tuned on the val split
 
 Each command lists the datasets that are absent (and what is missing) first and runs the rest,
-starts every run (a finished folder of the same settings is only re-read, an interrupted one
-resumes, one of other settings is refused naming the keys), goes on when a run fails (listed at
-the end, exit status 1), and ends with its report under ``<out-root>/report/``.
+each run in its own experiment folder ``<out-root>/<method>/<dataset>/<hash8>/seed<N>`` (the
+hash names every setting that can change a number: other settings never share a folder; a
+finished run is skipped, an interrupted one resumes), goes on when a run fails (listed at the
+end, exit status 1), and ends with its report under ``<out-root>/report/``.
 """
 from .plan import (ABLATION_DATASETS, BASELINES, METHODS, TABLE1_DATASETS, ExperimentError,
                    RunSpec, check_presence, load_baseline_config)
