@@ -418,7 +418,8 @@ def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
     started on one is refused on the other, naming RUN.DEVICE_TYPE."""
     from argtca.config import get_cfg_default
     from argtca.datasets.base import DatasetBase, Datum
-    from argtca.engine.run_folder import ConfigMismatchError, check_or_write_fingerprint, run_fingerprint
+    from argtca.engine.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
+                                          run_fingerprint)
     ds = DatasetBase([Datum("/d/a.jpg", 0, "a"), Datum("/d/b.jpg", 1, "b")], ["a", "b"], root="/d")
     cfg = get_cfg_default()
     out = str(tmp_path / "run")
@@ -505,3 +506,28 @@ def test_lock_named_after_a_dead_run_is_taken_over_a_live_one_refused(tmp_path, 
             if p is not None:
                 p.kill()
                 p.wait()
+
+
+def test_a_key_added_to_the_config_later_at_its_default_does_not_block_resume(tmp_path):
+    """A folder written before a config key existed (its config.json lacks the key) resumes when
+    the key is at its default; a non-default value is a different configuration."""
+    from argtca.config import get_cfg_default
+    from argtca.engine.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
+                                          result_fingerprint)
+    cfg = get_cfg_default()
+    fp = result_fingerprint(cfg)
+    out = tmp_path / "run"
+    out.mkdir()
+    older = {k: v for k, v in json.loads(json.dumps(fp, default=str)).items()
+             if not k.startswith("TTA.FAST.")}
+    assert len(older) < len(fp)                       # the TTA.FAST.* keys are the new ones
+    (out / "config.json").write_text(json.dumps(older))
+    (out / "records.jsonl").write_text(
+        json.dumps({"index": 0, "path": "a.jpg", "label": 0, "pred": 0, "conf": 0.5}) + "\n")
+    check_or_write_fingerprint(str(out), fp)          # resumes, and records the keys from now on
+    assert json.loads((out / "config.json").read_text())["TTA.FAST.HALF_IMAGE"] is True
+    (out / "config.json").write_text(json.dumps(older))
+    cfg.defrost()
+    cfg.TTA.FAST.HALF_IMAGE = not cfg.TTA.FAST.HALF_IMAGE
+    with pytest.raises(ConfigMismatchError, match="TTA.FAST.HALF_IMAGE"):
+        check_or_write_fingerprint(str(out), result_fingerprint(cfg))

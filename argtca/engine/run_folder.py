@@ -35,6 +35,7 @@ import sys
 import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
+from argtca.config import get_cfg_default
 from argtca.utils.io import os_error, read_json_object, write_json  # noqa: F401  (write_json: run-folder API)
 
 # Keys that change how fast a run goes, never what it computes.
@@ -189,6 +190,17 @@ def _changed_inputs(old: Dict[str, object], new: Dict[str, object],
 DERIVED_FILES = ("temperature.json", "phase1.json", "summary.json", "derived.json")
 
 
+def _config_defaults() -> Dict[str, object]:
+    """Every default config key, flattened and JSON-normalised as in a fingerprint."""
+    global _DEFAULTS
+    if _DEFAULTS is None:
+        _DEFAULTS = json.loads(json.dumps(flatten_cfg(get_cfg_default()), default=str))
+    return _DEFAULTS
+
+
+_DEFAULTS: Optional[Dict[str, object]] = None
+
+
 def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
                                paths: Optional[Dict[str, str]] = None) -> None:
     """Compare ``fp`` with ``out_dir/config.json`` (refusing a different one, naming the keys, or
@@ -228,6 +240,11 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
             # written before input files were hashed: what made these records cannot be checked
             # any more; from now on the folder records (and checks) them
             cmp.update({k: v for k, v in want.items() if k.startswith(INPUT_HASH_PREFIX)})
+        added = {k: v for k, v in want.items() if k not in cmp and k in _config_defaults()
+                 and v == _config_defaults()[k]}
+        # a config key added after these records were written, at its default value, cannot
+        # have changed them (what the code did then is what the default does now)
+        cmp.update(added)
         if cmp != want:
             files = _changed_inputs(cmp, want, paths or {})
             diff = [d for d in _diff(cmp, want) if not d.startswith(INPUT_HASH_PREFIX)]
