@@ -7,10 +7,11 @@
 #       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]
 #   bash scripts/table1.sh demo --seeds 1 DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8   # embedded demo
 #
-# Without DATASET: ImageNet and the ten fine-grained sets; absent ones are listed first (with
-# what is missing) and the rest runs. Each dataset's attribute file is the TCA authors' (fetched
-# once) unless DATASET.ATTRIBUTE_FILE is given. Finished runs are only re-read; a folder made with
-# other settings is refused (use another --out-root). Report: <out-root>/report/table1/.
+# Without DATASET: the paper's nine datasets (--extended adds ImageNet and SUN397); absent ones are
+# listed first (with what is missing) and the rest runs. Each dataset's attribute file is the TCA
+# authors' (fetched once) unless DATASET.ATTRIBUTE_FILE is given. Each run has its own folder,
+# <out-root>/<method>/<dataset>/<hash8>/seed<N> (hash8: the settings that change numbers); finished
+# runs are only re-read. Report: <out-root>/report/table1-<hash8>/ (printed at the end).
 # Environment: DATA (data root), OPTS="KEY VALUE ..." (overrides for every run), PYTHON.
 # All options: python -m argtca.experiments table1 --help
 set -euo pipefail
