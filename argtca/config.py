@@ -127,8 +127,9 @@ _C.TTA.CTX_CHECKPOINT = ""      # CoOp checkpoint whose learned context starts t
 _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, else the last saved
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
-_C.TTA.ENGINE = "auto"          # "auto" (fast on CUDA, reference on CPU), "reference" (one image
-                                # at a time) or "fast" (batched; equals the reference on CPU to 1e-5)
+# "auto" (fast on CUDA, reference on CPU), "reference" (one image at a time) or "fast" (batched;
+# equals the reference on CPU to 1e-5)
+_C.TTA.ENGINE = "auto"
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
 _C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off");
                                 # "auto": on when the run is long enough to pay compiling back
@@ -213,8 +214,9 @@ _C.TRAINER.ARGTCA.BETA = 35.0
 _C.TRAINER.ARGTCA.AUTO_ALPHA_BETA = True
 _C.TRAINER.ARGTCA.ENTROPY_INPUT = "prob"
 _C.TRAINER.ARGTCA.SELECTOR = "div"     # tca | div | disc | random | joint | any registered one
-_C.TRAINER.ARGTCA.NUM_CANDIDATES = 10  # M: the first M distinct attributes of a class become
-                                       # nodes (fewer where a class has fewer: M_k = min(M, distinct))
+# M: the first M distinct attributes of a class become nodes (fewer where a class has fewer:
+# M_k = min(M, distinct))
+_C.TRAINER.ARGTCA.NUM_CANDIDATES = 10
 _C.TRAINER.ARGTCA.SELECTOR_SEED = 42   # seed of the random selector
 _C.TRAINER.ARGTCA.JOINT_WEIGHT = 0.5   # joint selector: w*Div + (1-w)*Disc
 _C.TRAINER.ARGTCA.EMBEDDINGS = "gat"   # "gat" (trained graph) or "raw" (select on h0)
@@ -340,7 +342,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
     if engine is not _MISSING and len(engines) > 1 and engine not in engines:
         errors.append(f"TTA.ENGINE={engine!r} (allowed: {', '.join(engines)})")
     aug = _get(cfg, "TTA.AUGMIX")
-    if aug is not _MISSING and not isinstance(aug, bool) and str(aug).strip().lower() not in _AUGMIX:
+    if (aug is not _MISSING and not isinstance(aug, bool)
+            and str(aug).strip().lower() not in _AUGMIX):
         errors.append(f"TTA.AUGMIX={aug!r} (allowed: auto, on, off)")
 
     num("DATASET.NUM_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
@@ -367,7 +370,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
         num("TTA.LR", lambda v: v > 0, "> 0")
     else:
         num("TTA.STEPS", lambda v: v >= 0, ">= 0", True)
-    if aug is _MISSING or isinstance(aug, bool) or str(aug).strip().lower() not in ("off", "false", "0"):
+    if (aug is _MISSING or isinstance(aug, bool)
+            or str(aug).strip().lower() not in ("off", "false", "0")):
         num("TTA.AUGMIX_SEVERITY", lambda v: v > 0.1, "> 0.1 (AugMix levels are drawn from "
             "U(0.1, severity)); TPT: 1")
     num("TTA.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")

@@ -50,7 +50,8 @@ def _check_file(path: str, what: str) -> None:
 
 
 def _yacs_error(e: Exception, where: str) -> ConfigError:
-    """One line for yacs' unknown-key / type-mismatch errors, naming ``where`` the value came from."""
+    """One line for yacs' unknown-key / type-mismatch errors, naming ``where`` the value came
+    from."""
     msg = str(e.args[0]) if e.args else str(e)
     for marker in ("Non-existent config key: ", "Non-existent key: "):
         if marker in msg:
@@ -137,7 +138,8 @@ def build_trainer(cfg, plugins=()):
     so their files enter its fingerprint by content."""
     import argtca.trainers  # noqa: F401  (registration)
     if not cfg.TRAINER.NAME:
-        raise SystemExit("error: no trainer: pass --trainer or a --config-file that sets TRAINER.NAME")
+        raise SystemExit("error: no trainer: pass --trainer or a --config-file that sets "
+                         "TRAINER.NAME")
     trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg)
     trainer.plugin_files = plugin_files(plugins)
     return trainer
@@ -161,7 +163,8 @@ def plugin_files(names) -> Dict[str, str]:
 # Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
 EXIT_OK = 0
 EXIT_INTERNAL = 1     # a bug: the traceback, then one line
-EXIT_BAD_INPUT = 2    # bad input or an unusable/unwritable output folder: one line naming the fix (argtca.errors)
+# bad input or an unusable/unwritable output folder: one line naming the fix (argtca.errors)
+EXIT_BAD_INPUT = 2
 EXIT_INTERRUPTED = 130  # Ctrl-C: one line saying how to resume
 
 

@@ -129,7 +129,8 @@ def test_argtca_run_with_train_on_target_selects_as_per_dataset(tmp_path, monkey
     monkeypatch.chdir(REPO)
     root = make_caltech(tmp_path / "data")
     attr = write_attributes(tmp_path / "attrs.json")
-    base = lambda out: ["--root", str(root), "--output-dir", str(out), "--dataset-config-file", "configs/datasets/caltech101.yaml",
+    base = lambda out: ["--root", str(root), "--output-dir", str(out),
+                        "--dataset-config-file", "configs/datasets/caltech101.yaml",
             "--config-file", "configs/trainers/argtca.yaml", "MODEL.BACKBONE.NAME",
             "argtca-tiny-test", "MODEL.PRETRAINED", "random", "INPUT.SIZE", "(32, 32)",
             "TTA.N_VIEWS", "4", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False", "VERBOSE",

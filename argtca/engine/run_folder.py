@@ -59,7 +59,8 @@ LOCATED_DATASETS = ("ImageFolder",)
 
 
 class RunFolderError(RuntimeError):
-    """A run folder whose content cannot be used as it is; the message names the file and the fix."""
+    """A run folder whose content cannot be used as it is; the message names the file and the
+    fix."""
 
 
 class ConfigMismatchError(RunFolderError):

@@ -1,9 +1,9 @@
 """One graph for every dataset (the paper's future work: "cross-dataset graph transfer to remove the
 per-dataset offline build requirement").
 
-``TRAINER.ARGTCA.GAT.TRAIN_ON`` names attribute vocabularies; the GAT is trained once on the graph of
-their union (SupCon over their classes, the same training as per-dataset Phase 1) and stored in the
-Phase-1 store (``<store>/gat-...pt``: the GAT's weights). A dataset then gets its node embeddings
+``TRAINER.ARGTCA.GAT.TRAIN_ON`` names attribute vocabularies; the GAT is trained once on the graph
+of their union (SupCon over their classes, the same training as per-dataset Phase 1) and stored in
+the Phase-1 store (``<store>/gat-...pt``: the GAT's weights). A dataset then gets its node embeddings
 from that frozen GAT applied to its own graph — no training — stored under its own key
 (``<dataset>-transfer-...``). The GAT is inductive (GATConv weights do not depend on the nodes), so
 this is a forward pass.
@@ -12,7 +12,8 @@ Entries of TRAIN_ON:
 
 * ``target``: the evaluated dataset's own attribute file;
 * ``tca:all-but-target``: every TCA attribute file (argtca.fetch) except the target dataset's;
-* a dataset name with a TCA file (``Caltech101``, ``OxfordPets``, ...): that file, fetched on first use;
+* a dataset name with a TCA file (``Caltech101``, ``OxfordPets``, ...): that file, fetched on
+  first use;
 * a path (``builtin:`` allowed) to a TCA-format JSON.
 
 The union takes each class's attributes from every vocabulary that has the class (same name up to
@@ -115,7 +116,8 @@ def _train_payload(nodes: AttributeNodes, cfg_node, identity: Mapping, sources) 
     from argtca.graph.phase1 import H0_KIND, STORE_VERSION, code_sha256, graph_settings
     return json.loads(json.dumps({
         "kind": "transfer-gat", "version": STORE_VERSION, "code_sha256": code_sha256(),
-        "backbone": identity.get("backbone"), "text_weights_sha256": identity.get("text_weights_sha256"),
+        "backbone": identity.get("backbone"),
+        "text_weights_sha256": identity.get("text_weights_sha256"),
         "sources": [{"name": lab, "sha256": attribute_file_hash(p)} for lab, p in sources],
         "classnames": list(nodes.classnames), "nodes": list(nodes.attrs),
         "node_text": node_text("{attribute}", "{classname}"), "h0": H0_KIND,

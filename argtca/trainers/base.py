@@ -160,7 +160,8 @@ class TestTimeTrainer:
             check_context(coop["ctx"], int(self.cfg.TTA.N_CTX),
                           int(self.model.token_embedding.weight.shape[1]),
                           self.cfg.MODEL.BACKBONE.NAME, coop["file"])
-        init_words = placeholder_init(self.cfg.TTA.N_CTX) if coop is not None else self.cfg.TTA.CTX_INIT
+        init_words = (placeholder_init(self.cfg.TTA.N_CTX) if coop is not None
+                      else self.cfg.TTA.CTX_INIT)
         self.text_encoder = PromptTextEncoder(self.model, self.tokenizer, suffixes,
                                               ctx_init=init_words,
                                               n_ctx=int(self.cfg.TTA.N_CTX)).to(self.device)
@@ -384,14 +385,16 @@ class TestTimeTrainer:
         summary = {
             "method": self.method, "selector": self.selector, "label": self.display_label,
             "trainer": type(self).__name__, "dataset": self.dataset.name,
-            "dataset_key": self.dataset.key or self.dataset.name.lower(), "seed": int(self.cfg.SEED),
+            "dataset_key": self.dataset.key or self.dataset.name.lower(),
+            "seed": int(self.cfg.SEED),
             "n": len(records), "accuracy": m["accuracy"], "ece": m["ece"], "adaece": m["adaece"],
             "mce": m["mce"], "nll": m["nll"], "brier": m["brier"],
             "backbone": self.cfg.MODEL.BACKBONE.NAME, "pretrained": self.cfg.MODEL.PRETRAINED,
             "config_hash": config_hash(fp), "experiment": experiment_hash(fp),
             "inputs": {role: {"path": getattr(self, "input_paths", {}).get(role, ""),
                               "sha256": digest} for role, digest in input_hashes(fp).items()},
-            "overrides": {k: v for k, v in flat.items() if default.get(k) != v and k != "OUTPUT_DIR"},
+            "overrides": {k: v for k, v in flat.items()
+                          if default.get(k) != v and k != "OUTPUT_DIR"},
             "trainer_cfg": {k: v for k, v in flat.items()
                             if k.startswith(f"TRAINER.{type(self).__name__.upper()}.")},
             "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
