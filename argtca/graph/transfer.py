@@ -3,8 +3,8 @@ per-dataset offline build requirement").
 
 ``TRAINER.ARGTCA.GAT.TRAIN_ON`` names attribute vocabularies; the GAT is trained once on the graph
 of their union (SupCon over their classes, the same training as per-dataset Phase 1) and stored in
-the Phase-1 store (``<store>/gat-...pt``: the GAT's weights). A dataset then gets its node embeddings
-from that frozen GAT applied to its own graph — no training — stored under its own key
+the Phase-1 store (``<store>/gat-...pt``: the GAT's weights). A dataset then gets its node
+embeddings from that frozen GAT applied to its own graph — no training — stored under its own key
 (``<dataset>-transfer-...``). The GAT is inductive (GATConv weights do not depend on the nodes), so
 this is a forward pass.
 
