@@ -14,7 +14,7 @@ setup(
         "yacs", "numpy", "pillow", "tqdm", "matplotlib", "filelock>=3.12",
     ],
     extras_require={
-        "test": ["pytest"],
+        "test": ["pytest", "ruff"],
         # python -m argtca.attributes generate (any OpenAI-compatible chat endpoint)
         "llm": ["openai>=1.0"],
         # what Dassl.pytorch (GitHub only; README "Inside Dassl/CoOp") and CoOp's train.py import
