@@ -1,5 +1,5 @@
-"""Writes CoOp checkpoints with CoOp's and Dassl's own code (run in a subprocess: CoOp's ``clip`` and
-``trainers`` are top-level packages of its folder).
+"""Writes CoOp checkpoints with CoOp's and Dassl's own code (run in a subprocess: CoOp's ``clip``
+and ``trainers`` are top-level packages of its folder).
 
     python tests/helpers_coop_ckpt.py OUT_DIR CLASSNAMES_JSON
 
@@ -71,7 +71,8 @@ def main(out, names_json):
     torch.manual_seed(0)
     clip_model = CLIP(embed_dim=32, image_resolution=32, vision_layers=1, vision_width=64,
                       vision_patch_size=16, context_length=77, vocab_size=49408,
-                      transformer_width=32, transformer_heads=2, transformer_layers=2).float().eval()
+                      transformer_width=32, transformer_heads=2,
+                      transformer_layers=2).float().eval()
     torch.save(clip_model.state_dict(), f"{out}/tiny_openai.pt")
 
     learner = PromptLearner(coop_cfg(4, False), classnames, clip_model)

@@ -1,7 +1,8 @@
-"""CoOp's learned context as the initial context: checkpoints written by CoOp's and Dassl's own code
-(tests/helpers_coop_ckpt.py, a tiny OpenAI-format CLIP), read without running code from the file,
-checked (n_ctx, width, CSC), and giving exactly CoOp's text features before any tuning step —
-standalone (TTA.CTX_CHECKPOINT) and through CoOp's train.py (--eval-only --model-dir --load-epoch)."""
+"""CoOp's learned context as the initial context: checkpoints written by CoOp's and Dassl's own
+code (tests/helpers_coop_ckpt.py, a tiny OpenAI-format CLIP), read without running code from the
+file, checked (n_ctx, width, CSC), and giving exactly CoOp's text features before any tuning
+step — standalone (TTA.CTX_CHECKPOINT) and through CoOp's train.py (--eval-only --model-dir
+--load-epoch)."""
 import importlib.util
 import json
 import os
@@ -51,7 +52,8 @@ def _cfg(ckpt, **over):
     from argtca.config import get_cfg_default
     cfg = get_cfg_default()
     cfg.merge_from_file(str(REPO / "configs" / "datasets" / "caltech101.yaml"))
-    cfg.merge_from_list(["DATASET.ROOT", str(ckpt["data"]), "MODEL.BACKBONE.NAME", "argtca-tiny-test",
+    cfg.merge_from_list(["DATASET.ROOT", str(ckpt["data"]),
+                         "MODEL.BACKBONE.NAME", "argtca-tiny-test",
                          "MODEL.PRETRAINED", str(ckpt["out"] / "tiny_openai.pt"),
                          "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "4", "USE_CUDA", "False",
                          "VERBOSE", "False", "DATALOADER.NUM_WORKERS", "0"])
@@ -125,8 +127,9 @@ def test_context_length_width_and_csc_are_checked_at_load(ckpt, tmp_path):
     wide.mkdir()
     torch.save({"state_dict": {"ctx": torch.randn(4, 48)}, "epoch": 1}, wide / "model-best.pth.tar")
     tr = _trainer(_cfg(ckpt, **{"TTA.CTX_CHECKPOINT": str(tmp_path)}))
-    with pytest.raises(CoopCheckpointError, match=r"context width 48 does not match "
-                                                  r"MODEL.BACKBONE.NAME=argtca-tiny-test \(text width 32\)"):
+    with pytest.raises(CoopCheckpointError,
+                       match=r"context width 48 does not match "
+                             r"MODEL.BACKBONE.NAME=argtca-tiny-test \(text width 32\)"):
         tr.build_model()
 
 
@@ -171,7 +174,8 @@ def test_model_dir_and_load_epoch_through_coops_train_py(ckpt, tmp_path):
               "--config-file", str(REPO / "configs" / "trainers" / "tpt.yaml"),
               "--backbone", "argtca-tiny-test"]
     opts = ["INPUT.SIZE", "(32, 32)", "MODEL.PRETRAINED", str(ckpt["out"] / "tiny_openai.pt"),
-            "TTA.N_VIEWS", "4", "USE_CUDA", "False", "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False"]
+            "TTA.N_VIEWS", "4", "USE_CUDA", "False", "DATALOADER.NUM_WORKERS", "0",
+            "VERBOSE", "False"]
     # CoOp's Caltech101 reader wants every class in train/val: the tiny tree's split has one
     split_path = ckpt["data"] / "caltech-101" / "split_zhou_Caltech101.json"
     split = json.loads(split_path.read_text())
@@ -191,7 +195,8 @@ def test_model_dir_and_load_epoch_through_coops_train_py(ckpt, tmp_path):
     try:
         assert main(["--root", str(ckpt["data"]), "--seed", "1", "--output-dir",
                      str(tmp_path / "plain"), "--dataset-config-file",
-                     "configs/datasets/caltech101.yaml", "--config-file", "configs/trainers/tpt.yaml",
+                     "configs/datasets/caltech101.yaml",
+                     "--config-file", "configs/trainers/tpt.yaml",
                      "MODEL.BACKBONE.NAME", "argtca-tiny-test", "TTA.CTX_CHECKPOINT", coop,
                      "TTA.CTX_CHECKPOINT_EPOCH", "2"] + opts) == 0
     finally:

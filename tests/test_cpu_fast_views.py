@@ -247,20 +247,23 @@ def test_mix_is_tpt_mix_up_to_float_rounding():
     img = _photo(40)
     x = _planes(img)
     plan = AugMixPlan(m=0.3, weights=(0.5, 0.2, 0.3),
-                      chains=((OpCall("equalize"),), (OpCall("shear_x", 0.017), OpCall("solarize", 200)),
+                      chains=((OpCall("equalize"),),
+                              (OpCall("shear_x", 0.017), OpCall("solarize", 200)),
                               (OpCall("rotate", -2.0),)))
     mean, std = (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
     out = np.empty((3, 40, 40), dtype=np.float32)
     augmix_planes_into(out, x, plan, mean, std)
     # the mix by hand in float64 from PIL's own op results
-    pre = lambda a: (a.astype(np.float64) / 255 - np.array(mean)[:, None, None]) / np.array(std)[:, None, None]
+    pre = lambda a: ((a.astype(np.float64) / 255 - np.array(mean)[:, None, None])
+                     / np.array(std)[:, None, None])
     chains = [_planes(img)]
     for chain in plan.chains:
         im = img
         for op in chain:
             im = apply_op(im, op)
         chains.append(_planes(im))
-    want = plan.m * pre(chains[0]) + (1 - plan.m) * sum(w * pre(c) for w, c in zip(plan.weights, chains[1:]))
+    want = plan.m * pre(chains[0]) + (1 - plan.m) * sum(w * pre(c)
+                                                         for w, c in zip(plan.weights, chains[1:]))
     assert np.abs(out - want).max() < 5e-6
 
 

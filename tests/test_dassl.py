@@ -34,7 +34,8 @@ SED_ONE_LINE = r"/^import trainers.zsclip$/a import argtca.dassl_compat"
 
 def test_import_subprocess_from_repo_root_is_not_shadowed():
     # a top-level `selectors` or `datasets` package would shadow the stdlib / HuggingFace / CoOp's
-    r = subprocess.run([sys.executable, "-c", "import subprocess, selectors; print(selectors.__file__)"],
+    r = subprocess.run([sys.executable, "-c",
+                        "import subprocess, selectors; print(selectors.__file__)"],
                        cwd=REPO, capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert str(REPO) not in r.stdout
@@ -132,18 +133,20 @@ def coop(tmp_path_factory, one_thread):
     bare.write_text('TRAINER:\n  NAME: "TPT"\n')
     before = [{"name": m, "argv": _coop_argv(t, m, base / "before" / m)} for m, t in METHODS.items()
               if m != "tpt"]
-    before += [{"name": f"tpt_seed{s}", "argv": _coop_argv("TPT", "tpt", base / "before" / "tpt" /
-                                                          f"seed{s}", seed=s, opts=["VERBOSE", "True"])}
+    before += [{"name": f"tpt_seed{s}",
+                "argv": _coop_argv("TPT", "tpt", base / "before" / "tpt" / f"seed{s}", seed=s,
+                                   opts=["VERBOSE", "True"])}
                for s in (1, 2, 3)]
     before += [
         {"name": "caltech", "argv": ["--root", str(data), "--seed", "1", "--trainer", "TPT",
                                      "--dataset-config-file", str(COOP / "configs" / "datasets" /
                                                                   "caltech101.yaml"),
                                      "--config-file", str(REPO / "configs/trainers/tpt.yaml"),
-                                     "--output-dir", str(base / "before" / "caltech")] + CALTECH_OPTS},
+                                     "--output-dir", str(base / "before" / "caltech")]
+                                    + CALTECH_OPTS},
         {"name": "dassl_defaults", "argv": ["--root", str(data), "--trainer", "TPT",
-                                            "--dataset-config-file", str(COOP / "configs" / "datasets"
-                                                                         / "caltech101.yaml"),
+                                            "--dataset-config-file",
+                                            str(COOP / "configs" / "datasets" / "caltech101.yaml"),
                                             "--config-file", str(bare),
                                             "--output-dir", str(base / "refused1")]},
         {"name": "size", "argv": _coop_argv("TPT", "tpt", base / "refused2",
@@ -159,7 +162,8 @@ def coop(tmp_path_factory, one_thread):
     for order, runs, extra in (("before", before, {}),
                                ("after", after, {"probe_demo": True, "collide_after": True})):
         spec = base / f"{order}.json"
-        spec.write_text(json.dumps({"order": order, "train_py": str(TRAIN_PY), "runs": runs, **extra}))
+        spec.write_text(json.dumps({"order": order, "train_py": str(TRAIN_PY), "runs": runs,
+                                    **extra}))
         log = open(base / f"{order}.log", "w")
         procs[order] = (subprocess.Popen(
             [sys.executable, str(REPO / "tests" / "helpers_dassl.py"), str(spec),
@@ -315,7 +319,8 @@ def test_an_earlier_registration_under_an_argtca_name_names_both_owners(coop):
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("error: Dassl's TRAINER registry: \"TPT\" is registered by "
-                           "someone_elses_plugin.TPT") and "argtca.dassl_plugin.trainers.TPT" in last
+                           "someone_elses_plugin.TPT")
+    assert "argtca.dassl_plugin.trainers.TPT" in last
 
 
 def test_dassl_defaults_are_refused_naming_the_keys(coop):
@@ -366,7 +371,8 @@ def test_demo_under_dassl_has_real_splits_shots_and_base_new(coop):
     for part, key in (("train_x", "train"), ("val", "val"), ("test", "test")):
         assert [e[0] for e in full[part]] == [os.path.basename(e[0]) for e in split[key]]
         assert [e[1] for e in full[part]] == [e[1] for e in split[key]]
-    assert len(full["train_x"]) > 0 and not ({e[0] for e in full["train_x"]} & {e[0] for e in full["test"]})
+    assert len(full["train_x"]) > 0
+    assert not ({e[0] for e in full["train_x"]} & {e[0] for e in full["test"]})
     shots = demo["2_all"]
     for part, per_class in (("train_x", 2), ("val", 2)):
         counts = np.bincount([e[1] for e in shots[part]], minlength=k)
@@ -377,6 +383,8 @@ def test_demo_under_dassl_has_real_splits_shots_and_base_new(coop):
     half = (k + 1) // 2
     base, new = demo["-1_base"], demo["-1_new"]
     for part, key in (("train_x", "train"), ("val", "val"), ("test", "test")):
-        assert [e[0] for e in base[part]] == [os.path.basename(e[0]) for e in split[key] if e[1] < half]
+        assert [e[0] for e in base[part]] == [os.path.basename(e[0]) for e in split[key]
+                                              if e[1] < half]
         assert [e[1] for e in new[part]] == [e[1] - half for e in split[key] if e[1] >= half]
-    assert sorted({(e[1], e[2]) for e in new["test"]}) == [(i - half, names[i]) for i in range(half, k)]
+    assert (sorted({(e[1], e[2]) for e in new["test"]})
+            == [(i - half, names[i]) for i in range(half, k)])

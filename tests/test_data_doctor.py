@@ -75,7 +75,8 @@ def test_check_one_problem_of_each_kind(tree, capsys):
         else:
             blocks[key].append(line.strip())
     text = {k: "\n".join(v) for k, v in blocks.items()}
-    assert text["caltech101"].startswith("caltech101") and "PRESENT  6 test images" in text["caltech101"]
+    assert text["caltech101"].startswith("caltech101")
+    assert "PRESENT  6 test images" in text["caltech101"]
     assert "fix" not in text["caltech101"]
     assert "MISSING" in text["oxford_pets"]
     assert f"python -m argtca.data download oxford_pets --root {tree}" in text["oxford_pets"]

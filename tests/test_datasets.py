@@ -9,7 +9,7 @@ from PIL import Image
 
 from argtca.config import get_cfg_default
 from argtca.datasets import DataError, build_dataset, resolve_dataset_class
-from argtca.datasets.coop import FGVCAircraft, Food101, StanfordCars
+from argtca.datasets.coop import FGVCAircraft
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -17,7 +17,8 @@ SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 # CoOp layout (ecosystem.md §2.1), restated independently of the reader:
 # class name, key, dataset folder, image folder, split file
 JSON_LAYOUTS = [
-    ("Caltech101", "caltech101", "caltech-101", "101_ObjectCategories", "split_zhou_Caltech101.json"),
+    ("Caltech101", "caltech101", "caltech-101", "101_ObjectCategories",
+     "split_zhou_Caltech101.json"),
     ("OxfordPets", "oxford_pets", "oxford_pets", "images", "split_zhou_OxfordPets.json"),
     ("StanfordCars", "stanford_cars", "stanford_cars", "", "split_zhou_StanfordCars.json"),
     ("OxfordFlowers", "oxford_flowers", "oxford_flowers", "jpg", "split_zhou_OxfordFlowers.json"),
@@ -58,8 +59,8 @@ def make_json_layout(root: Path, name: str, write_images: bool = True):
 
 
 AIRCRAFT_VARIANTS = ["Boeing 707-320", "A300B4", "Cessna 172"]
-AIRCRAFT_TEST = [("1000001", "Cessna 172"), ("1000002", "Boeing 707-320"), ("0999999", "Cessna 172"),
-                 ("1234567", "A300B4")]
+AIRCRAFT_TEST = [("1000001", "Cessna 172"), ("1000002", "Boeing 707-320"),
+                 ("0999999", "Cessna 172"), ("1234567", "A300B4")]
 
 
 def make_aircraft_layout(root: Path, write_images: bool = True):
@@ -217,7 +218,8 @@ def test_missing_images(tmp_path):
     # NUM_IMAGES=1 only evaluates (and checks) the first image, which exists
     assert len(build_dataset(cfg_for(tmp_path, "UCF101", num=1)).test) == 1
     # check_files=False skips the check (used to inspect split files without images)
-    assert len(resolve_dataset_class("UCF101")(cfg_for(tmp_path, "UCF101"), check_files=False).test) == 5
+    ucf = resolve_dataset_class("UCF101")(cfg_for(tmp_path, "UCF101"), check_files=False)
+    assert len(ucf.test) == 5
     # whole image folder missing
     make_json_layout(tmp_path, "Caltech101", write_images=False)
     _raises(cfg_for(tmp_path, "Caltech101"), str(tmp_path / "caltech-101" / "101_ObjectCategories"))
@@ -231,7 +233,8 @@ def test_aircraft_errors(tmp_path):
     make_aircraft_layout(tmp_path)
     base = tmp_path / "fgvc_aircraft"
     (base / "images" / "1234567.jpg").unlink()
-    _raises(cfg_for(tmp_path, "FGVCAircraft"), "1 of 4 images", str(base / "images" / "1234567.jpg"))
+    _raises(cfg_for(tmp_path, "FGVCAircraft"), "1 of 4 images",
+            str(base / "images" / "1234567.jpg"))
     (base / "images_variant_test.txt").write_text("1000001 Cessna 172\n1000002 Airbus X\n")
     _raises(cfg_for(tmp_path, "FGVCAircraft"), str(base / "images_variant_test.txt"), "line 2",
             "'Airbus X'")

@@ -52,7 +52,8 @@ def test_same_seed_same_image_different_seed_different(stream):
 def test_png_bytes_deterministic():
     def png(seed):
         buf = io.BytesIO()
-        Image.fromarray(G.render_sample(seed, G.STREAMS["test"], 5, 0).image).save(buf, format="PNG")
+        Image.fromarray(G.render_sample(seed, G.STREAMS["test"], 5, 0).image).save(buf,
+                                                                                  format="PNG")
         return buf.getvalue()
     assert png(0) == png(0) and png(0) != png(1)
 
@@ -79,7 +80,8 @@ def test_domains_differ_as_designed():
 
 def test_instance_attributes_are_declared():
     for label, cname in enumerate(CLASSNAMES):
-        allowed = expand_synonyms(set(POSSIBLE_ATTRIBUTES[cname])) | {"small", "medium-sized", "large"}
+        allowed = (expand_synonyms(set(POSSIBLE_ATTRIBUTES[cname]))
+                   | {"small", "medium-sized", "large"})
         for i in range(12):
             for stream in (G.STREAMS["pool"], G.STREAMS["test"]):
                 s = G.render_sample(1, stream, label, i)
@@ -108,7 +110,8 @@ def test_split_file_is_coop_format_with_expected_counts(demo_root):
     rel, label, _ = split["test"][37]
     idx = int(rel.rsplit("_", 1)[1].split(".")[0])
     disk = np.asarray(Image.open(demo_root / "images" / rel))
-    assert np.array_equal(disk, G.render_sample(G.DEFAULT_SEED, G.STREAMS["test"], label, idx).image)
+    assert np.array_equal(disk,
+                          G.render_sample(G.DEFAULT_SEED, G.STREAMS["test"], label, idx).image)
 
 
 def test_cache_folder_name_and_reuse(demo_root, monkeypatch):
@@ -169,7 +172,8 @@ def test_demo_config_paths_resolve():
     cfg = get_cfg_default()
     cfg.merge_from_file(str(REPO / "configs" / "datasets" / "demo.yaml"))
     assert cfg.INPUT.SIZE == (64, 64) and cfg.MODEL.BACKBONE.NAME == "argtca-demo-clip"
-    assert Path(resolve_builtin(cfg.MODEL.PRETRAINED)).resolve() == (ASSETS / "demo_clip.pt").resolve()
+    assert (Path(resolve_builtin(cfg.MODEL.PRETRAINED)).resolve()
+            == (ASSETS / "demo_clip.pt").resolve())
     assert Path(resolve_builtin(cfg.DATASET.ATTRIBUTE_FILE)).resolve() == \
         (ASSETS / "demo_attributes.json").resolve()
 
@@ -223,7 +227,8 @@ def test_truncated_text_forward_and_soft_style_mix():
     import open_clip
     torch.manual_seed(0)
     model = build_demo_model()
-    ids = open_clip.get_tokenizer("ViT-B-32")(["a photo of a tomato.", "a noisy photo of the green lime"])
+    ids = open_clip.get_tokenizer("ViT-B-32")(["a photo of a tomato.",
+                                               "a noisy photo of the green lime"])
     with torch.no_grad():
         ref = model.encode_text(ids)
         assert torch.allclose(encode_text_ids(model, ids), ref, atol=1e-5)

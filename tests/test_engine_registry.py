@@ -4,7 +4,6 @@ engine's knobs are config keys (TTA.FAST.*): read from the config, never from th
 recorded in summary.json and (all but the bit-identical one) in the run fingerprint."""
 import json
 import re
-from pathlib import Path
 
 import pytest
 import torch

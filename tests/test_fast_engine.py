@@ -72,7 +72,8 @@ def test_gradient_modes_agree(tiny_clip, mode):
 
 
 def test_vjp_of_cached_theta0_equals_batched_backward(tiny_clip):
-    """J(θ0)ᵀ·G_b through the one kept graph == the gradient of Σ_b <G_b, T(ctx_b)> (brute force)."""
+    """J(θ0)ᵀ·G_b through the one kept graph == the gradient of Σ_b <G_b, T(ctx_b)> (brute
+    force)."""
     _, fast = _engines(tiny_clip, "tpt", 1)
     enc = fast.text_encoder
     g = torch.Generator().manual_seed(5)
@@ -196,8 +197,10 @@ def test_shard_and_merge():
 def test_fold_rank_files_resumes(tmp_path):
     from argtca.engine.distributed import fold_rank_files
     from argtca.engine.run_folder import load_records, write_records
-    write_records(str(tmp_path / "records.jsonl"), [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
-    write_records(str(tmp_path / "records.rank0.jsonl"), [{"index": 0, "pred": 0, "label": 1, "conf": .6}])
+    write_records(str(tmp_path / "records.jsonl"),
+                  [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
+    write_records(str(tmp_path / "records.rank0.jsonl"),
+                  [{"index": 0, "pred": 0, "label": 1, "conf": .6}])
     with open(tmp_path / "records.rank1.jsonl", "w") as f:   # a torn last line (killed mid-write)
         f.write('{"index": 1, "pred": 2, "label": 2, "conf": 0.7}\n{"index": 3, "pr')
     merged = fold_rank_files(str(tmp_path))

@@ -93,7 +93,8 @@ def test_every_dataset_knows_its_files():
     for kf in KNOWN_FILES.values():
         assert kf.urls and all(u.startswith("https://") for u in kf.urls)
         if kf.kind == "attributes":
-            assert fetch.TCA_COMMIT in kf.urls[0] and kf.urls[0].endswith("/TCA/Attributes/" + kf.name)
+            assert fetch.TCA_COMMIT in kf.urls[0]
+            assert kf.urls[0].endswith("/TCA/Attributes/" + kf.name)
 
 
 # ----------------------------------------------------------------------------- download

@@ -1,5 +1,6 @@
 """GPU views (run here on the CPU): the parameters are the CPU path's random draws, view 0 is
-bit-identical, the colour ops are PIL's LUTs, crops and warps are close to PIL's, the loader works."""
+bit-identical, the colour ops are PIL's LUTs, crops and warps are close to PIL's, the loader
+works."""
 import numpy as np
 import pytest
 import torch
@@ -52,7 +53,8 @@ def test_params_are_the_cpu_paths_draws(augmix):
                               interpolation=F.InterpolationMode.BILINEAR, antialias=True)
         if flip > 0.5:
             crop = F.hflip(crop)
-        want = augmix_view(crop, _plan_from_row(p[v]), vg.preprocess) if augmix else vg.preprocess(crop)
+        want = (augmix_view(crop, _plan_from_row(p[v]), vg.preprocess) if augmix
+                else vg.preprocess(crop))
         assert torch.equal(views[v + 1], want), v
     if augmix:  # the plan columns are filled: weights sum to 1, every chain has 1..3 ops
         assert np.allclose(p[:, 6:9].sum(1), 1, atol=1e-6)
@@ -147,7 +149,8 @@ def test_augment_mixes_the_chains_with_the_plan_weights():
     p[0, O.OP0 + 3] = ops["posterize"]; p[0, O.MAG0 + 3] = 4                  # chain 1: posterize
     p[0, O.OP0 + 6] = ops["solarize"]; p[0, O.MAG0 + 6] = 128                 # chain 2: solarize,
     p[0, O.OP0 + 7] = ops["posterize"]; p[0, O.MAG0 + 7] = 4                  #   then posterize
-    for c in range(3):                                                          # image 1: autocontrast
+    # image 1: autocontrast
+    for c in range(3):
         p[1, O.OP0 + 3 * c] = OPS.index("autocontrast")
     got = maker.augment(x.clone(), p, p)
     sol = _pil_apply(x[:1], "solarize", 128)
@@ -209,7 +212,8 @@ def test_vectorised_affine_matrices_equal_the_per_op_rows():
     mags = torch.tensor([3.0, 0.021, -0.013, -4.0, 7.0, -1.0])
     ids = torch.tensor([OPS.index(n) for n in names])
     got = O.affine_matrices(ids, mags, 32)
-    want = torch.tensor([O.affine_rows(n, float(m), 32) for n, m in zip(names, mags)]).view(-1, 2, 3)
+    want = torch.tensor([O.affine_rows(n, float(m), 32)
+                         for n, m in zip(names, mags)]).view(-1, 2, 3)
     assert torch.allclose(got, want, atol=1e-6)
 
 

@@ -172,7 +172,8 @@ def test_full_table_lut_path_is_bit_identical(monkeypatch):
     real = O.lut_full_pass
     monkeypatch.setattr(G, "lut_full_pass", lambda *a: calls.append(a[2]) or real(*a))
     assert torch.equal(maker(batch), ref)
-    assert calls == [3, 1, 1]                  # depth 0 reads the crops (3 chains each), then chains
+    # depth 0 reads the crops (3 chains each), then chains
+    assert calls == [3, 1, 1]
 
 
 @pytest.mark.parametrize("wd", [torch.float32, torch.float16])

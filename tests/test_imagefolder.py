@@ -107,7 +107,8 @@ def test_coop_split_file(tmp_path):
     root = make_tree(tmp_path / "imgs")
     split = {"train": [["red_fox/img_00.jpg", 1, "red_fox"]],
              "val": [["tabby_cat/img_00.jpg", 0, "tabby_cat"]],
-             "test": [["tabby_cat/img_01.png", 0, "tabby_cat"], ["red_fox/img_02.jpg", 1, "red_fox"]]}
+             "test": [["tabby_cat/img_01.png", 0, "tabby_cat"],
+                      ["red_fox/img_02.jpg", 1, "red_fox"]]}
     (root / "split.json").write_text(json.dumps(split))
     ds = build_dataset(_cfg(root, **{"DATASET.IMAGEFOLDER.SPLIT_FILE": "split.json"}))
     assert ds.classnames == ["tabby cat", "red fox"]
@@ -124,7 +125,8 @@ def test_bad_trees_are_one_clear_error(tmp_path):
     root = make_tree(tmp_path / "imgs")
     (root / "empty_class").mkdir()
     (root / "empty_class" / "readme.md").write_text("x")
-    with pytest.raises(DataError, match=r"1 of 4 class folders hold no image files .*'empty_class'"):
+    with pytest.raises(DataError,
+                       match=r"1 of 4 class folders hold no image files .*'empty_class'"):
         build_dataset(_cfg(root))
     (root / "empty_class" / "readme.md").unlink()
     (root / "empty_class").rmdir()
@@ -162,7 +164,8 @@ def _env(tmp_path, **extra):
 
 
 def test_own_data_end_to_end(tmp_path, monkeypatch):
-    """README "Your own data": folder -> generate (local server, tiny CLIP) -> argtca.sh -> picks."""
+    """README "Your own data": folder -> generate (local server, tiny CLIP) -> argtca.sh ->
+    picks."""
     pytest.importorskip("openai")
     from helpers_llm import FakeChatServer, answer
     from argtca.attributes.generate import main as generate_main

@@ -1,7 +1,6 @@
 """ImageNet, its shift sets and SUN397 on tiny generated trees in CoOp's and TPT's layouts."""
 import io
 import json
-import os
 from pathlib import Path
 
 import numpy as np
@@ -106,7 +105,8 @@ def test_imagenet_a_prediction_outside_subset_impossible(tmp_path, monkeypatch):
     """End to end with the tiny CLIP: the classifier has exactly the 200 subset prompts, so
     every prediction is one of them."""
     root = tmp_path / "data"
-    make_tree(root / "imagenet-adversarial" / "imagenet-a", [WNIDS[i] for i in SUBSET], distinct=True)
+    make_tree(root / "imagenet-adversarial" / "imagenet-a", [WNIDS[i] for i in SUBSET],
+              distinct=True)
     write_classnames(root / "imagenet-adversarial" / "classnames.txt")
     monkeypatch.chdir(REPO)
     out = tmp_path / "out"
@@ -128,7 +128,8 @@ def test_tuned_methods_run_on_the_200_class_subset(tmp_path, monkeypatch, method
     make_tree(root / "imagenet-rendition" / "imagenet-r", [WNIDS[i] for i in SUBSET], distinct=True)
     write_classnames(root / "imagenet" / "classnames.txt")
     attrs = tmp_path / "attrs.json"     # ImageNet_2_V.json has the real names; these are made up
-    attrs.write_text(json.dumps({NAMES[i]: " ".join(f"a{i}x{j}" for j in range(10)) for i in SUBSET}))
+    attrs.write_text(json.dumps({NAMES[i]: " ".join(f"a{i}x{j}" for j in range(10))
+                                 for i in SUBSET}))
     monkeypatch.chdir(REPO)
     monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "out"
@@ -194,7 +195,8 @@ def test_sun397_coop_layout(tmp_path):
     (base / "split_zhou_SUN397.json").write_text(json.dumps({"train": [], "val": [], "test": rows}))
     ds = build_dataset(cfg_for(tmp_path, "sun397"))
     assert type(ds).__name__ == "SUN397" and ds.classnames == ["abbey", "bus interior"]
-    assert [(d.impath, d.label) for d in ds.test] == [(str(base / "SUN397" / r), l) for r, l, _ in rows]
+    assert [(d.impath, d.label) for d in ds.test] == [(str(base / "SUN397" / r), l)
+                                                      for r, l, _ in rows]
 
 
 def test_configs_name_the_classes():

@@ -51,7 +51,8 @@ BAD = [
     ("TTA.STEPS", 0, "TPT"), ("TTA.STEPS", -1, "ZeroshotCLIP"), ("TTA.SELECTION_P", 0.0, "TPT"),
     ("TTA.SELECTION_P", 1.5, "TPT"), ("TTA.SELECTION_P", float("nan"), "TPT"),
     ("TTA.N_VIEWS", 1, "CTPT"), ("TTA.N_VIEWS", 0, "ZeroshotCLIP"), ("TTA.PREC", "fp16", "TPT"),
-    ("TTA.PREC", "AMP", "TPT"), ("TTA.ENGINE", "turbo", "TPT"), ("TTA.COMPILE", "maybe", "TPT"), ("TTA.VIEWS_DEVICE", "tpu", "TPT"),
+    ("TTA.PREC", "AMP", "TPT"), ("TTA.ENGINE", "turbo", "TPT"), ("TTA.COMPILE", "maybe", "TPT"),
+    ("TTA.VIEWS_DEVICE", "tpu", "TPT"),
     ("TTA.AUGMIX", "sometimes", "TPT"), ("TTA.AUGMIX_SEVERITY", 0.05, "TPT"),
     ("TTA.LR", 0.0, "TPT"), ("TTA.LR", float("inf"), "TPT"), ("TTA.WEIGHT_DECAY", -0.1, "TPT"),
     ("TTA.LOSS_SCALE", 0.0, "TPT"), ("TTA.BATCH_IMAGES", 0, "TPT"), ("TTA.N_CTX", 0, "TPT"),
@@ -95,7 +96,6 @@ def test_every_bad_key_is_listed_in_one_line():
 
 
 def test_library_use_is_checked_by_the_trainer(tmp_path):
-    import argtca.trainers  # noqa: F401
     from argtca.registry import TRAINER_REGISTRY
     make_caltech(tmp_path)
     cfg = tiny_cfg(**{"DATASET.NAME": "Caltech101", "DATASET.ROOT": str(tmp_path),
@@ -172,11 +172,14 @@ def test_duplicate_class_key_is_refused_with_both_values(tmp_path):
 def test_keys_naming_the_same_class_must_agree(tmp_path):
     p = tmp_path / "norm.json"
     p.write_text(json.dumps({"Golden_Retriever": "gold fluffy", "golden retriever": "black"}))
-    with pytest.raises(AttributeFileError, match=r"keys 'Golden_Retriever' and 'golden retriever' "
-                                                 r"name the same class .* 'gold fluffy' vs 'black'"):
+    with pytest.raises(AttributeFileError,
+                       match=r"keys 'Golden_Retriever' and 'golden retriever' "
+                             r"name the same class .* 'gold fluffy' vs 'black'"):
         load_attributes(str(p), ["golden retriever"], 1)
-    p.write_text(json.dumps({"Golden_Retriever": "gold  fluffy", "golden retriever": "gold fluffy"}))
-    assert load_attributes(str(p), ["golden retriever"], 2)["golden retriever"] == ["gold", "fluffy"]
+    p.write_text(json.dumps({"Golden_Retriever": "gold  fluffy",
+                             "golden retriever": "gold fluffy"}))
+    got = load_attributes(str(p), ["golden retriever"], 2)
+    assert got["golden retriever"] == ["gold", "fluffy"]
 
 
 # ---------------------------------------------------------------------------- demo cache

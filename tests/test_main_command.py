@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import pytest
 from PIL import Image
 
 from test_fetch import _Server
@@ -37,7 +36,8 @@ def test_bare_command_fetches_the_attribute_file(tmp_path, shared_data):
             rel = f"{name.replace(' ', '_')}/image_{i:04d}.jpg"
             p = base / "101_ObjectCategories" / rel
             p.parent.mkdir(parents=True, exist_ok=True)
-            arr = np.random.default_rng(10 * label + i).integers(0, 256, (24, 24, 3), dtype=np.uint8)
+            arr = np.random.default_rng(10 * label + i).integers(0, 256, (24, 24, 3),
+                                                                 dtype=np.uint8)
             Image.fromarray(arr).save(p)
             rows.append([rel, label, name])
     (base / "split_zhou_Caltech101.json").write_text(json.dumps({"train": [], "val": [],

@@ -110,7 +110,8 @@ def test_tca_probability_is_bag_of_attribute_softmax():
     obj = O.TCAObjective(_tca_node("prob"))
     p = obj.probs(torch.tensor(logits, dtype=torch.float64))
     e = np.exp(logits)
-    want = np.stack([e[..., 2 * k:2 * k + 2].sum(-1) for k in range(3)], -1) / e.sum(-1, keepdims=True)
+    want = (np.stack([e[..., 2 * k:2 * k + 2].sum(-1) for k in range(3)], -1)
+            / e.sum(-1, keepdims=True))
     assert np.allclose(p.numpy(), want, atol=1e-6)
     # official mode: TPT's entropy sees probabilities as logits; paper mode: log-probabilities
     assert np.allclose(obj.scores(torch.tensor(logits)).numpy(), want, atol=1e-6)
@@ -133,5 +134,6 @@ def test_full_losses_combine_terms_with_paper_signs():
     assert torch.allclose(O.ATPTObjective(n).loss(sel, text), H - 80 * O.angular_diversity(text))
     obj = O.TCAObjective(_tca_node("prob"))
     inter, intra = O.tca_terms(text, 2)
-    assert torch.allclose(obj.loss(sel[..., :2], text), O.avg_entropy(sel[..., :2]) - 10 * inter + 35 * intra)
+    assert torch.allclose(obj.loss(sel[..., :2], text),
+                          O.avg_entropy(sel[..., :2]) - 10 * inter + 35 * intra)
     assert torch.allclose(O.TPTObjective().loss(sel, text), H)

@@ -80,7 +80,8 @@ def test_explicit_values_win_and_auto_can_be_switched_off(data, tmp_path):
     assert s["overrides"]["TRAINER.ARGTCA.BETA"] == 10.0
     s = _run(data, tmp_path / "b", "tca", "TRAINER.TCA.NUM_ATTRIBUTES", "1",
              "TRAINER.TCA.AUTO_ALPHA_BETA", "False")
-    assert (s["trainer_cfg"]["TRAINER.TCA.ALPHA"], s["trainer_cfg"]["TRAINER.TCA.BETA"]) == (10.0, 35.0)
+    tc = s["trainer_cfg"]
+    assert (tc["TRAINER.TCA.ALPHA"], tc["TRAINER.TCA.BETA"]) == (10.0, 35.0)
 
 
 def test_the_objective_uses_the_resolved_weights():

@@ -9,7 +9,8 @@ from argtca.run import main
 from helpers_data import ATTRS, make_caltech, write_attributes
 
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
-        "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
+        "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0",
+        "USE_CUDA", "False",
         "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "3"]
 
 
@@ -133,7 +134,8 @@ def test_bad_inputs_give_one_clear_error(data, tmp_path, capsys):
     assert "Bogus" in e and "ArgTCA" in e
     assert main(_args(root, tmp_path / "o3", "tpt", "DATASET.NAME", "Bogus")) == 2
     assert "Caltech101" in _err(capsys)
-    assert main(_args(root, tmp_path / "o4", "argtca", "TRAINER.ARGTCA.SELECTOR", "bogus", attr=attr)) == 2
+    assert main(_args(root, tmp_path / "o4", "argtca", "TRAINER.ARGTCA.SELECTOR", "bogus",
+                      attr=attr)) == 2
     assert "div" in _err(capsys)
     # attribute file: absent, class missing (all named), too few attributes
     assert main(_args(root, tmp_path / "o5", "tca")) == 2
@@ -156,7 +158,8 @@ def test_bad_inputs_give_one_clear_error(data, tmp_path, capsys):
     finally:
         img.with_suffix(".bak").rename(img)
     # M' > M
-    assert main(_args(root, tmp_path / "o9", "argtca", "TRAINER.ARGTCA.NUM_ATTRIBUTES", "11", attr=attr)) == 2
+    assert main(_args(root, tmp_path / "o9", "argtca", "TRAINER.ARGTCA.NUM_ATTRIBUTES", "11",
+                      attr=attr)) == 2
     assert "NUM_ATTRIBUTES" in _err(capsys)
     # no output directory was created for any refused run
     assert not any((tmp_path / f"o{i}" / "records.jsonl").exists() for i in range(1, 10))
@@ -186,7 +189,8 @@ def test_fast_engine_through_cli_matches_reference(data, tmp_path, method):
     a = tmp_path / "ref"
     b = tmp_path / "fast"
     assert main(_args(root, a, method, attr=attr)) == 0
-    assert main(_args(root, b, method, "TTA.ENGINE", "fast", "TTA.BATCH_IMAGES", "4", attr=attr)) == 0
+    assert main(_args(root, b, method, "TTA.ENGINE", "fast", "TTA.BATCH_IMAGES", "4",
+                      attr=attr)) == 0
     ra, rb = _records(a), _records(b)
     assert [r["index"] for r in rb] == [r["index"] for r in ra]
     assert [r["pred"] for r in rb] == [r["pred"] for r in ra]

@@ -1,8 +1,8 @@
-"""The identity of a run: one experiment = one folder (``output/<method>/<dataset>/<hash8>/seed<N>``,
-hash8 naming every setting that can change a number), inputs named by their content (sha256 of
-weights, attribute, split and plug-in files; a file replaced at the same path is refused on
-resume, naming it and both hashes), derived files checked (temperature.json), a run that
-recorded nothing replaced by a corrected one."""
+"""The identity of a run: one experiment = one folder
+(``output/<method>/<dataset>/<hash8>/seed<N>``, hash8 naming every setting that can change a
+number), inputs named by their content (sha256 of weights, attribute, split and plug-in files; a
+file replaced at the same path is refused on resume, naming it and both hashes), derived files
+checked (temperature.json), a run that recorded nothing replaced by a corrected one."""
 import hashlib
 import json
 import os
@@ -63,7 +63,7 @@ def _interrupt(out, keep=3):
     (Path(out) / "summary.json").unlink()
 
 
-# ------------------------------------------------------------------------- one experiment, one folder
+# ----------------------------------------------------------------------- one experiment, one folder
 def test_two_settings_two_folders_same_settings_one(data, tmp_path, capsys):
     assert main(_args(data)) == 0
     out = capsys.readouterr().out

@@ -1,6 +1,6 @@
-"""Temperature scaling (zeroshot_ts, tpt_ts): T by NLL on the validation split (hand-computed optimum
-on a tiny problem), applied to the final prediction only, cached in the run folder, fixed-T option,
-a validation split that shares test images refused."""
+"""Temperature scaling (zeroshot_ts, tpt_ts): T by NLL on the validation split (hand-computed
+optimum on a tiny problem), applied to the final prediction only, cached in the run folder, fixed-T
+option, a validation split that shares test images refused."""
 import json
 import math
 
@@ -19,9 +19,11 @@ def test_fitted_temperature_is_the_hand_computed_optimum():
     labels = torch.tensor([0, 0, 0, 1])
     T = fit_temperature(logits, labels)
     assert abs(T - 2 / math.log(3)) < 1e-9
-    assert nll(logits, labels, T) < min(nll(logits, labels, T * 1.01), nll(logits, labels, T / 1.01))
+    assert nll(logits, labels, T) < min(nll(logits, labels, T * 1.01),
+                                        nll(logits, labels, T / 1.01))
     # a shift of one image's logits changes nothing (softmax is shift-invariant)
-    assert abs(fit_temperature(logits + torch.tensor([[5.0], [0.0], [0.0], [0.0]]), labels) - T) < 1e-9
+    shifted = logits + torch.tensor([[5.0], [0.0], [0.0], [0.0]])
+    assert abs(fit_temperature(shifted, labels) - T) < 1e-9
     # all correct with a margin: no finite optimum; the search's smallest T
     assert fit_temperature(logits, torch.zeros(4, dtype=torch.long)) == pytest.approx(1e-3)
 

@@ -1,4 +1,5 @@
-"""TPT's test-time views: center view, torchvision-identical crops, AugMix by hand, reproducibility."""
+"""TPT's test-time views: center view, torchvision-identical crops, AugMix by hand,
+reproducibility."""
 import numpy as np
 import pytest
 import torch
@@ -24,7 +25,7 @@ def rand_img(seed=0, w=40, h=30, lo=0, hi=256):
 POST = T.Compose([T.ToTensor(), T.Normalize(CLIP_MEAN, CLIP_STD)])
 
 
-# ----------------------------------------------------------------------------- reference (TPT-style PIL)
+# ------------------------------------------------------------------------ reference (TPT-style PIL)
 def ref_op(img, op, size):
     n, v = op.name, op.magnitude
     if n == "autocontrast":
@@ -201,7 +202,8 @@ def test_reproducibility_order_workers_and_rng_independence(tmp_path):
     np.random.seed(123)
     t_state, n_state = torch.get_rng_state(), np.random.get_state()[1].copy()
     ref = {k: ds[k] for k in (3, 0, 4, 2, 1)}
-    assert torch.equal(torch.get_rng_state(), t_state) and (np.random.get_state()[1] == n_state).all()
+    assert torch.equal(torch.get_rng_state(), t_state)
+    assert (np.random.get_state()[1] == n_state).all()
     torch.manual_seed(999)
     np.random.seed(999)
     again = TestTimeDataset(items, vg, seed=5)
@@ -217,7 +219,8 @@ def test_reproducibility_order_workers_and_rng_independence(tmp_path):
     assert not torch.equal(ref[4]["views"][1:], ref[0]["views"][1:])
     # another seed: same center view, different random views
     other = TestTimeDataset(items, vg, seed=6)[2]["views"]
-    assert torch.equal(other[0], ref[2]["views"][0]) and not torch.equal(other[1:], ref[2]["views"][1:])
+    assert torch.equal(other[0], ref[2]["views"][0])
+    assert not torch.equal(other[1:], ref[2]["views"][1:])
     # DataLoader: 0 and 2 workers, batch 1 and 2, identical tensors
     for workers, b in ((0, 1), (2, 2)):
         seen = []
@@ -228,7 +231,8 @@ def test_reproducibility_order_workers_and_rng_independence(tmp_path):
             for j in range(B):
                 k = int(batch["index"][j])
                 seen.append(k)
-                assert batch["path"][j] == items[k].impath and int(batch["label"][j]) == items[k].label
+                assert batch["path"][j] == items[k].impath
+                assert int(batch["label"][j]) == items[k].label
                 assert torch.equal(batch["views"][j], ref[k]["views"])
         assert seen == list(range(5))
 

@@ -267,7 +267,8 @@ def test_truncated_archive(tmp_path, ref):
 def test_wrong_models_keys_name_the_backbone(tmp_path):
     sd = {"visual.conv1.weight": torch.zeros(768, 3, 16, 16), "visual.proj": torch.zeros(768, 512),
           "text_projection": torch.zeros(512, 512)}
-    sd.update({f"visual.transformer.resblocks.{i}.ln_1.weight": torch.zeros(768) for i in range(12)})
+    sd.update({f"visual.transformer.resblocks.{i}.ln_1.weight": torch.zeros(768)
+               for i in range(12)})
     assert guess_backbone(sd) == "ViT-B/16"
     p = tmp_path / "vitb16.pt"
     torch.save(sd, p)

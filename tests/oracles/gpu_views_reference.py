@@ -29,7 +29,8 @@ class ReferenceGpuViewMaker:
     """
 
     def __init__(self, view_gen: ViewGenerator, work_dtype: Optional[torch.dtype] = None):
-        self.work_dtype = work_dtype   # None: float16 on CUDA (integers 0-255 are exact), else float32
+        # None: float16 on CUDA (integers 0-255 are exact), else float32
+        self.work_dtype = work_dtype
         self.size = view_gen.size
         self.n_views = view_gen.n_views
         self.augmix = view_gen.augmix
@@ -57,7 +58,8 @@ class ReferenceGpuViewMaker:
         crops = self.crops(batch["canvas"].to(dev, non_blocking=True), hw, params, params_cpu)
         crops = crops.to(wd)
         if self.augmix:
-            crops = self.augment(crops, params.reshape(-1, N_COLUMNS), params_cpu.reshape(-1, N_COLUMNS))
+            crops = self.augment(crops, params.reshape(-1, N_COLUMNS),
+                                 params_cpu.reshape(-1, N_COLUMNS))
         out[:, 1:] = self.normalize_float(crops).reshape(B, V - 1, 3, S, S)
         return out
 
