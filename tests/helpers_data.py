@@ -33,3 +33,17 @@ def make_caltech(root: Path, per_class: int = 2, size=(40, 30), seed: int = 0) -
 def write_attributes(path: Path, attrs=None) -> Path:
     path.write_text(json.dumps(attrs or ATTRS))
     return path
+
+
+def make_tree(root: Path, counts=None, seed=0) -> Path:
+    """One's own ImageFolder: a folder per class of small PNG/JPEG images."""
+    counts = counts or {"golden_retriever": 3, "tabby_cat": 2, "red_fox": 3}
+    rng = np.random.default_rng(seed)
+    for k, (folder, n) in enumerate(counts.items()):
+        d = root / folder
+        d.mkdir(parents=True, exist_ok=True)
+        for i in range(n):
+            arr = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
+            arr[..., k % 3] = 220
+            Image.fromarray(arr).save(d / f"img_{i:02d}.{'png' if i % 2 else 'jpg'}")
+    return root

@@ -42,3 +42,31 @@ class TrickleServer:
         self.stop.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class FileServer:
+    """http.server in a thread serving ``directory``; ``requests`` lists the paths asked for."""
+
+    def __init__(self, directory, handler=None):
+        self.requests = []
+        outer = self
+
+        class H(handler or http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **k):
+                super().__init__(*a, directory=str(directory), **k)
+
+            def do_GET(self):
+                outer.requests.append(self.path)
+                super().do_GET()
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()

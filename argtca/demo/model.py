@@ -1,8 +1,8 @@
 """The demo CLIP (open_clip config ``argtca-demo-clip``) and a truncated text forward.
 
 ``encode_text_ids`` runs the text tower only up to the longest sequence in the batch.  Under the
-causal mask with EOT (argmax) pooling this is exact (``tests/test_demo_generator.py`` compares it
-with ``model.encode_text``) and about 4x cheaper for the ~10-token demo captions.  It optionally
+causal mask with EOT (argmax) pooling this is exact (``tests/demo/test_demo_generator.py`` compares
+it with ``model.encode_text``) and about 4x cheaper for the ~10-token demo captions.  It optionally
 replaces the token embeddings at positions ``1..n_ctx`` by learnable context vectors, the way
 TPT/CoOp inject their soft prompt.
 """

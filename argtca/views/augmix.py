@@ -188,7 +188,7 @@ def augmix_view(img: Image.Image, plan: AugMixPlan,
 # at TPT's magnitudes). A shear moves every row (column) by
 # one constant, so it is two shifted copies and one blend with one offset per line, where PIL
 # rounds (x + .5) + offset per pixel; round coefficients such as 0.1 can tip a few more values
-# (at most 1 level: tests/test_cpu_fast_views.py).
+# (at most 1 level: tests/views/test_cpu_fast_views.py).
 
 _RAMP = np.arange(256, dtype=np.float64)
 
@@ -385,7 +385,7 @@ def affine_planes(x: np.ndarray, matrix: Sequence[float]) -> np.ndarray:
     PIL's geometry (float64, cached per matrix: TPT's rotations take a handful of integer angles)
     and PIL's blend ``v1 = p00 + (p01 - p00) dx``, ``v2 = p10 + (p11 - p10) dx``,
     ``v1 + (v2 - v1) dy`` computed in float32 (``torch.lerp``) instead of float64, truncated:
-    within one level of PIL (tests/test_cpu_fast_views.py)."""
+    within one level of PIL (tests/views/test_cpu_fast_views.py)."""
     c, h, w = x.shape
     (i00, i01, i10, i11), dx, dy, inside = _affine_taps(tuple(float(v) for v in matrix), h, w)
     flat = _padded_float(x)

@@ -176,7 +176,7 @@ class FastViewGenerator(ViewGenerator):
     """``TTA.VIEWS_DEVICE cpu-fast``: the PIL path's views with the same random draws (crop box
     and flip from the item's torch generator, the AugMix plan from its numpy generator, in the
     same order), computed with less work per view. What differs from the PIL path, each bounded
-    by a test in tests/test_cpu_fast_views.py:
+    by a test in tests/views/test_cpu_fast_views.py:
 
     * the crop is resized by torch's uint8 antialiased bilinear kernel, not PIL's (the same
       filter at another fixed-point precision): identical where the box is only enlarged,

@@ -2,7 +2,7 @@
 
 :class:`argtca.views.gpu.GpuViewMaker` must give the same views as this class: bit for
 bit on the CPU in float32, and within float16 rounding of the warps on CUDA. Used by
-``tests/test_gpu_views_fast.py`` and ``benchmarks/probes/bench_gpu_views.py``; nothing else
+``tests/views/test_gpu_views_fast.py`` and ``benchmarks/probes/bench_gpu_views.py``; nothing else
 imports it.
 """
 from __future__ import annotations

@@ -281,7 +281,7 @@ def test_dataset_load_checks_every_header(tmp_path):
 
 def test_cli_truncated_image_is_one_line_and_keeps_finished_work(tmp_path, capsys, monkeypatch):
     from argtca.run import main
-    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     make_caltech(tmp_path / "data", size=(64, 48))
     bad = _break(tmp_path / "data", 5, b"")            # the last test image
     noise = np.random.default_rng(2).integers(0, 256, (48, 64, 3), dtype=np.uint8)

@@ -8,7 +8,7 @@ import pytest
 from argtca.attributes import (AttributeFileError, attribute_file_hash, dedupe_attributes,
                                load_attributes)
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "tca_attributes"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "tca_attributes"
 
 
 def write(tmp_path, obj, name="attrs.json"):
@@ -27,7 +27,7 @@ def test_load_exact_and_normalised_lookup(tmp_path):
     assert out["Golden Retriever"] == ["dog", "golden", "fur"]        # exact key
     # no exact key: case-insensitive match with '_' as space
     assert out["golden retriever"] == ["dog", "golden", "fur"]
-    # two keys of one class with different lists: refused (tests/test_input_config.py)
+    # two keys of one class with different lists: refused (tests/cli/test_input_config.py)
 
 
 def test_dedupe_keeps_first_occurrence(tmp_path):

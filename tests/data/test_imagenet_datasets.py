@@ -11,7 +11,7 @@ from argtca.config import get_cfg_default
 from argtca.datasets import DataError, build_dataset, resolve_dataset_class
 from argtca.run import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 WNIDS = [f"n{1440764 + 7 * i:08d}" for i in range(1000)]       # sorted, ImageNet-like ids
 NAMES = [f"thing {i}" for i in range(1000)]
 SUBSET = list(range(3, 1000, 5))                                  # 200 classes, not a prefix

@@ -288,7 +288,7 @@ def _stub_repo(tmp_path):
     import sys
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    src = Path(__file__).resolve().parents[1] / "scripts"
+    src = Path(__file__).resolve().parents[2] / "scripts"
     for name in ("compare.sh", "sweep.sh", "ablation.sh", "_common.sh"):
         if (src / name).is_file():   # _common.sh: what the scripts share
             shutil.copy(src / name, repo / "scripts" / name)
@@ -304,7 +304,7 @@ def _bash(repo, *args, **env):
     import subprocess
     import sys
     e = dict(os.environ, PYTHON=sys.executable,
-             PYTHONPATH=str(Path(__file__).resolve().parents[1]), **env)
+             PYTHONPATH=str(Path(__file__).resolve().parents[2]), **env)
     e.pop("OUTPUT_DIR", None)
     return subprocess.run(["bash", *args], cwd=repo, env=e, capture_output=True, text=True,
                           timeout=120)

@@ -21,7 +21,7 @@ import yaml
 
 from argtca.experiments.__main__ import main
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["DATASET.NUM_IMAGES", "3", "TTA.N_VIEWS", "2", "DATALOADER.NUM_WORKERS", "0",
         "TRAINER.ARGTCA.GAT.EPOCHS", "2", "VERBOSE", "False", "USE_CUDA", "False"]
 LABELS = ["Zero-shot CLIP", "TPT", "C-TPT", "O-TPT", "A-TPT", "TCA", "ArgTCA (div)",

@@ -16,24 +16,12 @@ from argtca.data.doctor import check_dataset
 from argtca.datasets import build_dataset
 from argtca.datasets.base import DataError
 from argtca.datasets.imagefolder import ImageFolder
+from helpers_data import make_tree
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
         "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "4", "DATALOADER.NUM_WORKERS", "0",
         "USE_CUDA", "False", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "2"]
-
-
-def make_tree(root: Path, counts=None, seed=0) -> Path:
-    counts = counts or {"golden_retriever": 3, "tabby_cat": 2, "red_fox": 3}
-    rng = np.random.default_rng(seed)
-    for k, (folder, n) in enumerate(counts.items()):
-        d = root / folder
-        d.mkdir(parents=True, exist_ok=True)
-        for i in range(n):
-            arr = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
-            arr[..., k % 3] = 220
-            Image.fromarray(arr).save(d / f"img_{i:02d}.{'png' if i % 2 else 'jpg'}")
-    return root
 
 
 def _cfg(root, **kw):

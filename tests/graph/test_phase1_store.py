@@ -16,7 +16,7 @@ from argtca.registry import SELECTOR_REGISTRY
 from argtca.run import main
 from helpers_data import ATTRS, make_caltech, write_attributes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
         "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "8", "DATALOADER.NUM_WORKERS", "0",
         "USE_CUDA", "False", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "3"]

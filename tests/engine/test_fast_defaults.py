@@ -213,7 +213,7 @@ def test_fast_ops_are_bit_identical_to_pil(name):
 def test_cpu_fast_views_statistically_equal_pil_views(tmp_path):
     # cpu-fast resizes its crops with torch's uint8 kernel (within one level of PIL's) and blends
     # its warps in float32, so views are statistically, not bit-, equal (bounds measured in
-    # tests/test_cpu_fast_views.py). Uniform noise resized to 32 px is the worst case for the
+    # tests/views/test_cpu_fast_views.py). Uniform noise resized to 32 px is the worst case for the
     # resize: measured mean 0.059 levels (|delta| * 255 * std), max 8.1; plain views within one
     # level (measured max 1.0 on 6 % of the values).
     from argtca.views.cpu import CLIP_STD, FastViewGenerator, ViewGenerator

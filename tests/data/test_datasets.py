@@ -11,8 +11,8 @@ from argtca.config import get_cfg_default
 from argtca.datasets import DataError, build_dataset, resolve_dataset_class
 from argtca.datasets.coop import FGVCAircraft
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
+REPO = Path(__file__).resolve().parents[2]
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 # CoOp layout (ecosystem.md §2.1), restated independently of the reader:
 # class name, key, dataset folder, image folder, split file

@@ -18,7 +18,7 @@ from argtca.selectors import (PLUGIN_PACKAGE, PluginError, SelectorError, check_
                               load_plugins, resolve_selector)
 from argtca.selectors.div import select_div
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CLASSES = ["cat", "dog", "owl"]
 ATTRS = {"cat": ["fur", "whiskers", "tail", "purr"],
          "dog": ["bark", "wag", "paws", "fetch"],

@@ -16,7 +16,7 @@ from argtca.engine.run_folder import (RunFolderError, check_records, load_record
 from argtca.run import main
 from helpers_data import make_caltech
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
         "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
         "VERBOSE", "False"]

@@ -12,7 +12,7 @@ import pytest
 
 from argtca.attributes import dedupe_attributes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEMO_ATTRS = REPO / "argtca" / "demo" / "assets" / "demo_attributes.json"
 QUICK = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False", "VERBOSE", "False",
          "DATALOADER.NUM_WORKERS", "0", "TRAINER.ARGTCA.EMBEDDINGS", "raw"]

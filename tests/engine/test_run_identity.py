@@ -14,7 +14,7 @@ import torch
 from argtca.run import main
 from helpers_data import make_caltech, write_attributes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
         "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
         "VERBOSE", "False", "TTA.N_VIEWS", "4"]

@@ -18,7 +18,7 @@ from argtca.graph import (GraphInputError, ShortClassWarning, build_graph, make_
 from argtca.registry import SELECTOR_REGISTRY
 from argtca.experiments.select_attributes import comparison_table
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data" / "tca_attributes"
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "tca_attributes"
 CLASSES = ["cat", "dog", "owl"]
 ATTRS = {"cat": ["fur", "whiskers", "tail", "purr", "paws"],
          "dog": ["bark", "tail", "paws", "fetch", "leash"],

@@ -149,7 +149,7 @@ def test_real_run_folders_interrupted_and_finished(tmp_path, monkeypatch, one_th
     (killed before finishing) listed as interrupted with its count."""
     from argtca.run import main as run_main
     from helpers_data import make_caltech
-    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])
     data = make_caltech(tmp_path / "data")
     common = ["--root", str(data), "--seed", "1",
               "--dataset-config-file", "configs/datasets/caltech101.yaml"]

@@ -14,7 +14,7 @@ from argtca.demo import generator as G
 from argtca.demo.render import (CLASSNAMES, POSSIBLE_ATTRIBUTES, SIZE_RANGE, SYNONYM_GROUPS,
                                 expand_synonyms, size_words)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ASSETS = REPO / "argtca" / "demo" / "assets"
 
 

@@ -21,7 +21,7 @@ from argtca.attributes.prompt import (AnswerError, BUILTIN_EXAMPLES, build_messa
 from argtca.attributes.rank import AttributeRanker                  # noqa: E402
 from helpers_llm import FakeChatServer, answer                     # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 KEY = "sk-SENTINEL-4f1c9e-do-not-leak"
 TINY_CLIP = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random"]
 

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # CI size: two views, a 2-epoch graph, no loader workers (NUM_IMAGES is set per command)
 TINY = "TTA.N_VIEWS 2 DATALOADER.NUM_WORKERS 0 TRAINER.ARGTCA.GAT.EPOCHS 2 USE_CUDA False"
 STARTED = re.compile(r"^\[table1\] \d+/8 (.+) on demo, seed 1 -> (\S+)( \(finished: re-read\))?$")

@@ -3,7 +3,6 @@ import hashlib
 import http.server
 import json
 import socket
-import threading
 from pathlib import Path
 
 import pytest
@@ -12,37 +11,10 @@ from argtca import fetch
 from argtca.attributes import AttributeFileError, attribute_file_for
 from argtca.config import get_cfg_default
 from argtca.datasets import DataError, resolve_dataset_class
+from helpers_http import FileServer as _Server
 from argtca.fetch import KNOWN_FILES, TCA_ATTRIBUTE_FILES, FetchError
 
-SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
-
-
-class _Server:
-    """http.server in a thread serving ``directory``; ``requests`` lists the paths asked for."""
-
-    def __init__(self, directory, handler=None):
-        self.requests = []
-        outer = self
-
-        class H(handler or http.server.SimpleHTTPRequestHandler):
-            def __init__(self, *a, **k):
-                super().__init__(*a, directory=str(directory), **k)
-
-            def do_GET(self):
-                outer.requests.append(self.path)
-                super().do_GET()
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+SHARED = Path(__file__).resolve().parents[3] / "shared" / "data"
 
 
 @pytest.fixture

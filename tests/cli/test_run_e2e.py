@@ -33,7 +33,7 @@ def data(tmp_path_factory):
 
 @pytest.fixture(autouse=True)
 def _cwd(monkeypatch):
-    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    monkeypatch.chdir(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
 
 def _records(out):

@@ -260,7 +260,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, grad):
     if grad:
         assert tr.engine.grad_mode == "jacobian" and tr.engine.jacobian_rows == (0, D)
 
-    tests = Path(__file__).resolve().parent
+    tests = Path(__file__).resolve().parents[1]
     script = tmp_path / "worker.py"
     script.write_text(_WORKER.format(repo=str(tests.parent), tests=str(tests)))
     with socket.socket() as s:

@@ -4,7 +4,7 @@ import os
 
 from argtca.run import main
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_demo_argtca_div_runs_and_beats_chance(tmp_path, monkeypatch, capsys):
