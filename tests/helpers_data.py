@@ -47,3 +47,16 @@ def make_tree(root: Path, counts=None, seed=0) -> Path:
             arr[..., k % 3] = 220
             Image.fromarray(arr).save(d / f"img_{i:02d}.{'png' if i % 2 else 'jpg'}")
     return root
+
+
+def make_caltech_with_val(root: Path) -> Path:
+    """:func:`make_caltech` with 4 images per class, split in two: images 0-1 are the test split,
+    2-3 the validation split (what temperature scaling fits on)."""
+    root = make_caltech(root, per_class=4)
+    p = root / "caltech-101" / "split_zhou_Caltech101.json"
+    split = json.loads(p.read_text())
+    items = split["test"]
+    split["val"] = [e for e in items if e[0].endswith(("0002.jpg", "0003.jpg"))]
+    split["test"] = [e for e in items if e[0].endswith(("0000.jpg", "0001.jpg"))]
+    p.write_text(json.dumps(split))
+    return root

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from argtca.run import main
-from helpers_data import make_caltech, write_attributes
+from helpers_data import make_caltech, write_attributes, make_caltech_with_val
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
@@ -296,14 +296,7 @@ def test_file_hash_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
 # ------------------------------------------------------------------------- derived: temperature
 @pytest.fixture
 def ts_data(tmp_path):
-    root = make_caltech(tmp_path / "ts", per_class=4)
-    p = root / "caltech-101" / "split_zhou_Caltech101.json"
-    split = json.loads(p.read_text())
-    items = split["test"]
-    split["val"] = [e for e in items if e[0].endswith(("0002.jpg", "0003.jpg"))]
-    split["test"] = [e for e in items if e[0].endswith(("0000.jpg", "0001.jpg"))]
-    p.write_text(json.dumps(split))
-    return root
+    return make_caltech_with_val(tmp_path / "ts")
 
 
 def _ts_args(root, out):

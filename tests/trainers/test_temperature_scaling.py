@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from conftest import tiny_cfg
-from helpers_data import make_caltech
+from helpers_data import make_caltech, make_caltech_with_val
 
 
 def test_fitted_temperature_is_the_hand_computed_optimum():
@@ -47,14 +47,7 @@ def test_the_scaled_objective_changes_only_the_prediction():
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    root = make_caltech(tmp_path_factory.mktemp("ts"), per_class=4)
-    p = root / "caltech-101" / "split_zhou_Caltech101.json"
-    split = json.loads(p.read_text())
-    items = split["test"]
-    split["val"] = [e for e in items if e[0].endswith(("0002.jpg", "0003.jpg"))]
-    split["test"] = [e for e in items if e[0].endswith(("0000.jpg", "0001.jpg"))]
-    p.write_text(json.dumps(split))
-    return root
+    return make_caltech_with_val(tmp_path_factory.mktemp("ts"))
 
 
 def _cfg(root, out, name, **over):
