@@ -131,9 +131,9 @@ AUTO_DEFAULTS = {"TRAINER.TCA.ALPHA": 10.0, "TRAINER.TCA.BETA": 35.0}
 
 
 def _defaults(setting) -> bool:
-    from ..report.runs import _config_default
+    from ..report.identity import config_default
     for k, v in setting:
-        d = _config_default(k)
+        d = config_default(k)
         d = AUTO_DEFAULTS.get(k) if d is None else d
         if d is None or float(v) != float(d):
             return False

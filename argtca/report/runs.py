@@ -34,8 +34,6 @@ DATASET_ALIASES = {"pets": "oxfordpets", "cars": "stanfordcars", "flowers": "oxf
                    "oxfordflowers102": "oxfordflowers", "food": "food101",
                    "aircraft": "fgvcaircraft", "sun": "sun397", "dtd": "describabletextures",
                    "ucf": "ucf101", "sketch": "imagenetsketch"}
-# the default of a flat config key (experiments/tune.py reads it under this name)
-_config_default = config_default
 REQUIRED_SUMMARY_KEYS = ("method", "dataset", "seed", "accuracy", "ece")
 
 
