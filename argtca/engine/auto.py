@@ -24,7 +24,7 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, List, Tuple
 
-from argtca.utils.host import MAX_AUTO_WORKERS, auto_workers, usable_cpus  # noqa: F401  (auto's API)
+from argtca.utils.host import auto_workers, usable_cpus
 
 # Compiling the towers pays only past COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE test images (about
 # 57,000): the seconds torch.compile adds to a run, and the seconds it saves per image, for

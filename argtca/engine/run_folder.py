@@ -36,7 +36,7 @@ import time
 from typing import Dict, Iterable, List, Optional, Sequence
 
 from argtca.config import get_cfg_default
-from argtca.utils.io import os_error, read_json_object, write_json  # noqa: F401  (write_json: run-folder API)
+from argtca.utils.io import os_error, read_json_object, write_json
 
 # Keys that change how fast a run goes, never what it computes.
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
