@@ -153,6 +153,16 @@ _C.TTA.FAST.IMAGE_CHUNK = -1            # views per image-tower call; -1: BATCH_
 _C.TTA.FAST.TEXT_TOKENS = 65536         # prompt tokens per text-tower call with gradient
 _C.TTA.FAST.VIEWS_OVERLAP = False       # GPU views of batch n+1 made while batch n tunes
 
+# Online methods (TDA, DMN-ZS, BoostAdapter, DPE: argtca/trainers/zoo.py) see the test set as one
+# stream; its order changes their numbers, so it is part of the run's fingerprint
+_C.TTA.STREAM = CN()
+_C.TTA.STREAM.ORDER = "shuffle"         # "shuffle": a permutation drawn from STREAM.SEED (the
+                                        # official TDA/DPE loaders shuffle); "index": split order
+_C.TTA.STREAM.SEED = -1                 # -1: the run's SEED
+_C.TTA.STREAM.CHECKPOINT_IMAGES = 256   # the adapter's state is saved with the records this often
+                                        # (rounded up to whole batches): a resume redoes at most
+                                        # this many images
+
 _C.DATALOADER = CN()
 _C.DATALOADER.NUM_WORKERS = -1  # -1: what the machine has (usable cores - 1, at most 16)
 _C.DATALOADER.PREFETCH = 4
@@ -243,6 +253,33 @@ _C.TRAINER.ARGTCA.GAT.TRAIN_ON = []    # vocabularies the GAT is trained on once
                                        # embedded by that frozen GAT. []: per-dataset (the paper)
 
 
+# ------------------------------------------------ training-free methods (argtca/adapters)
+_C.TRAINER.ZERO = CN()
+# ZERO-KEYS
+
+_C.TRAINER.MTA = CN()
+# MTA-KEYS
+
+_C.TRAINER.RTPT = CN()
+# RTPT-KEYS
+
+_C.TRAINER.TPS = CN()
+# TPS-KEYS
+
+# ------------------------------------------------ online methods (one stream, TTA.STREAM)
+_C.TRAINER.TDA = CN()
+# TDA-KEYS
+
+_C.TRAINER.DMN = CN()
+# DMN-KEYS
+
+_C.TRAINER.BOOSTADAPTER = CN()
+# BOOSTADAPTER-KEYS
+
+_C.TRAINER.DPE = CN()
+# DPE-KEYS
+
+
 def get_cfg_default() -> CN:
     return _C.clone()
 
@@ -252,6 +289,8 @@ METHOD_TO_TRAINER = {
     "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA",
     "argtcazeroshotclip": "ZeroshotCLIP",   # its name under Dassl (CoOp owns ZeroshotCLIP)
     "zeroshot_ts": "ZeroshotTS", "tpt_ts": "TPTTS",
+    "zero": "ZERO", "mta": "MTA", "rtpt": "RTPT", "tps": "TPS",
+    "tda": "TDA", "dmn": "DMN", "boostadapter": "BoostAdapter", "dpe": "DPE",
 }
 
 
@@ -281,6 +320,7 @@ CFG_CHOICES = {
     "TRAINER.ARGTCA.EDGES": ("full", "intra", "inter", "none"),
     "TRAINER.ARGTCA.GAT.LOSS_ON": ("h", "z"),
     "TRAINER.ARGTCA.NODE_ATTENTION": ("source", "incoming"),
+    "TTA.STREAM.ORDER": ("shuffle", "index"),
 }
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 
@@ -396,6 +436,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
         num(f"TRAINER.{m}.NUM_ATTRIBUTES", lambda v: v >= 1, ">= 1", True)
         num(f"TRAINER.{m}.ALPHA", lambda v: v >= 0, ">= 0")
         num(f"TRAINER.{m}.BETA", lambda v: v >= 0, ">= 0")
+    num("TTA.STREAM.SEED", lambda v: v >= -1, ">= 0, or -1 for the run's SEED", True)
+    num("TTA.STREAM.CHECKPOINT_IMAGES", lambda v: v >= 1, ">= 1", True)
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

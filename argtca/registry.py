@@ -14,7 +14,7 @@ import inspect
 from typing import Any, Dict, List, Optional
 
 __all__ = ["Registry", "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY",
-           "OBJECTIVE_REGISTRY", "ENGINE_REGISTRY"]
+           "OBJECTIVE_REGISTRY", "ENGINE_REGISTRY", "ADAPTER_REGISTRY"]
 
 
 class Registry:
@@ -91,3 +91,7 @@ OBJECTIVE_REGISTRY = Registry("OBJECTIVE")
 # device, n_images=...)``; a class attribute ``batched`` says whether the loader feeds it
 # ``TTA.BATCH_IMAGES`` images at a time (else one)
 ENGINE_REGISTRY = Registry("ENGINE")
+# feature-level test-time rules of the training-free and online methods (argtca/adapters):
+# classes built as ``cls(node, cfg, text [K, E], logit_scale)``; the trait ``online`` says whether
+# one carries state from image to image (the stream engine)
+ADAPTER_REGISTRY = Registry("ADAPTER")

@@ -85,8 +85,8 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
     comp = cfg.TTA.get("COMPILE", "off")
     comp = ("on" if comp else "off") if isinstance(comp, bool) else str(comp).lower()
     if comp == "auto":
-        if engine != "fast" or not cuda:
-            comp, why = "off", "the fast engine compiles on CUDA only"
+        if engine not in ("fast", "features") or not cuda:
+            comp, why = "off", "the fast and features engines compile on CUDA only"
         else:
             views = str(cfg.TTA.VIEWS_DEVICE).lower()
             comp = "on" if compile_pays(n_images, views) else "off"

@@ -435,10 +435,24 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
             logits = self.logits(img0.unsqueeze(1), text)
         return self.objective.probs(logits.float())[:, 0]
 
+    @torch.no_grad()
+    def final(self, img: torch.Tensor, ctx: Optional[torch.Tensor]) -> torch.Tensor:
+        """The prediction after tuning: view 0's, or the objective's rule over every view's logits
+        (``objective.all_views``: R-TPT's reliability-weighted ensemble)."""
+        if not getattr(self.objective, "all_views", False):
+            return self.predict(img[:, 0], ctx)
+        if ctx is None:
+            text = self.theta0()[1].detach().unsqueeze(0).expand(img.shape[0], -1, -1)
+        else:
+            text = self.text_features(ctx)
+        with self.autocast():
+            logits = self.logits(img, text)
+        return self.objective.final(logits.float(), img)
+
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
         ctx = self.tune(img, paths) if self.steps > 0 else None
-        probs = self.predict(img[:, 0], ctx)
+        probs = self.final(img, ctx)
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs
 
@@ -458,7 +472,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         batch is written. Same numbers as ``__call__``."""
         img = self.image_features(views)
         ctx, first_bad, bad_seen = self._tune_async(img) if self.steps > 0 else (None, None, None)
-        probs = self.predict(img[:, 0], ctx).float()
+        probs = self.final(img, ctx).float()
         return Pending(self, probs, paths, img, first_bad, bad_seen)
 
 

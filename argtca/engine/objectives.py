@@ -76,6 +76,9 @@ class Objective:
     """Class prompts (one per class): scores are the logits, probabilities their softmax."""
 
     prompts_per_class = 1
+    # the prediction after tuning: False = view 0's (TPT's protocol); True = :meth:`final` over
+    # every view's logits with the tuned prompt (R-TPT's ensemble)
+    all_views = False
 
     def __init__(self, node=None):
         self.node = node
@@ -95,6 +98,11 @@ class Objective:
 
     def loss(self, selected_scores: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         return avg_entropy(selected_scores) + self.regularizer(text.float())
+
+    def final(self, logits: torch.Tensor, img: torch.Tensor) -> torch.Tensor:
+        """Probabilities [B, K] from every view's logits [B, V, P] and features [B, V, E] with
+        the tuned prompt (used when ``all_views``); here view 0's."""
+        return self.probs(logits)[:, 0]
 
 
 @OBJECTIVE_REGISTRY.register(name="none")

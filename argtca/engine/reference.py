@@ -162,10 +162,22 @@ class ReferenceEngine:
             logits = self.logits(img0.unsqueeze(1), text)
         return self.objective.probs(logits.float())[:, 0]
 
+    @torch.no_grad()
+    def final(self, img: torch.Tensor, ctx: torch.Tensor) -> torch.Tensor:
+        """The prediction after tuning: view 0's (TPT and its family), or the objective's rule
+        over every view's logits (``objective.all_views``: R-TPT's reliability-weighted
+        ensemble). img [B, V, E], ctx [B, n, W] → [B, K]."""
+        if not getattr(self.objective, "all_views", False):
+            return self.predict(img[:, 0], ctx)
+        with self.autocast():
+            text = self.text_encoder(ctx)
+            logits = self.logits(img, text)
+        return self.objective.final(logits.float(), img)
+
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
         ctx = self.tune(img, paths)
-        probs = self.predict(img[:, 0], ctx)
+        probs = self.final(img, ctx)
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs
 

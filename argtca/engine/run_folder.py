@@ -48,6 +48,9 @@ NON_RESULT_KEYS = {"OUTPUT_DIR", "OUTPUT_ROOT", "VERBOSE", "DATALOADER.NUM_WORKE
                    # the GPU views made on another stream: the same kernels, bit-identical views.
                    # The other TTA.FAST knobs change floating-point rounding: they stay in
                    "TTA.FAST.VIEWS_OVERLAP",
+                   # how often an online method's state is saved: a resume starts at a saved
+                   # batch boundary and makes the same batches, so never a different number
+                   "TTA.STREAM.CHECKPOINT_IMAGES",
                    # where the data is mounted (/data or a node's /scratch): the test set is
                    # identified by content instead (TEST_SET.*: root-relative paths and labels,
                    # class names, split files by sha256); an own ImageFolder keeps its location

@@ -48,12 +48,16 @@ RESULT_KEYS = frozenset({
 # differently, so the fingerprint keeps such runs apart and the report does too
 RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.",
                        "TRAINER.TS.", "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.",
-                       "TRAINER.TCA.", "TRAINER.ARGTCA.")
+                       "TRAINER.TCA.", "TRAINER.ARGTCA.",
+                       # the training-free and online methods, and the online stream's order
+                       "TTA.STREAM.", "TRAINER.ZERO.", "TRAINER.MTA.", "TRAINER.RTPT.",
+                       "TRAINER.TPS.", "TRAINER.TDA.", "TRAINER.DMN.",
+                       "TRAINER.BOOSTADAPTER.", "TRAINER.DPE.")
 # keys only the fingerprint has (not config keys): the test set, the device type and the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
 FILE_HASH_PREFIX = "FILE_SHA256."
 FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX)
-FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE",)
+FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", "STREAM.ORDER_SHA256")
 
 # rows differing in one of these are different experiments: never ranked against each other
 PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")

@@ -1,6 +1,7 @@
 """Trainers register themselves in TRAINER_REGISTRY on import."""
 from argtca.trainers import methods  # noqa: F401
 from argtca.trainers import ts  # noqa: F401  (temperature-scaled reference rows)
+from argtca.trainers import zoo  # noqa: F401  (training-free and online methods)
 from argtca.trainers.base import TestTimeTrainer  # noqa: F401
 
 try:  # ArgTCA needs the graph code

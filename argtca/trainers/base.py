@@ -18,7 +18,8 @@ from argtca.engine.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, Record
                                      check_or_write_fingerprint, check_records, config_hash,
                                      experiment_hash, flatten_cfg, load_records, run_fingerprint,
                                      write_json)
-from argtca.engine import fast as _fast, reference as _reference  # noqa: F401  (registration)
+from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
+from argtca.engine import reference as _reference  # noqa: F401  (registration)
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
 from argtca.utils.seed import set_random_seed
 
@@ -108,6 +109,10 @@ class TestTimeTrainer:
         """Replace the configuration's "auto" values (engine, compilation, loader workers) by what
         they resolve to here, before anything is fingerprinted (argtca/engine/auto.py)."""
         from argtca.engine.auto import resolve_auto
+        if str(self.cfg.TTA.ENGINE).lower() == "features" and not getattr(self, "adapter_name", ""):
+            from argtca.config import ConfigError
+            raise ConfigError(f"TTA.ENGINE=features runs the training-free and online methods; "
+                              f"{self.label} tunes prompts: use TTA.ENGINE auto, fast or reference")
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test))
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)
@@ -294,9 +299,9 @@ class TestTimeTrainer:
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)
         check_records(records, self.dataset, rec_path)   # each one is the dataset's item
-        done = {r["index"] for r in records}
+        records = self.resume_records(out_dir, records)
         n_total = len(self.dataset.test)
-        todo = [i for i in range(n_total) if i not in done]
+        todo = self.pending_indices(records, n_total)
 
         running = RunningCalibration(n_bins=20)
         for r in sorted(records, key=lambda r: r["index"]):
@@ -307,8 +312,9 @@ class TestTimeTrainer:
             loader = self.views_loader(todo).start()
             if self.model is None:
                 self.build_model()
+            self.before_loop(out_dir)
             writer = RecordWriter(rec_path)
-            bar = progress(n_total, len(done), f"{self.display_label} {self.dataset.name}",
+            bar = progress(n_total, len(records), f"{self.display_label} {self.dataset.name}",
                            enabled=bool(cfg.VERBOSE))   # stderr; lines per 10 % in a log
             t0 = time.time()
             from argtca.engine.auto import loop_threads
@@ -327,6 +333,24 @@ class TestTimeTrainer:
         else:
             elapsed, timing = 0.0, None
         return self.finish(out_dir, records, fp, elapsed, len(todo), timing)
+
+    # ---------------------------------------------------------------- loop hooks
+    def resume_records(self, out_dir: str, records: List[dict]) -> List[dict]:
+        """The records a resumed run keeps (all of them; the stream trainer drops those made
+        after its last state checkpoint)."""
+        return records
+
+    def pending_indices(self, records: List[dict], n_total: int) -> List[int]:
+        """The test indices still to run, in the order they run (index order here)."""
+        done = {r["index"] for r in records}
+        return [i for i in range(n_total) if i not in done]
+
+    def before_loop(self, out_dir: str) -> None:
+        """Called once the model is built, before the first batch (the stream trainer restores
+        its adapter's state here)."""
+
+    def after_batch(self, records: List[dict]) -> None:
+        """Called after each batch's records are written (the stream trainer checkpoints)."""
 
     def views_loader(self, indices: List[int]):
         """The test loop's loader over ``indices`` of the test set. ``TTA.VIEWS_DEVICE`` "cpu":
@@ -347,6 +371,7 @@ class TestTimeTrainer:
             recs = self.make_records(batch, probs)
             writer.write(recs)
             records.extend(recs)
+            self.after_batch(records)
             running.update([r["conf"] for r in recs], [r["pred"] == r["label"] for r in recs])
             bar.update(len(recs))
             bar.set_postfix(acc=f"{running.accuracy:.2f}", ece=f"{running.ece:.2f}")

@@ -1,0 +1,92 @@
+"""What a training-free or online test-time method is here: an :class:`Adapter`, a rule from the
+frozen CLIP features of an image's views and the classes' text features to class probabilities.
+
+The engine (argtca/engine/features.py) runs the image tower on every view once, batched, and hands
+the adapter ``img [B, V, E]`` (ℓ2-normalised, fp32; view 0 is the plain resize + centre crop, the
+others the augmented views TPT makes). The adapter was built once per dataset with the classes'
+text features ``text [K, E]`` (ℓ2-normalised, from the prompts ``TTA.CTX_INIT + class``) and CLIP's
+logit scale. An episodic adapter treats each image alone, so a batch is B independent problems;
+an online one (:class:`OnlineAdapter`) carries state from image to image in the stream's order and
+can save and restore that state (the stream engine checkpoints it with the records).
+"""
+from __future__ import annotations
+
+from typing import Any, Dict
+
+import torch
+
+from argtca.engine.objectives import select_confident, view_entropy
+
+__all__ = ["Adapter", "OnlineAdapter", "confident_mask", "view_entropy", "select_confident"]
+
+
+def confident_mask(logits: torch.Tensor, p: float) -> torch.Tensor:
+    """[..., V, K] -> bool [..., V]: the ``int(V * p)`` lowest-entropy views (TPT's selection)."""
+    idx = select_confident(logits, p)
+    mask = torch.zeros(logits.shape[:-1], dtype=torch.bool, device=logits.device)
+    return mask.scatter_(-1, idx, True)
+
+
+class Adapter:
+    """``adapter(img [B, V, E]) -> probs [B, K]``, episodic: each image alone."""
+
+    online = False
+
+    def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
+        self.node = node                      # the method's TRAINER.<NAME> config node
+        self.cfg = cfg
+        self.text = text.float()              # [K, E], unit rows
+        self.logit_scale = float(logit_scale)
+        self.selection_p = float(cfg.TTA.SELECTION_P)
+
+    @property
+    def device(self) -> torch.device:
+        return self.text.device
+
+    def clip_logits(self, img: torch.Tensor) -> torch.Tensor:
+        """CLIP's logits ``logit_scale · img · textᵀ``: [..., E] -> [..., K]."""
+        return self.logit_scale * img.float() @ self.text.t()
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class OnlineAdapter(Adapter):
+    """An adapter whose state carries over from image to image: ``__call__`` runs :meth:`step`
+    over the batch's images in order. The state lives in ``self.state`` (a dict of tensors,
+    numbers and lists of them) so that :meth:`state_dict` / :meth:`load_state_dict` restore it
+    exactly; :meth:`reset` sets it to the start of a stream."""
+
+    online = True
+
+    def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
+        super().__init__(node, cfg, text, logit_scale)
+        self.state: Dict[str, Any] = {}
+        self.reset()
+
+    def reset(self) -> None:
+        self.state = {}
+
+    def step(self, img: torch.Tensor) -> torch.Tensor:
+        """One image of the stream: ``img [V, E]`` -> ``probs [K]``, updating the state."""
+        raise NotImplementedError
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        return torch.stack([self.step(img[b]) for b in range(img.shape[0])])
+
+    def state_dict(self) -> Dict[str, Any]:
+        return _to(self.state, torch.device("cpu"))
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.state = _to(state, self.device)
+
+
+def _to(obj: Any, device: torch.device) -> Any:
+    """A copy of ``obj`` (nested dicts, lists, tuples of tensors and numbers) on ``device``."""
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().to(device, copy=True)
+    if isinstance(obj, dict):
+        return {k: _to(v, device) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to(v, device) for v in obj)
+    return obj

@@ -1,0 +1,240 @@
+"""The training-free and online methods as trainers: each is its adapter's name, its label and its
+config node (``TRAINER.<NAME>``); the views, records, resume and metrics are the shared loop's.
+
+:class:`FeatureTrainer` runs an episodic adapter on the features engine. :class:`StreamTrainer`
+runs an online one over a fixed, seeded order of the test set (``TTA.STREAM``): the order is
+stored in the run folder (``stream.json``) and its sha256 is in the fingerprint, every record
+carries its stream position, and the adapter's state is checkpointed with the records
+(``stream_state.pt``, every ``TTA.STREAM.CHECKPOINT_IMAGES`` images, at a batch boundary). A resumed
+run drops the records made after the last checkpoint, restores the state and runs on from there in
+the same batches, so its records equal an uninterrupted run's.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from typing import Dict, List
+
+import numpy as np
+import torch
+
+from argtca.config import ConfigError
+from argtca.engine.run_folder import RunFolderError, write_records
+from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
+from argtca.trainers.base import TestTimeTrainer
+from argtca.utils.io import write_json
+
+STATE_FILE = "stream_state.pt"
+ORDER_FILE = "stream.json"
+
+
+class FeatureTrainer(TestTimeTrainer):
+    """A method that tunes no prompt: the features engine and the adapter ``adapter_name``."""
+
+    adapter_name = ""
+    objective_name = "none"
+    tunes = False        # no prompt step (TPS tunes its shifts inside its adapter)
+    online = False
+
+    @property
+    def run_cfg(self):
+        return self.cfg   # every view goes to the adapter
+
+    def resolve_auto(self) -> None:
+        engine = str(self.cfg.TTA.ENGINE).lower()
+        if engine not in ("auto", "features"):
+            raise ConfigError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: {self.label} tunes no prompt "
+                              f"and runs on the features engine; leave TTA.ENGINE auto")
+        if engine == "auto":
+            cfg = self.cfg.clone()
+            cfg.defrost()
+            cfg.TTA.ENGINE = "features"
+            cfg.freeze()
+            self.cfg = cfg
+        super().resolve_auto()
+
+    def build_engine(self):
+        from argtca.engine.distributed import world_size
+        from argtca.engine.features import FeatureEngine
+        import argtca.adapters  # noqa: F401  (registration)
+        cls = ADAPTER_REGISTRY.get(self.adapter_name)
+        scale = float(self.model.logit_scale.exp())
+
+        def make(text):
+            return cls(self.node, self.cfg, text, scale)
+
+        world = max(1, world_size())
+        return FeatureEngine(self.model, self.text_encoder, self.objective, self.cfg, self.device,
+                             n_images=-(-len(self.dataset.test) // world), adapter=make,
+                             n_classes=len(self.classnames))
+
+    def summary_extra(self) -> Dict[str, object]:
+        return {"family": "online" if self.online else "training-free"}
+
+
+# ------------------------------------------------------------------------------------ streams
+def stream_seed(cfg) -> int:
+    s = int(cfg.TTA.STREAM.SEED)
+    return int(cfg.SEED) if s < 0 else s
+
+
+def stream_order(n: int, order: str, seed: int) -> List[int]:
+    """The test indices in stream order: "shuffle" a permutation drawn from ``seed`` (numpy's
+    PCG64, stable across versions), "index" the split file's order."""
+    if order == "index":
+        return list(range(n))
+    return [int(i) for i in np.random.default_rng(int(seed)).permutation(n)]
+
+
+def order_sha256(order: List[int]) -> str:
+    return hashlib.sha256(json.dumps(order).encode()).hexdigest()[:16]
+
+
+class StreamTrainer(FeatureTrainer):
+    """An online method: one stream over the test set in a seeded order, state carried."""
+
+    online = True
+
+    def check_cfg(self, cfg) -> None:
+        from argtca.engine.distributed import world_size
+        if world_size() > 1:
+            raise ConfigError(
+                f"{self.label} is an online method: its state carries from image to image in one "
+                f"stream, which torchrun's ranks cannot share; run it with one process "
+                f"(python -m argtca.run), and spread datasets or seeds over GPUs instead")
+
+    @property
+    def order(self) -> List[int]:
+        if getattr(self, "_order", None) is None:
+            self._order = stream_order(len(self.dataset.test), str(self.cfg.TTA.STREAM.ORDER),
+                                       stream_seed(self.cfg))
+            self._position = {i: p for p, i in enumerate(self._order)}
+        return self._order
+
+    def stream_info(self) -> Dict[str, object]:
+        return {"order": str(self.cfg.TTA.STREAM.ORDER), "seed": stream_seed(self.cfg),
+                "sha256": order_sha256(self.order), "n": len(self.order)}
+
+    def fingerprint(self) -> Dict[str, object]:
+        fp = super().fingerprint()
+        if "STREAM.ORDER_SHA256" not in fp:
+            fp["STREAM.ORDER_SHA256"] = order_sha256(self.order)
+            self._fingerprint = dict(sorted(fp.items()))
+        return self._fingerprint
+
+    @property
+    def checkpoint_every(self) -> int:
+        """Images between state checkpoints, a whole number of batches (so that a resumed run
+        makes the same batches, and the same floating-point sums, as an uninterrupted one)."""
+        b = max(1, self.batch_images)
+        return max(1, -(-int(self.cfg.TTA.STREAM.CHECKPOINT_IMAGES) // b)) * b
+
+    def resume_records(self, out_dir: str, records: List[dict]) -> List[dict]:
+        self._out_dir = out_dir
+        info = self.stream_info()
+        order_path = os.path.join(out_dir, ORDER_FILE)
+        if not os.path.isfile(order_path):
+            write_json(order_path, dict(info, indices=self.order))
+        state_path = os.path.join(out_dir, STATE_FILE)
+        self._resume_state = None
+        position = 0
+        if os.path.isfile(state_path):
+            try:
+                ckpt = torch.load(state_path, map_location="cpu", weights_only=True)
+            except Exception as e:   # noqa: BLE001 (a torn or foreign file: say which)
+                raise RunFolderError(f"{state_path}: cannot read the stream state ({e}); delete "
+                                     f"{out_dir} to start the stream over") from None
+            if ckpt.get("order_sha256") != info["sha256"]:
+                raise RunFolderError(f"{state_path}: saved for another stream order; delete "
+                                     f"{out_dir} to start over")
+            position = int(ckpt["position"])
+            self._resume_state = ckpt["state"]
+        pos = self._position
+        kept = [r for r in records if pos[r["index"]] < position]
+        if len(kept) != position:
+            raise RunFolderError(
+                f"{os.path.join(out_dir, 'records.jsonl')}: {len(kept)} records before the "
+                f"stream state's position {position}; the records and {STATE_FILE} disagree: "
+                f"delete {out_dir} to start the stream over")
+        if len(kept) != len(records):
+            print(f"argtca: {len(records) - len(kept)} records after the last stream checkpoint "
+                  f"(image {position} of the stream) are made again, from the saved state",
+                  flush=True)
+            kept.sort(key=lambda r: pos[r["index"]])
+            write_records(os.path.join(out_dir, "records.jsonl"), kept)
+        self._saved_position = position
+        return kept
+
+    def pending_indices(self, records: List[dict], n_total: int) -> List[int]:
+        return self.order[len(records):]
+
+    def before_loop(self, out_dir: str) -> None:
+        self.engine.prepare()
+        adapter = self.engine.adapter
+        if not getattr(adapter, "online", False):
+            raise TypeError(f"{type(self).__name__}: adapter {self.adapter_name!r} is not online")
+        if self._resume_state is not None:
+            adapter.load_state_dict(self._resume_state)
+            print(f"argtca: stream resumed at image {self._saved_position} of "
+                  f"{len(self.order)} from {STATE_FILE}", flush=True)
+
+    def make_records(self, batch, probs) -> List[dict]:
+        recs = super().make_records(batch, probs)
+        for r in recs:
+            r["stream_pos"] = self._position[r["index"]]
+        return recs
+
+    def after_batch(self, records: List[dict]) -> None:
+        n = len(records)
+        if n - self._saved_position >= self.checkpoint_every or n == len(self.order):
+            self.save_state(n)
+
+    def save_state(self, position: int) -> None:
+        path = os.path.join(self._out_dir, STATE_FILE)
+        tmp = path + ".tmp"
+        torch.save({"position": int(position), "order_sha256": order_sha256(self.order),
+                    "state": self.engine.adapter.state_dict()}, tmp)
+        os.replace(tmp, path)
+        self._saved_position = position
+
+    def summary_extra(self) -> Dict[str, object]:
+        return dict(super().summary_extra(), stream=self.stream_info())
+
+
+# --------------------------------------------------------------------------------- the methods
+# Each line: the trainer's name (its config node TRAINER.<NAME>), its method key (scripts, run
+# folders, reports), its label and its adapter (argtca/adapters/<file>.py).
+@TRAINER_REGISTRY.register()
+class ZERO(FeatureTrainer):
+    method, label, adapter_name = "zero", "ZERO", "zero"
+
+
+@TRAINER_REGISTRY.register()
+class MTA(FeatureTrainer):
+    method, label, adapter_name = "mta", "MTA", "mta"
+
+
+@TRAINER_REGISTRY.register()
+class TPS(FeatureTrainer):
+    method, label, adapter_name = "tps", "TPS", "tps"
+
+
+@TRAINER_REGISTRY.register()
+class TDA(StreamTrainer):
+    method, label, adapter_name = "tda", "TDA", "tda"
+
+
+@TRAINER_REGISTRY.register()
+class DMN(StreamTrainer):
+    method, label, adapter_name = "dmn", "DMN-ZS", "dmn"
+
+
+@TRAINER_REGISTRY.register()
+class BoostAdapter(StreamTrainer):
+    method, label, adapter_name = "boostadapter", "BoostAdapter", "boostadapter"
+
+
+@TRAINER_REGISTRY.register()
+class DPE(StreamTrainer):
+    method, label, adapter_name = "dpe", "DPE", "dpe"
