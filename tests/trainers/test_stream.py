@@ -1,0 +1,151 @@
+"""The stream engine of the online methods (argtca/trainers/zoo.py): a fixed, seeded order
+recorded in the run folder and its fingerprint, state carried across batches, and a resume after
+an interruption that gives the records of an uninterrupted run.
+
+A probe adapter makes the state matter: its prediction mixes the running mean of the stream's
+view-0 features into the class features, so any lost, repeated or reordered image changes later
+records."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from argtca.adapters.base import OnlineAdapter
+from argtca.config import ConfigError
+from argtca.registry import ADAPTER_REGISTRY
+from argtca.trainers.zoo import StreamTrainer, stream_order
+from conftest import tiny_cfg
+from helpers_data import make_caltech
+
+
+class Stop(Exception):
+    pass
+
+
+@ADAPTER_REGISTRY.register(name="_stream_probe", override=True)
+class StreamProbe(OnlineAdapter):
+    stop_after = None   # raise after this many images of this process (an interruption)
+
+    def reset(self):
+        self.state = {"sum": torch.zeros_like(self.text[0]), "n": 0}
+        self.seen = 0
+
+    def step(self, img):
+        if StreamProbe.stop_after is not None and self.seen >= StreamProbe.stop_after:
+            raise Stop()
+        self.seen += 1
+        self.state["sum"] = self.state["sum"] + img[0]
+        self.state["n"] += 1
+        text = self.text + self.state["sum"] / self.state["n"]
+        return (self.logit_scale * img[0] @ text.t()).softmax(-1)
+
+
+class Probe(StreamTrainer):
+    method, label, adapter_name = "probe", "Probe", "_stream_probe"
+
+    @property
+    def node(self):
+        return self.cfg.TRAINER.TPT
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    return make_caltech(tmp_path_factory.mktemp("stream") / "data", per_class=4)   # 12 images
+
+
+def _cfg(data, out, **over):
+    cfg = tiny_cfg(**{"DATASET.NAME": "Caltech101", "DATASET.ROOT": str(data),
+                      "TTA.N_VIEWS": 4, "TTA.BATCH_IMAGES": 2,
+                      "TTA.STREAM.CHECKPOINT_IMAGES": 4, "OUTPUT_ROOT": str(out), **over})
+    cfg.freeze()
+    return cfg
+
+
+def _run(cfg, stop_after=None):
+    StreamProbe.stop_after = stop_after
+    try:
+        t = Probe(cfg)
+        try:
+            t.test()
+        except Stop:
+            pass
+        return t
+    finally:
+        StreamProbe.stop_after = None
+
+
+def _records(t):
+    path = Path(t.output_dir()) / "records.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+
+
+def test_order_is_seeded_recorded_and_in_the_fingerprint(data, tmp_path):
+    t = _run(_cfg(data, tmp_path))
+    recs = _records(t)
+    order = stream_order(12, "shuffle", 1)
+    assert sorted(order) == list(range(12)) and order != list(range(12))
+    # records are written in stream order and carry their position
+    assert [r["index"] for r in recs] == order
+    assert [r["stream_pos"] for r in recs] == list(range(12))
+    folder = Path(t.output_dir())
+    saved = json.loads((folder / "stream.json").read_text())
+    assert saved["indices"] == order and saved["seed"] == 1 and saved["order"] == "shuffle"
+    fp = json.loads((folder / "config.json").read_text())
+    assert fp["STREAM.ORDER_SHA256"] == saved["sha256"]
+    summary = json.loads((folder / "summary.json").read_text())
+    assert summary["stream"]["sha256"] == saved["sha256"] and summary["family"] == "online"
+    # the default stream seed is the run's seed; another stream seed is another experiment
+    other = _run(_cfg(data, tmp_path, **{"TTA.STREAM.SEED": 5}))
+    assert Path(other.output_dir()).parent != folder.parent
+    assert [r["index"] for r in _records(other)] == stream_order(12, "shuffle", 5)
+    index = _run(_cfg(data, tmp_path, **{"TTA.STREAM.ORDER": "index"}))
+    assert [r["index"] for r in _records(index)] == list(range(12))
+
+
+def test_the_order_changes_the_numbers(data, tmp_path):
+    a = _records(_run(_cfg(data, tmp_path / "a")))
+    b = _records(_run(_cfg(data, tmp_path / "b", **{"TTA.STREAM.SEED": 5})))
+    conf_a = {r["index"]: r["conf"] for r in a}
+    conf_b = {r["index"]: r["conf"] for r in b}
+    assert conf_a != conf_b    # the probe's state depends on what came before
+
+
+@pytest.mark.parametrize("stop_after", [4, 11])   # 30 % and 90 % of 12 images
+def test_resume_after_interruption_gives_identical_records(data, tmp_path, stop_after):
+    full = _records(_run(_cfg(data, tmp_path / "full")))
+    cfg = _cfg(data, tmp_path / "cut")
+    t = _run(cfg, stop_after=stop_after)
+    done = _records(t)
+    assert len(done) < 12
+    state = torch.load(Path(t.output_dir()) / "stream_state.pt", weights_only=True)
+    assert state["position"] % 2 == 0 and state["position"] <= len(done)   # batch boundary
+    resumed = _records(_run(cfg))
+    assert resumed == full
+
+
+def test_records_after_the_last_checkpoint_are_made_again(data, tmp_path, capsys):
+    cfg = _cfg(data, tmp_path, **{"TTA.STREAM.CHECKPOINT_IMAGES": 8})
+    t = _run(cfg, stop_after=6)          # records 0..5 written, state saved at 0 only
+    assert len(_records(t)) == 6
+    assert not (Path(t.output_dir()) / "stream_state.pt").exists()
+    capsys.readouterr()
+    cfg2 = cfg.clone()
+    cfg2.defrost()
+    cfg2.VERBOSE = True
+    cfg2.freeze()
+    _run(cfg2)
+    assert "6 records after the last stream checkpoint" in capsys.readouterr().out
+    assert [r["stream_pos"] for r in _records(t)] == list(range(12))
+
+
+def test_online_methods_refuse_torchrun(data, tmp_path, monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match="online method.*one process"):
+        Probe(_cfg(data, tmp_path))
+
+
+def test_a_prompt_tuning_method_refuses_the_features_engine(data, tmp_path):
+    from argtca.trainers.methods import TPT
+    with pytest.raises(ConfigError, match="TTA.ENGINE=features"):
+        TPT(_cfg(data, tmp_path, **{"TTA.ENGINE": "features"}))
