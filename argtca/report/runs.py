@@ -17,10 +17,22 @@ from .identity import (LABEL_KEYS, PROTOCOL_KEYS, canonical, config_default, fmt
                        short_hash, short_name)
 
 MISSING = "–"
-METHOD_ORDER = ["zeroshot", "zeroshot_ts", "tpt", "tpt_ts", "ctpt", "otpt", "atpt", "tca", "argtca"]
+# the families of methods, in the order a table shows them (its rows are grouped so)
+METHOD_GROUPS = [
+    ("Zero-shot", ["zeroshot", "zeroshot_ts"]),
+    ("TPT family", ["tpt", "tpt_ts", "ctpt", "otpt", "atpt", "rtpt", "tca"]),
+    ("Training-free", ["zero", "mta", "tps"]),
+    ("Online", ["tda", "dmn", "boostadapter", "dpe"]),
+    ("ArgTCA", ["argtca"]),
+]
+METHOD_ORDER = [m for _, ms in METHOD_GROUPS for m in ms]
+METHOD_GROUP = {m: g for g, ms in METHOD_GROUPS for m in ms}
 SELECTOR_ORDER = ["tca", "div", "disc", "joint", "random"]
 DEFAULT_LABELS = {"zeroshot": "CLIP", "tpt": "TPT", "ctpt": "C-TPT", "otpt": "O-TPT",
-                  "atpt": "A-TPT", "tca": "TCA", "argtca": "ArgTCA"}
+                  "atpt": "A-TPT", "tca": "TCA", "argtca": "ArgTCA", "rtpt": "R-TPT",
+                  "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA (online)",
+                  "dmn": "DMN-ZS (online)", "boostadapter": "BoostAdapter (online)",
+                  "dpe": "DPE (online)"}
 METRICS = {  # name -> (display, higher is better)
     "accuracy": ("Acc", True), "ece": ("ECE", False), "adaece": ("AdaECE", False),
     "mce": ("MCE", False), "nll": ("NLL", False), "brier": ("Brier", False),
@@ -68,6 +80,15 @@ class Run:
     @property
     def method(self) -> str:
         return str(self.summary["method"]).lower()
+
+    @property
+    def group(self) -> str:
+        """The method's family (:data:`METHOD_GROUPS`); "Other" for a method not listed."""
+        return METHOD_GROUP.get(self.method, "Other")
+
+    @property
+    def online(self) -> bool:
+        return self.summary.get("family") == "online"
 
     @property
     def selector(self) -> Optional[str]:

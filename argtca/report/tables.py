@@ -97,6 +97,7 @@ class ResultsTable:
     # the table is no real result: printed above the table
     header: List[str] = field(default_factory=list)
     protocol_groups: int = 1    # rows are ranked only against rows of the same protocol
+    groups: Dict[str, str] = field(default_factory=dict)   # label -> method family
 
     @property
     def columns(self) -> List[str]:
@@ -177,9 +178,11 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
                     elif len(ranked) > 1 and v == ranked[1]:
                         marks[(lab, m, col)] = "second"
     runs = [r for c in cells.values() for r in c.runs]
+    groups = {r.label: r.group for r in runs}
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
                         decimals, _seed_stds(labels, datasets, cells, metrics), show_std,
-                        table_header(runs, labels, datasets), len(set(protocol.values())))
+                        table_header(runs, labels, datasets), len(set(protocol.values())),
+                        groups)
 
 
 def _fmt_key(k: str, v) -> str:
@@ -273,6 +276,9 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
                                                   for k in own))
     if per_row:
         lines.append("Non-default settings of some rows only: " + "; ".join(per_row) + ".")
+    stream = stream_note(runs)
+    if stream:
+        lines.append(stream)
     lines.append(AGGREGATION)
     why = not_real_reasons(runs)
     if why:
@@ -281,6 +287,27 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
 
 
 _VARIES = object()
+
+
+def stream_note(runs: Sequence[Run]) -> str:
+    """What the online rows saw: one stream over the test set, in which order (their numbers
+    depend on it)."""
+    online = [r for r in runs if r.online]
+    if not online:
+        return ""
+    orders = set()
+    for r in online:
+        order = str(r.settings.get("TTA.STREAM.ORDER", config_default("TTA.STREAM.ORDER")))
+        seed = r.settings.get("TTA.STREAM.SEED", config_default("TTA.STREAM.SEED"))
+        if order == "index":
+            orders.add("the split file's order")
+        elif seed is None or int(seed) < 0:
+            orders.add("shuffled by each run's seed")
+        else:
+            orders.add(f"shuffled by stream seed {int(seed)}")
+    return ("Rows marked (online) carry their state from image to image over one stream of the "
+            "test set (one process, no torchrun split); stream order: "
+            + "; ".join(sorted(orders)) + " (TTA.STREAM). Their numbers depend on that order.")
 
 
 def _seed_stds(labels, datasets, cells, metrics) -> Dict[Tuple[str, str, str], float]:
@@ -309,7 +336,11 @@ def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
     wrap = {"md": ("**{}**", "<u>{}</u>"), "tex": ("\\textbf{{{}}}", "\\underline{{{}}}"),
             "csv": ("{}", "{}")}[style]
     rows = []
+    group = None
     for lab in t.labels:
+        if style == "md" and t.groups.get(lab) != group and len(set(t.groups.values())) > 1:
+            group = t.groups.get(lab)
+            rows.append([f"*{group}*", ""] + [""] * len(t.columns))
         for i, m in enumerate(t.metrics):
             row = [lab if i == 0 or style == "csv" else "", METRICS[m][0]]
             for col in t.columns:
@@ -388,7 +419,10 @@ def table_latex(t: ResultsTable) -> str:
     per = len(t.metrics)
     for i, r in enumerate(rows):
         if i and i % per == 0:
-            lines.append("\\midrule")
+            # a double rule between method families
+            lab = t.labels[i // per]
+            same = t.groups.get(lab) == t.groups.get(t.labels[i // per - 1])
+            lines.append("\\midrule" if same else "\\midrule\\midrule")
         lines.append(" & ".join([_tex(r[0]), _tex(r[1])] + r[2:]) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(lines) + "\n"

@@ -96,6 +96,10 @@ class StreamTrainer(FeatureTrainer):
 
     online = True
 
+    @property
+    def display_label(self) -> str:
+        return f"{self.label} (online)"   # the report's marker: this row's numbers are a stream's
+
     def check_cfg(self, cfg) -> None:
         from argtca.engine.distributed import world_size
         if world_size() > 1:
