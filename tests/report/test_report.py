@@ -83,11 +83,14 @@ def test_table_marks_and_averages(three_by_two, tmp_path):
     assert rows[0] == "| Method | Metric | ImageNet | Caltech101 | Average |"
     # ImageNet acc: 46 > 45 > 40; Caltech acc: 93 > 91 > 90; Avg acc: 69 > 68.5 > 65
     # ImageNet ECE: 4.5 < 5 < 9;  Caltech ECE: 2 < 3 < 7;    Avg ECE: 3.25 < 4 < 8
-    assert rows[1:] == [
+    assert rows[1:] == [   # rows grouped by method family
+        "| *Zero-shot* |  |  |  |  |",
         "| CLIP | Acc | 40.00 | 90.00 | 65.00 |",
         "|  | ECE | <u>5.00</u> | <u>3.00</u> | <u>4.00</u> |",
+        "| *TPT family* |  |  |  |  |",
         "| TPT | Acc | <u>45.00</u> | **93.00** | **69.00** |",
         "|  | ECE | 9.00 | 7.00 | 8.00 |",
+        "| *ArgTCA* |  |  |  |  |",
         "| ArgTCA (div) | Acc | **46.00** | <u>91.00</u> | <u>68.50</u> |",
         "|  | ECE | **4.50** | **2.00** | **3.25** |",
     ]
