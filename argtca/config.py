@@ -261,7 +261,9 @@ _C.TRAINER.MTA = CN()
 # MTA-KEYS
 
 _C.TRAINER.RTPT = CN()
-# RTPT-KEYS
+_C.TRAINER.RTPT.TOP_K = 20            # neighbours a view's reliability averages over (R-TPT
+                                       # rtpt.py get_top_sim: k = 20; capped at N_VIEWS - 1)
+_C.TRAINER.RTPT.TEMPERATURE = 0.01     # softmax temperature of the reliability (rtpt.py: /0.01)
 
 _C.TRAINER.TPS = CN()
 # TPS-KEYS
@@ -438,6 +440,8 @@ def check_cfg_values(cfg, tunes=None) -> None:
         num(f"TRAINER.{m}.BETA", lambda v: v >= 0, ">= 0")
     num("TTA.STREAM.SEED", lambda v: v >= -1, ">= 0, or -1 for the run's SEED", True)
     num("TTA.STREAM.CHECKPOINT_IMAGES", lambda v: v >= 1, ">= 1", True)
+    num("TRAINER.RTPT.TOP_K", lambda v: v >= 1, ">= 1 (R-TPT: 20)", True)
+    num("TRAINER.RTPT.TEMPERATURE", lambda v: v > 0, "> 0 (R-TPT: 0.01)")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

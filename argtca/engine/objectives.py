@@ -135,6 +135,40 @@ class ATPTObjective(Objective):
         return -float(self.node.LAMBDA) * angular_diversity(text, float(self.node.TAU))
 
 
+def reliability_weights(img: torch.Tensor, k: int, temperature: float) -> torch.Tensor:
+    """R-TPT's view weights: softmax over the views of (mean of a view's k largest cosine
+    similarities to the *other* views) / temperature. img [B, V, E] unit rows → [B, V].
+
+    The official code drops the diagonal with ``sim >= 1.0``, which in fp32 misses self-similarities
+    that round just below 1; the diagonal is masked here explicitly. k is capped at V - 1 (the
+    official k=20 assumes its 64 views)."""
+    img = img.float()
+    sim = img @ img.transpose(-1, -2)
+    eye = torch.eye(sim.shape[-1], dtype=torch.bool, device=sim.device)
+    sim = sim.masked_fill(eye, float("-inf"))
+    k = max(1, min(int(k), sim.shape[-1] - 1))
+    score = sim.topk(k, dim=-1).values.mean(-1)
+    return (score / float(temperature)).softmax(-1)
+
+
+@OBJECTIVE_REGISTRY.register(name="rtpt")
+class RTPTObjective(Objective):
+    """R-TPT (Sheng et al., CVPR'25): the loss is the mean over the confident views of each view's
+    own entropy (pointwise, not the entropy of the mean); the prediction is the reliability-
+    weighted ensemble of every view's logits with the tuned prompt, view 0 included, weights from
+    :func:`reliability_weights`; probabilities = softmax of the ensembled logits (the official
+    code ranks the weighted logits)."""
+
+    all_views = True
+
+    def loss(self, selected_scores, text):
+        return view_entropy(selected_scores.float()).mean(-1) + self.regularizer(text.float())
+
+    def final(self, logits, img):
+        w = reliability_weights(img, int(self.node.TOP_K), float(self.node.TEMPERATURE))
+        return (w.unsqueeze(-1) * logits.float()).sum(-2).softmax(-1)
+
+
 # TCA's official script sets alpha/beta by the number of attributes, for ViT-B/16 and RN50 alike;
 # it defines M' = 1 and 2 only: larger M' keep M'=2's values (argtca's choice, logged).
 TCA_ALPHA_BETA = {1: (1.0, 10.0), 2: (10.0, 35.0)}

@@ -44,6 +44,13 @@ class ATPT(TestTimeTrainer):
     method, label, objective_name = "atpt", "A-TPT", "atpt"
 
 
+@TRAINER_REGISTRY.register()
+class RTPT(TestTimeTrainer):
+    """R-TPT: TPT's prompt step on the pointwise entropy, then the reliability-weighted ensemble
+    of all views (argtca/engine/objectives.py ``rtpt``)."""
+    method, label, objective_name = "rtpt", "R-TPT", "rtpt"
+
+
 def resolve_alpha_beta(cfg, node_name: str):
     """With ``TRAINER.<node>.AUTO_ALPHA_BETA``, ``ALPHA``/``BETA`` left at their defaults (TCA's
     M'=2 values) -> TCA's values for NUM_ATTRIBUTES; any other value wins. Returns (cfg with the
