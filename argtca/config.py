@@ -266,7 +266,12 @@ _C.TRAINER.RTPT.TOP_K = 20            # neighbours a view's reliability averages
 _C.TRAINER.RTPT.TEMPERATURE = 0.01     # softmax temperature of the reliability (rtpt.py: /0.01)
 
 _C.TRAINER.TPS = CN()
-# TPS-KEYS
+_C.TRAINER.TPS.LR = 5e-3               # AdamW lr on the shifts (TPS README / args.py default;
+                                       # TTA-VLM uses 1e-3 on the fine-grained sets)
+_C.TRAINER.TPS.STEPS = 1               # shift steps per image (TPS scripts: --tta_steps 1)
+_C.TRAINER.TPS.WEIGHT_DECAY = 0.01     # torch AdamW's default (TPS sets none)
+_C.TRAINER.TPS.PER_CLASS = True        # one shift per class prototype (TPS scripts: --per_label);
+                                       # False: one shift shared by every class
 
 # ------------------------------------------------ online methods (one stream, TTA.STREAM)
 _C.TRAINER.TDA = CN()
@@ -442,6 +447,9 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TTA.STREAM.CHECKPOINT_IMAGES", lambda v: v >= 1, ">= 1", True)
     num("TRAINER.RTPT.TOP_K", lambda v: v >= 1, ">= 1 (R-TPT: 20)", True)
     num("TRAINER.RTPT.TEMPERATURE", lambda v: v > 0, "> 0 (R-TPT: 0.01)")
+    num("TRAINER.TPS.LR", lambda v: v > 0, "> 0 (TPS: 5e-3)")
+    num("TRAINER.TPS.STEPS", lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True)
+    num("TRAINER.TPS.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

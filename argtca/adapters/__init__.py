@@ -1,3 +1,4 @@
 """The training-free and online test-time methods, one file each, registered in
 ``ADAPTER_REGISTRY`` on import (argtca/adapters/base.py says what an adapter is)."""
 from argtca.adapters.base import Adapter, OnlineAdapter  # noqa: F401
+from argtca.adapters import tps  # noqa: F401
