@@ -255,10 +255,22 @@ _C.TRAINER.ARGTCA.GAT.TRAIN_ON = []    # vocabularies the GAT is trained on once
 
 # ------------------------------------------------ training-free methods (argtca/adapters)
 _C.TRAINER.ZERO = CN()
-# ZERO-KEYS
+# ZERO (github.com/FarinaMatteo/zero ttas/zero.py): the confident fraction is TTA.SELECTION_P
+# (official gamma = 0.3, configs/trainers/zero.yaml)
+_C.TRAINER.ZERO.OUTPUT = "vote"        # the recorded probabilities: "vote" = the official output
+                                       # p_bar (the confident views' vote counts + the tie-break
+                                       # vote) normalised; "onehot" = the prediction alone
+_C.TRAINER.ZERO.TEMPERATURE = 0.0      # the votes' temperature on cosine similarities: 0 = one-
+                                       # hot votes (the paper); the official fp16 code divides by
+                                       # finfo(fp16).eps, i.e. 0.0009765625
 
 _C.TRAINER.MTA = CN()
-# MTA-KEYS
+# MTA (github.com/MaxZanella/MTA mta.py solve_mta and main.py's arguments)
+_C.TRAINER.MTA.LAMBDA_Y = 0.2          # inlierness entropic weight (main.py --lambda_y)
+_C.TRAINER.MTA.LAMBDA_Q = 4.0          # inlierness affinity (quadratic) weight (--lambda_q)
+_C.TRAINER.MTA.MAX_ITER = 5            # rounds, and steps of each inner loop (mta.py max_iter)
+_C.TRAINER.MTA.TOL = 1e-6              # an inner loop stops when its step's L2 norm is below it
+_C.TRAINER.MTA.BANDWIDTH_P = 0.3       # a view's bandwidth: its int(P * (V - 1)) nearest views
 
 _C.TRAINER.RTPT = CN()
 _C.TRAINER.RTPT.TOP_K = 20            # neighbours a view's reliability averages over (R-TPT
@@ -313,6 +325,7 @@ CFG_CHOICES = {
     "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
     "TTA.VIEWS_DEVICE": ("cpu", "cpu-fast", "gpu"),
     "TTA.PREC": ("amp", "fp32"),
+    "TRAINER.ZERO.OUTPUT": ("vote", "onehot"),
     "TTA.COMPILE": ("auto", "on", "off"),
     "TTA.FAST.GRAD_MODE": ("auto", "vjp", "loop", "recompute", "jacobian"),
     "TTA.FAST.TEXT_ATTENTION": ("auto", "split", "efficient", "default", "math", "flash", "cudnn"),
@@ -450,6 +463,12 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.TPS.LR", lambda v: v > 0, "> 0 (TPS: 5e-3)")
     num("TRAINER.TPS.STEPS", lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True)
     num("TRAINER.TPS.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
+    num("TRAINER.ZERO.TEMPERATURE", lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)")
+    num("TRAINER.MTA.LAMBDA_Y", lambda v: v > 0, "> 0 (MTA: 0.2)")
+    num("TRAINER.MTA.LAMBDA_Q", lambda v: v >= 0, ">= 0 (MTA: 4)")
+    num("TRAINER.MTA.MAX_ITER", lambda v: v >= 1, ">= 1 (MTA: 5)", True)
+    num("TRAINER.MTA.TOL", lambda v: v >= 0, ">= 0 (MTA: 1e-6)")
+    num("TRAINER.MTA.BANDWIDTH_P", lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

@@ -2,3 +2,5 @@
 ``ADAPTER_REGISTRY`` on import (argtca/adapters/base.py says what an adapter is)."""
 from argtca.adapters.base import Adapter, OnlineAdapter  # noqa: F401
 from argtca.adapters import tps  # noqa: F401
+from argtca.adapters import zero  # noqa: F401
+from argtca.adapters import mta  # noqa: F401

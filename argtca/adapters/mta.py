@@ -1,0 +1,95 @@
+"""MTA: MeanShift for test-time augmentation (Zanella & Ben Ayed, CVPR 2024, "On the test-time
+zero-shot generalization of vision-language models: Do we really need prompt learning?"; official
+code github.com/MaxZanella/MTA, ``mta.py`` ``solve_mta``).
+
+The views' features ``x_i`` (view 0, the original image, included) and CLIP's logits
+``l_i = s · x_i · Tᵀ`` give, once per image:
+
+* per-view bandwidths ``h_i² = ½ · mean of the squared distances from x_i to its k nearest other
+  views``, k = ``int(BANDWIDTH_P · (V − 1))`` (official: 0.3);
+* the affinity ``A = softmax(l) softmax(l)ᵀ`` [V, V].
+
+From ``y = 1/V`` (inlierness scores) and ``m = x_0`` (the mode), ``MAX_ITER`` rounds alternate
+
+* the inlierness step, ``y ← softmax_i((κ_i + λ_q · (A y)_i) / λ_y)`` with ``κ_i = exp(−‖x_i −
+  m‖² / 2h_i²)`` computed once a round, repeated until ``‖Δy‖ < TOL`` or MAX_ITER times;
+* the mode step (weighted MeanShift), ``m ← Σ κ_i y_i x_i / Σ κ_i y_i``, re-normalised, with κ
+  recomputed at each step, repeated until ``‖Δm‖ < TOL`` or MAX_ITER times.
+
+The prediction is the mode's CLIP logits ``s · m · Tᵀ`` (the official output); the probabilities
+recorded here are their softmax. Every image of a batch runs the same number of steps; an image
+whose inner loop has converged keeps its values, exactly as the official early stop.
+
+Where the official code gives NaN, this does not: with fewer than 5 views (k = 0) k is 1; the
+MeanShift weights are scaled by ``exp(max log κ)`` before the (scale-free) weighted mean, so that
+κ underflowing for every view cannot divide 0 by 0.
+"""
+from __future__ import annotations
+
+import torch
+
+from argtca.adapters.base import Adapter
+from argtca.registry import ADAPTER_REGISTRY
+
+
+@ADAPTER_REGISTRY.register(name="mta")
+class MTA(Adapter):
+    """``mta(img [B, V, E]) -> probs [B, K]``: softmax of the logits of the views' inlier mode."""
+
+    def __init__(self, node, cfg, text, logit_scale):
+        super().__init__(node, cfg, text, logit_scale)
+        self.lambda_y = float(node.LAMBDA_Y)
+        self.lambda_q = float(node.LAMBDA_Q)
+        self.max_iter = int(node.MAX_ITER)
+        self.tol = float(node.TOL)
+        self.bandwidth_p = float(node.BANDWIDTH_P)
+
+    def bandwidth2(self, x: torch.Tensor) -> torch.Tensor:
+        """[B, V, E] -> h² [B, V]: half the mean squared distance to the k nearest other views."""
+        B, V, _ = x.shape
+        if V == 1:
+            return x.new_ones(B, 1)      # one view: it is the mode whatever the bandwidth
+        k = min(max(1, int(self.bandwidth_p * (V - 1))), V - 1)
+        d = torch.cdist(x, x)
+        # column 0 of the sorted distances is the view itself (distance 0)
+        near = d.sort(dim=-1).values[..., 1:k + 1]
+        return 0.5 * (near ** 2).mean(-1)
+
+    @staticmethod
+    def log_kernel(x: torch.Tensor, mode: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
+        """log κ_i = −‖x_i − m‖² / 2h_i²: [B, V, E], [B, E], [B, V] -> [B, V]."""
+        d2 = (x - mode.unsqueeze(1)).norm(dim=-1) ** 2
+        return -d2 / (2 * h2.clamp_min(torch.finfo(h2.dtype).tiny))
+
+    def solve(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+        """Views [B, V, E] and their logits [B, V, K] -> the mode [B, E]."""
+        B, V, _ = x.shape
+        h2 = self.bandwidth2(x)
+        p = logits.softmax(-1)
+        affinity = p @ p.transpose(-1, -2)                                # [B, V, V]
+        y = x.new_full((B, V), 1.0 / V)
+        mode = x[:, 0]
+        for _ in range(self.max_iter):
+            kappa = self.log_kernel(x, mode, h2).exp()
+            done = torch.zeros(B, dtype=torch.bool, device=x.device)
+            for _ in range(self.max_iter):
+                new = ((kappa + self.lambda_q * (affinity @ y.unsqueeze(-1)).squeeze(-1))
+                       / self.lambda_y).softmax(-1)
+                step = (new - y).norm(dim=-1)
+                y = torch.where(done.unsqueeze(-1), y, new)
+                done = done | (step < self.tol)
+            done = torch.zeros(B, dtype=torch.bool, device=x.device)
+            for _ in range(self.max_iter):
+                logk = self.log_kernel(x, mode, h2)
+                w = (logk - logk.max(-1, keepdim=True).values).exp() * y
+                new = (w.unsqueeze(1) @ x).squeeze(1) / w.sum(-1, keepdim=True)
+                new = new / new.norm(dim=-1, keepdim=True)
+                step = (new - mode).norm(dim=-1)
+                mode = torch.where(done.unsqueeze(-1), mode, new)
+                done = done | (step < self.tol)
+        return mode
+
+    def __call__(self, img: torch.Tensor) -> torch.Tensor:
+        img = img.float()
+        mode = self.solve(img, self.clip_logits(img))
+        return self.clip_logits(mode).softmax(-1)
