@@ -113,6 +113,12 @@ class TestTimeTrainer:
             from argtca.config import ConfigError
             raise ConfigError(f"TTA.ENGINE=features runs the training-free and online methods; "
                               f"{self.label} tunes prompts: use TTA.ENGINE auto, fast or reference")
+        if (str(self.cfg.TTA.get("PROMPTS", "class")) != "class"
+                and not getattr(self, "adapter_name", "")):
+            from argtca.config import ConfigError
+            raise ConfigError(f"TTA.PROMPTS={self.cfg.TTA.PROMPTS!r} is for the training-free and "
+                              f"online methods; {self.label} builds its own prompts (TCA and "
+                              f"ArgTCA use attribute prompts by design): leave TTA.PROMPTS class")
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test))
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)

@@ -7,6 +7,7 @@ from typing import List
 from argtca.engine.objectives import alpha_beta_for
 from argtca.utils.io import write_json
 from argtca.registry import TRAINER_REGISTRY
+from argtca.trainers.attributes import AttributeFile
 from argtca.trainers.base import TestTimeTrainer
 
 
@@ -79,23 +80,10 @@ def resolve_alpha_beta(cfg, node_name: str):
 
 
 @TRAINER_REGISTRY.register()
-class TCA(TestTimeTrainer):
+class TCA(AttributeFile, TestTimeTrainer):
     """TCA: one prompt "a photo of a {attribute} {class}." per chosen attribute (M' per class),
     the first M' of the attribute file in file order (the TCA ranking)."""
     method, label, objective_name = "tca", "TCA", "tca"
-
-    @property
-    def attribute_file(self) -> str:
-        """DATASET.ATTRIBUTE_FILE, or else the TCA authors' file of the dataset, fetched on first
-        use into the cache (argtca.fetch)."""
-        if getattr(self, "_attribute_file", None) is None:
-            from argtca.attributes.files import attribute_file_for
-            self._attribute_file = attribute_file_for(self.cfg)
-        return self._attribute_file
-
-    def load_attribute_lists(self, num_required: int, dedupe: bool = False):
-        from argtca.attributes import load_attributes
-        return load_attributes(self.attribute_file, self.classnames, num_required, dedupe=dedupe)
 
     def check_cfg(self, cfg) -> None:
         if int(self.node.NUM_ATTRIBUTES) < 1:

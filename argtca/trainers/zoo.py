@@ -22,6 +22,7 @@ import torch
 from argtca.config import ConfigError
 from argtca.engine.run_folder import RunFolderError, write_records
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
+from argtca.trainers.attributes import GraphAttributes
 from argtca.trainers.base import TestTimeTrainer
 from argtca.utils.io import write_json
 
@@ -29,13 +30,57 @@ STATE_FILE = "stream_state.pt"
 ORDER_FILE = "stream.json"
 
 
-class FeatureTrainer(TestTimeTrainer):
-    """A method that tunes no prompt: the features engine and the adapter ``adapter_name``."""
+class FeatureTrainer(GraphAttributes, TestTimeTrainer):
+    """A method that tunes no prompt: the features engine and the adapter ``adapter_name``.
+
+    ``TTA.PROMPTS attributes``: each class's text feature is the mean (re-normalised) of its M'
+    attribute prompts "a photo of a {attribute} {class}." chosen by ArgTCA's Phase 1 with the
+    selector and graph settings of ``TRAINER.ARGTCA`` (argtca/trainers/attributes.py)."""
 
     adapter_name = ""
     objective_name = "none"
     tunes = False        # no prompt step (TPS tunes its shifts inside its adapter)
     online = False
+
+    @property
+    def attribute_prompts(self) -> bool:
+        return str(self.cfg.TTA.get("PROMPTS", "class")) == "attributes"
+
+    @property
+    def attribute_file(self):
+        return GraphAttributes.attribute_file.fget(self) if self.attribute_prompts else None
+
+    @property
+    def selector(self):
+        return GraphAttributes.selector.fget(self) if self.attribute_prompts else None
+
+    @property
+    def display_label(self) -> str:
+        return (f"{self.label} + attributes ({self.selector})" if self.attribute_prompts
+                else self.label)
+
+    def check_cfg(self, cfg) -> None:
+        if self.attribute_prompts:
+            self.check_graph_cfg()
+
+    def build_data_loader(self) -> None:
+        super().build_data_loader()
+        if self.attribute_prompts:   # checked at load time, before any model is built
+            self.candidates = self.graph_candidates()
+
+    def input_files(self) -> Dict[str, str]:
+        files = super().input_files()
+        return dict(files, **self.graph_input_files()) if self.attribute_prompts else files
+
+    def prepare(self) -> None:
+        if self.attribute_prompts:
+            self.attributes = self.select_attributes(self.candidates)
+
+    def prompt_suffixes(self, classnames: List[str]) -> List[str]:
+        if not self.attribute_prompts:
+            return super().prompt_suffixes(classnames)
+        # class-major, as the features engine averages them per class
+        return [f"{a} {c}." for c in classnames for a in self.attributes[c]]
 
     @property
     def run_cfg(self):
@@ -98,9 +143,11 @@ class StreamTrainer(FeatureTrainer):
 
     @property
     def display_label(self) -> str:
-        return f"{self.label} (online)"   # the report's marker: this row's numbers are a stream's
+        # the report's marker: this row's numbers are a stream's
+        return f"{super().display_label} (online)"
 
     def check_cfg(self, cfg) -> None:
+        super().check_cfg(cfg)
         from argtca.engine.distributed import world_size
         if world_size() > 1:
             raise ConfigError(
