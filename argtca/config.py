@@ -293,10 +293,53 @@ _C.TRAINER.DMN = CN()
 # DMN-KEYS
 
 _C.TRAINER.BOOSTADAPTER = CN()
-# BOOSTADAPTER-KEYS
+# Official code: github.com/taolinzhang/BoostAdapter (runner.py, configs/<dataset>.yaml). -1: the
+# official per-dataset value for DATASET.NAME (table PRESETS in argtca/adapters/boostadapter.py;
+# other datasets take ImageNet's). The boosting samples are the int(V * TTA.SELECTION_P) most
+# confident views (official: 10 %).
+_C.TRAINER.BOOSTADAPTER.SHOT_CAPACITY = 3       # historical cache entries per class (all configs)
+_C.TRAINER.BOOSTADAPTER.ALPHA = -1.0            # positive cache weight (e.g. Caltech 5, DTD 2)
+_C.TRAINER.BOOSTADAPTER.BETA = -1.0             # positive cache sharpness (e.g. Caltech 5, DTD 3)
+_C.TRAINER.BOOSTADAPTER.DELTA = -1              # extra entries per class for boosting samples
+                                                # (configs' delta: 0-3; ImageNet has none: 1)
+_C.TRAINER.BOOSTADAPTER.NEG_SHOT_CAPACITY = 2   # negative cache entries per class (FIFO)
+_C.TRAINER.BOOSTADAPTER.NEG_ALPHA = 0.117       # negative cache weight (all configs)
+_C.TRAINER.BOOSTADAPTER.NEG_BETA = 1.0          # negative cache sharpness (all configs)
+_C.TRAINER.BOOSTADAPTER.NEG_ENTROPY_LOWER = 0.2  # an image enters the negative cache when
+_C.TRAINER.BOOSTADAPTER.NEG_ENTROPY_UPPER = 0.5  # lower < H(nats) / log2 K < upper (official)
+_C.TRAINER.BOOSTADAPTER.NEG_MASK_LOWER = 0.03   # negative values: lower < p < upper (official)
+_C.TRAINER.BOOSTADAPTER.NEG_MASK_UPPER = 1.0
+_C.TRAINER.BOOSTADAPTER.HISTORY_VIEWS = "auto"  # the image's feature for the caches and its CLIP
+                                                # logits: "original" (view 0: the official
+                                                # cross-domain sets), "confident" (mean of the
+                                                # confident views: its ImageNet variants), "auto":
+                                                # confident for DATASET.NAME ImageNet*, else view 0
+
 
 _C.TRAINER.DPE = CN()
-# DPE-KEYS
+# Official code: github.com/zhangce01/DPE-CLIP (main_dpe.py, configs/<dataset>.yaml). -1: the
+# official per-dataset value for DATASET.NAME (table PRESETS in argtca/adapters/dpe.py; other
+# datasets take ImageNet's).
+_C.TRAINER.DPE.SHOT_CAPACITY = 3        # priority queue entries per class (all configs)
+_C.TRAINER.DPE.ALPHA = -1.0             # cache weight (e.g. Caltech 15, DTD 6, ImageNet 6)
+_C.TRAINER.DPE.BETA = -1.0              # cache sharpness (e.g. Caltech 5, DTD 3, ImageNet 5)
+_C.TRAINER.DPE.LR_TEXT = -1.0           # AdamW lr of the textual residual (5e-5 .. 6e-4)
+_C.TRAINER.DPE.LR_IMAGE = -1.0          # AdamW lr of the visual residual (= LR_TEXT everywhere)
+_C.TRAINER.DPE.ALIGN = -1.0             # weight of the alignment (InfoNCE) loss (0 .. 2.5)
+_C.TRAINER.DPE.STEPS = 1                # residual steps per image (main_dpe.py: steps = 1)
+_C.TRAINER.DPE.ADAM_EPS = 1e-3          # AdamW eps (main_dpe.py)
+_C.TRAINER.DPE.WEIGHT_DECAY = 0.1       # AdamW weight decay (main_dpe.py)
+_C.TRAINER.DPE.INFONCE_T = 0.01         # InfoNCE temperature (main_dpe.py)
+_C.TRAINER.DPE.EVOLVE_ENTROPY = 0.1     # textual prototypes evolve when the prediction's
+                                        # entropy H(nats) / log2 K is below this (main_dpe.py)
+_C.TRAINER.DPE.VIEWS = "auto"           # the feature that is cached and tuned on: "original"
+                                        # (view 0: the official cross-domain sets, one view),
+                                        # "confident" (mean of the confident views: ImageNet and
+                                        # its variants); "auto": confident for ImageNet*
+_C.TRAINER.DPE.PREDICT_VIEWS = "auto"   # the final prediction's feature: "original" (view 0),
+                                        # "confident" (re-selected with the tuned text: official
+                                        # for ImageNet-A only); "auto": confident for ImageNetA
+
 
 
 def get_cfg_default() -> CN:
@@ -341,6 +384,9 @@ CFG_CHOICES = {
     "TRAINER.ARGTCA.GAT.LOSS_ON": ("h", "z"),
     "TRAINER.ARGTCA.NODE_ATTENTION": ("source", "incoming"),
     "TTA.STREAM.ORDER": ("shuffle", "index"),
+    "TRAINER.BOOSTADAPTER.HISTORY_VIEWS": ("auto", "original", "confident"),
+    "TRAINER.DPE.VIEWS": ("auto", "original", "confident"),
+    "TRAINER.DPE.PREDICT_VIEWS": ("auto", "original", "confident"),
 }
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 
@@ -469,6 +515,28 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.MTA.MAX_ITER", lambda v: v >= 1, ">= 1 (MTA: 5)", True)
     num("TRAINER.MTA.TOL", lambda v: v >= 0, ">= 0 (MTA: 1e-6)")
     num("TRAINER.MTA.BANDWIDTH_P", lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)")
+    for key in ("ALPHA", "BETA"):
+        num(f"TRAINER.BOOSTADAPTER.{key}", lambda v: v == -1 or v >= 0,
+            ">= 0, or -1 for the official value of the dataset")
+        num(f"TRAINER.DPE.{key}", lambda v: v == -1 or v >= 0,
+            ">= 0, or -1 for the official value of the dataset")
+    num("TRAINER.BOOSTADAPTER.DELTA", lambda v: v >= -1,
+        ">= 0, or -1 for the official value of the dataset", True)
+    for key in ("SHOT_CAPACITY", "NEG_SHOT_CAPACITY"):
+        num(f"TRAINER.BOOSTADAPTER.{key}", lambda v: v >= 1, ">= 1", True)
+    for key in ("NEG_ALPHA", "NEG_BETA"):
+        num(f"TRAINER.BOOSTADAPTER.{key}", lambda v: v >= 0, ">= 0")
+    for key in ("NEG_ENTROPY_LOWER", "NEG_ENTROPY_UPPER", "NEG_MASK_LOWER", "NEG_MASK_UPPER"):
+        num(f"TRAINER.BOOSTADAPTER.{key}", lambda v: 0 <= v <= 1, "[0, 1]")
+    num("TRAINER.DPE.SHOT_CAPACITY", lambda v: v >= 1, ">= 1", True)
+    for key in ("LR_TEXT", "LR_IMAGE", "ALIGN"):
+        num(f"TRAINER.DPE.{key}", lambda v: v == -1 or v >= 0,
+            ">= 0, or -1 for the official value of the dataset")
+    num("TRAINER.DPE.STEPS", lambda v: v >= 0, ">= 0 (official: 1)", True)
+    num("TRAINER.DPE.ADAM_EPS", lambda v: v > 0, "> 0")
+    num("TRAINER.DPE.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
+    num("TRAINER.DPE.INFONCE_T", lambda v: v > 0, "> 0")
+    num("TRAINER.DPE.EVOLVE_ENTROPY", lambda v: v >= 0, ">= 0 (0: the text never evolves)")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

@@ -4,3 +4,5 @@ from argtca.adapters.base import Adapter, OnlineAdapter  # noqa: F401
 from argtca.adapters import tps  # noqa: F401
 from argtca.adapters import zero  # noqa: F401
 from argtca.adapters import mta  # noqa: F401
+from argtca.adapters import boostadapter  # noqa: F401
+from argtca.adapters import dpe  # noqa: F401
