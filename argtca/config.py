@@ -287,10 +287,37 @@ _C.TRAINER.TPS.PER_CLASS = True        # one shift per class prototype (TPS scri
 
 # ------------------------------------------------ online methods (one stream, TTA.STREAM)
 _C.TRAINER.TDA = CN()
-# TDA-KEYS
+# TDA (Karmanov et al., CVPR 2024), official kdiAAA/TDA configs/<dataset>.yaml, ViT-B/16. Only the
+# positive cache's alpha/beta differ per dataset; -1: the official value for DATASET.NAME (table
+# PRESETS in argtca/adapters/tda.py; other datasets, e.g. the demo, take ImageNet's 2 / 5, which
+# is also the median of the ten fine-grained sets' values)
+_C.TRAINER.TDA.POS_ENABLED = True       # positive cache on (all configs)
+_C.TRAINER.TDA.POS_SHOT_CAPACITY = 3    # entries per class (all configs)
+_C.TRAINER.TDA.POS_ALPHA = -1.0         # weight of the positive cache logits (e.g. Caltech 5)
+_C.TRAINER.TDA.POS_BETA = -1.0          # sharpness of exp(-beta (1 - affinity)) (e.g. Caltech 5)
+_C.TRAINER.TDA.NEG_ENABLED = True       # negative cache on (all configs)
+_C.TRAINER.TDA.NEG_SHOT_CAPACITY = 2    # entries per class (all configs)
+_C.TRAINER.TDA.NEG_ALPHA = 0.117        # weight of the subtracted negative logits (all configs)
+_C.TRAINER.TDA.NEG_BETA = 1.0           # (all configs)
+_C.TRAINER.TDA.NEG_ENTROPY_LOWER = 0.2  # an image enters the negative cache when lower < H/log2 K
+_C.TRAINER.TDA.NEG_ENTROPY_UPPER = 0.5  # < upper (H in nats, as get_entropy; all configs)
+_C.TRAINER.TDA.NEG_MASK_LOWER = 0.03    # its negative mask: the classes with lower < p < upper
+_C.TRAINER.TDA.NEG_MASK_UPPER = 1.0     # (all configs)
+_C.TRAINER.TDA.VIEWS = "auto"           # the image's feature and logits: "original" (view 0: the
+                                        # official runner on the cross-domain sets and ImageNet),
+                                        # "confident" (the confident views' mean: its ImageNet-A/
+                                        # V2/R/Sketch runs), "auto": confident for DATASET.NAME
+                                        # ImageNetA, ImageNetV2, ImageNetR, ImageNetSketch
 
 _C.TRAINER.DMN = CN()
-# DMN-KEYS
+# DMN-ZS (Zhang et al., CVPR 2024), official YBZh/DMN scripts/run.sh (zero-shot, ViT-B/16)
+_C.TRAINER.DMN.MEMORY_SIZE = 50         # dynamic memory entries per class (--memory_size 50)
+_C.TRAINER.DMN.BETA = 5.5               # read-out sharpness exp(-beta (1 - sim)) (--beta 5.5)
+# weight w of the memory prediction: p = (p_text + w p_mem) / (1 + w). The official script picks
+# w per dataset by test accuracy (a grid 0.001 .. 1000); -1: its logged choice for DATASET.NAME
+# (camera_ready_dmn_tf_*_vit_0.txt; table PRESETS in argtca/adapters/dmn.py, e.g. ImageNet 1,
+# DTD 10, Caltech101 0.3); other datasets take ImageNet's 1
+_C.TRAINER.DMN.MEMORY_WEIGHT = -1.0
 
 _C.TRAINER.BOOSTADAPTER = CN()
 # Official code: github.com/taolinzhang/BoostAdapter (runner.py, configs/<dataset>.yaml). -1: the
@@ -384,6 +411,7 @@ CFG_CHOICES = {
     "TRAINER.ARGTCA.GAT.LOSS_ON": ("h", "z"),
     "TRAINER.ARGTCA.NODE_ATTENTION": ("source", "incoming"),
     "TTA.STREAM.ORDER": ("shuffle", "index"),
+    "TRAINER.TDA.VIEWS": ("auto", "original", "confident"),
     "TRAINER.BOOSTADAPTER.HISTORY_VIEWS": ("auto", "original", "confident"),
     "TRAINER.DPE.VIEWS": ("auto", "original", "confident"),
     "TRAINER.DPE.PREDICT_VIEWS": ("auto", "original", "confident"),
@@ -537,6 +565,21 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.DPE.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
     num("TRAINER.DPE.INFONCE_T", lambda v: v > 0, "> 0")
     num("TRAINER.DPE.EVOLVE_ENTROPY", lambda v: v >= 0, ">= 0 (0: the text never evolves)")
+    for k in ("POS", "NEG"):
+        num(f"TRAINER.TDA.{k}_SHOT_CAPACITY", lambda v: v >= 1, ">= 1", True)
+        num(f"TRAINER.TDA.{k}_ALPHA", lambda v: v >= 0 or (k == "POS" and v == -1),
+            ">= 0" + (", or -1 for the official per-dataset value" if k == "POS" else ""))
+        num(f"TRAINER.TDA.{k}_BETA", lambda v: v >= 0 or (k == "POS" and v == -1),
+            ">= 0" + (", or -1 for the official per-dataset value" if k == "POS" else ""))
+    for k in ("ENTROPY", "MASK"):
+        lo = _get(cfg, f"TRAINER.TDA.NEG_{k}_LOWER")
+        num(f"TRAINER.TDA.NEG_{k}_LOWER", lambda v: v >= 0, ">= 0")
+        num(f"TRAINER.TDA.NEG_{k}_UPPER", lambda v, lo=lo: not isinstance(lo, (int, float))
+            or v > lo, f"> TRAINER.TDA.NEG_{k}_LOWER={lo!r}")
+    num("TRAINER.DMN.MEMORY_SIZE", lambda v: v >= 1, ">= 1 (DMN: 50)", True)
+    num("TRAINER.DMN.BETA", lambda v: v >= 0, ">= 0 (DMN: 5.5)")
+    num("TRAINER.DMN.MEMORY_WEIGHT", lambda v: v >= 0 or v == -1,
+        ">= 0, or -1 for the official per-dataset value")
     num("TRAINER.TS.T", lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")
     num("TRAINER.TS.VAL_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
     num("TRAINER.ARGTCA.NUM_CANDIDATES", lambda v: v >= 1, ">= 1", True)

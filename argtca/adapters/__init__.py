@@ -6,3 +6,5 @@ from argtca.adapters import zero  # noqa: F401
 from argtca.adapters import mta  # noqa: F401
 from argtca.adapters import boostadapter  # noqa: F401
 from argtca.adapters import dpe  # noqa: F401
+from argtca.adapters import tda  # noqa: F401
+from argtca.adapters import dmn  # noqa: F401

@@ -1,0 +1,173 @@
+"""TDA, training-free dynamic adapter (Karmanov et al., "Efficient Test-Time Adaptation of
+Vision-Language Models", CVPR 2024; official code kdiAAA/TDA, ``tda_runner.py`` and ``utils.py``).
+
+Two key-value caches, filled from the stream by CLIP's own pseudo-labels:
+
+- the positive cache holds, per predicted class, the ``POS_SHOT_CAPACITY`` lowest-entropy test
+  features seen so far; every image competes for its predicted class's slots;
+- the negative cache holds, per predicted class, ``NEG_SHOT_CAPACITY`` features of images whose
+  normalised entropy lies strictly between ``NEG_ENTROPY_LOWER`` and ``NEG_ENTROPY_UPPER``, each
+  with the mask of the classes its probability puts strictly between ``NEG_MASK_LOWER`` and
+  ``NEG_MASK_UPPER``.
+
+A full class keeps its entries sorted by entropy and a newcomer replaces the last (highest-entropy)
+entry only if its entropy is strictly lower; among equal entropies the later entry sorts last (the
+official stable sort). The current image enters the caches before its own prediction is made. With
+affinity ``A = f · keys`` and weights ``exp(-β (1 - A))``, the prediction is
+
+    logits = clip_logits + α₊ Σ_pos w · onehot(class) - α₋ Σ_neg w · mask.
+
+The official code reports accuracy from the argmax of these logits; the probability recorded here
+is their softmax.
+
+Views (``TRAINER.TDA.VIEWS``): the official runner hands one image (resize + centre crop) on the
+cross-domain datasets and ImageNet ("original": view 0 here), and 64 (the original + 63 AugMix) on
+ImageNet-A/V2/R/Sketch ("confident"): with several views ``get_clip_logits`` keeps the 10 %
+lowest-entropy ones and uses the mean of their features (not re-normalised) as the cache key and
+query, the mean of their logits as ``clip_logits``, the entropy of their mean probability as the
+entropy, that mean probability for the negative mask and the argmax of the mean logits as the
+pseudo-label (``TTA.SELECTION_P`` is the kept fraction here).
+
+Entropies are in nats; the negative gate divides them by log₂ K, as the official ``get_entropy``.
+The caches are fixed-size tensors ``[K, capacity, E]`` with a fill count per class, so the update
+and the read-out are a few batched kernels without a host synchronisation.
+"""
+from __future__ import annotations
+
+import math
+from typing import Dict, Tuple
+
+import torch
+
+from argtca.adapters.base import OnlineAdapter, select_confident, view_entropy
+from argtca.engine.objectives import avg_entropy
+from argtca.registry import ADAPTER_REGISTRY
+
+__all__ = ["TDAAdapter", "PRESETS", "CONFIDENT_VIEWS"]
+
+# The official configs/<dataset>.yaml: the positive cache's (alpha, beta); every other value is
+# the same in all of them. Datasets without an official config take ImageNet's row.
+PRESETS: Dict[str, Tuple[float, float]] = {
+    "Caltech101": (5.0, 5.0), "DescribableTextures": (2.0, 3.0), "EuroSAT": (4.0, 8.0),
+    "FGVCAircraft": (2.0, 2.0), "Food101": (1.0, 1.0), "OxfordFlowers": (1.0, 5.0),
+    "OxfordPets": (2.0, 7.0), "StanfordCars": (1.0, 7.0), "SUN397": (2.0, 3.0),
+    "UCF101": (3.0, 8.0), "ImageNet": (2.0, 5.0), "ImageNetA": (2.0, 5.0),
+    "ImageNetR": (1.0, 8.0), "ImageNetSketch": (2.363, 7.45), "ImageNetV2": (1.0, 8.0),
+}
+DEFAULT_PRESET = "ImageNet"
+# the datasets the official runner gives 64 views (get_ood_preprocess): "A", "V", "R", "S"
+CONFIDENT_VIEWS = ("ImageNetA", "ImageNetV2", "ImageNetR", "ImageNetSketch")
+
+
+@ADAPTER_REGISTRY.register(name="tda")
+class TDAAdapter(OnlineAdapter):
+    """TDA's positive and negative caches over the stream (``TRAINER.TDA``)."""
+
+    def __init__(self, node, cfg, text, logit_scale):
+        self.pos_enabled = bool(node.POS_ENABLED)
+        self.pos_capacity = int(node.POS_SHOT_CAPACITY)
+        name = str(cfg.DATASET.NAME)
+        alpha, beta = PRESETS.get(name, PRESETS[DEFAULT_PRESET])
+        self.pos_alpha = alpha if float(node.POS_ALPHA) < 0 else float(node.POS_ALPHA)
+        self.pos_beta = beta if float(node.POS_BETA) < 0 else float(node.POS_BETA)
+        views = str(node.VIEWS).lower()
+        if views == "auto":
+            views = "confident" if name in CONFIDENT_VIEWS else "original"
+        self.views = views
+        self.neg_enabled = bool(node.NEG_ENABLED)
+        self.neg_capacity = int(node.NEG_SHOT_CAPACITY)
+        self.neg_alpha = float(node.NEG_ALPHA)
+        self.neg_beta = float(node.NEG_BETA)
+        self.neg_entropy = (float(node.NEG_ENTROPY_LOWER), float(node.NEG_ENTROPY_UPPER))
+        self.neg_mask = (float(node.NEG_MASK_LOWER), float(node.NEG_MASK_UPPER))
+        super().__init__(node, cfg, text, logit_scale)
+
+    def reset(self) -> None:
+        K, E = self.text.shape
+        dev = self.device
+
+        def cache(capacity: int, masks: bool):
+            c = {"keys": torch.zeros(K, capacity, E, device=dev),
+                 "entropy": torch.zeros(K, capacity, device=dev),
+                 "stamp": torch.zeros(K, capacity, dtype=torch.long, device=dev),
+                 "count": torch.zeros(K, dtype=torch.long, device=dev)}
+            if masks:
+                c["mask"] = torch.zeros(K, capacity, K, device=dev)
+            return c
+
+        self.state = {"pos": cache(self.pos_capacity, False),
+                      "neg": cache(self.neg_capacity, True),
+                      "time": torch.zeros((), dtype=torch.long, device=dev)}
+
+    # ------------------------------------------------------------------ the official pieces
+    def image_summary(self, img: torch.Tensor):
+        """``img [V, E]`` -> (feature [E], logits [K], entropy, probability [K], pseudo-label),
+        the official ``get_clip_logits``."""
+        if self.views == "original" or img.shape[0] == 1:
+            lg = self.clip_logits(img[0])
+            return img[0], lg, view_entropy(lg), lg.softmax(-1), lg.argmax()
+        logits = self.clip_logits(img)
+        idx = select_confident(logits, self.selection_p)
+        sel = logits[idx]
+        mean = sel.mean(0)
+        return img[idx].mean(0), mean, avg_entropy(sel), sel.softmax(-1).mean(0), mean.argmax()
+
+    @staticmethod
+    def update(cache, feat, entropy, pred, capacity: int, gate=None, mask=None) -> None:
+        """The official ``update_cache`` on row ``pred`` of a fixed-size cache, branch-free: a
+        free slot takes the item; a full row replaces its last entry (highest entropy, the later
+        one among ties) when the item's entropy is strictly lower; ``gate`` False writes nothing.
+        """
+        # 1-element index tensors: advanced indexing stays on the device (a 0-d tensor index
+        # would be read back to the host as a Python integer)
+        row = pred.reshape(1)
+        count = cache["count"][row]                                   # [1]
+        full = count >= capacity
+        ent_row, stamp_row = cache["entropy"][row], cache["stamp"][row]   # [1, capacity]
+        top = ent_row.max(-1).values
+        last = torch.where(ent_row == top[:, None], stamp_row, -1).argmax(-1)
+        slot = torch.where(full, last, count.clamp(max=capacity - 1))
+        write = ~full | (entropy < top)
+        if gate is not None:
+            write = write & gate
+        for name, value in (("keys", feat), ("entropy", entropy), ("stamp", cache["time"]),
+                            ("mask", mask)):
+            if value is None:
+                continue
+            old = cache[name][row, slot]
+            on = write.reshape((1,) * old.dim())
+            cache[name][row, slot] = torch.where(on, value.to(old.dtype), old)
+        cache["count"][row] = count + (write & ~full).long()
+
+    @staticmethod
+    def weights(cache, feat, beta: float) -> torch.Tensor:
+        """[K, capacity]: ``exp(-β (1 - f · key))`` of the filled slots, 0 for the empty ones."""
+        keys = cache["keys"]
+        filled = (torch.arange(keys.shape[1], device=keys.device)[None, :]
+                  < cache["count"][:, None])
+        affinity = keys @ feat
+        return ((-1) * (beta - beta * affinity)).exp() * filled
+
+    def step(self, img: torch.Tensor) -> torch.Tensor:
+        img = img.float()
+        K = self.text.shape[0]
+        feat, logits, entropy, prob, pred = self.image_summary(img)
+        st = self.state
+        final = logits.clone()
+        if self.pos_enabled:
+            pos = dict(st["pos"], time=st["time"])
+            self.update(pos, feat, entropy, pred, self.pos_capacity)
+        if self.neg_enabled:
+            norm_entropy = entropy / math.log2(K)
+            gate = (self.neg_entropy[0] < norm_entropy) & (norm_entropy < self.neg_entropy[1])
+            mask = (prob > self.neg_mask[0]) & (prob < self.neg_mask[1])
+            neg = dict(st["neg"], time=st["time"])
+            self.update(neg, feat, entropy, pred, self.neg_capacity, gate=gate, mask=mask)
+        st["time"] += 1
+        if self.pos_enabled:
+            final = final + self.pos_alpha * self.weights(st["pos"], feat, self.pos_beta).sum(1)
+        if self.neg_enabled:
+            w = self.weights(st["neg"], feat, self.neg_beta)
+            neg_logits = w.reshape(-1) @ st["neg"]["mask"].reshape(-1, K)
+            final = final - self.neg_alpha * neg_logits
+        return final.softmax(-1)
