@@ -21,8 +21,8 @@ recorded here are their softmax. Every image of a batch runs the same number of 
 whose inner loop has converged keeps its values, exactly as the official early stop.
 
 Where the official code gives NaN, this does not: with fewer than 5 views (k = 0) k is 1; the
-MeanShift weights are scaled by ``exp(max log κ)`` before the (scale-free) weighted mean, so that
-κ underflowing for every view cannot divide 0 by 0.
+MeanShift weights κ_i y_i / Σ κ y are computed as a softmax of log κ + log y (the same ratio), so
+that κ underflowing for every view cannot divide 0 by 0.
 """
 from __future__ import annotations
 
@@ -55,37 +55,37 @@ class MTA(Adapter):
         near = d.sort(dim=-1).values[..., 1:k + 1]
         return 0.5 * (near ** 2).mean(-1)
 
-    @staticmethod
-    def log_kernel(x: torch.Tensor, mode: torch.Tensor, h2: torch.Tensor) -> torch.Tensor:
-        """log κ_i = −‖x_i − m‖² / 2h_i²: [B, V, E], [B, E], [B, V] -> [B, V]."""
-        d2 = (x - mode.unsqueeze(1)).norm(dim=-1) ** 2
-        return -d2 / (2 * h2.clamp_min(torch.finfo(h2.dtype).tiny))
-
     def solve(self, x: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
-        """Views [B, V, E] and their logits [B, V, K] -> the mode [B, E]."""
+        """Views [B, V, E] and their logits [B, V, K] -> the mode [B, E]. A fixed number of
+        batched steps (no host sync); ``done`` freezes an image whose inner loop has stopped."""
         B, V, _ = x.shape
-        h2 = self.bandwidth2(x)
+        # log κ_i = ‖x_i − m‖² · neg_inv_i with neg_inv = −1 / 2h²
+        neg_inv = -0.5 / self.bandwidth2(x).clamp_min(torch.finfo(x.dtype).tiny)
         p = logits.softmax(-1)
-        affinity = p @ p.transpose(-1, -2)                                # [B, V, V]
-        y = x.new_full((B, V), 1.0 / V)
+        # the inlierness logits (κ + λ_q · A y) / λ_y = κ / λ_y + (λ_q / λ_y · A) y
+        affinity = (p @ p.transpose(-1, -2)) * (self.lambda_q / self.lambda_y)   # [B, V, V]
+        y = x.new_full((B, V, 1), 1.0 / V)
         mode = x[:, 0]
         for _ in range(self.max_iter):
-            kappa = self.log_kernel(x, mode, h2).exp()
-            done = torch.zeros(B, dtype=torch.bool, device=x.device)
+            kappa = ((x - mode.unsqueeze(1)).square().sum(-1) * neg_inv).exp()
+            kappa = kappa.unsqueeze(-1) / self.lambda_y
+            done = torch.zeros(B, 1, 1, dtype=torch.bool, device=x.device)
             for _ in range(self.max_iter):
-                new = ((kappa + self.lambda_q * (affinity @ y.unsqueeze(-1)).squeeze(-1))
-                       / self.lambda_y).softmax(-1)
-                step = (new - y).norm(dim=-1)
-                y = torch.where(done.unsqueeze(-1), y, new)
+                new = torch.baddbmm(kappa, affinity, y).softmax(1)
+                step = torch.linalg.vector_norm(new - y, dim=(1, 2), keepdim=True)
+                y = torch.where(done, y, new)
                 done = done | (step < self.tol)
-            done = torch.zeros(B, dtype=torch.bool, device=x.device)
+            # MeanShift weights κ_i y_i / Σ κ y, as a softmax of log κ + log y: the same ratio,
+            # and no 0 / 0 when every κ underflows
+            log_y = y.squeeze(-1).log()
+            done = torch.zeros(B, 1, dtype=torch.bool, device=x.device)
             for _ in range(self.max_iter):
-                logk = self.log_kernel(x, mode, h2)
-                w = (logk - logk.max(-1, keepdim=True).values).exp() * y
-                new = (w.unsqueeze(1) @ x).squeeze(1) / w.sum(-1, keepdim=True)
-                new = new / new.norm(dim=-1, keepdim=True)
-                step = (new - mode).norm(dim=-1)
-                mode = torch.where(done.unsqueeze(-1), mode, new)
+                logk = (x - mode.unsqueeze(1)).square().sum(-1) * neg_inv
+                w = (logk + log_y).softmax(-1)
+                new = (w.unsqueeze(1) @ x).squeeze(1)
+                new = new / torch.linalg.vector_norm(new, dim=-1, keepdim=True)
+                step = torch.linalg.vector_norm(new - mode, dim=-1, keepdim=True)
+                mode = torch.where(done, mode, new)
                 done = done | (step < self.tol)
         return mode
 
