@@ -12,6 +12,8 @@ setup(
     install_requires=[
         "torch>=2.1", "torchvision", "open_clip_torch>=3.0", "torch_geometric>=2.5",
         "yacs", "numpy", "pillow", "tqdm", "matplotlib", "filelock>=3.12",
+        # python -m argtca.experiments ... --launcher slurm|local (SLURM job arrays)
+        "submitit>=1.5",
     ],
     extras_require={
         "test": ["pytest", "ruff"],

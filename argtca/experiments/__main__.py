@@ -33,8 +33,62 @@ def _ints(value: str, flag: str) -> List[int]:
         raise SystemExit(f"error: {flag} {value!r}: integers separated by commas or spaces")
 
 
+# the launcher's options: left out of the command a launch record keeps (flag -> takes a value)
+LAUNCH_FLAGS = {"--launcher": True, "--partition": True, "--gpus-per-job": True,
+                "--cpus-per-gpu": True, "--timeout-min": True, "--array-parallelism": True,
+                "--account": True, "--wait": False, "--poll-s": True, "--dry-run": False}
+EPILOG = """Cluster (docs/workflows.md#cluster): --launcher slurm submits the runs as a SLURM job
+array through submitit (--launcher local: submitit's local jobs), e.g.
+    python -m argtca.experiments table1 --launcher slurm --partition gpu --gpus-per-job 1 \\
+        --timeout-min 240 --array-parallelism 32 --wait
+Finished runs are never submitted again; without --wait the report is written later by
+    python -m argtca.experiments collect <out-root>/launches/<plan>.json
+    python -m argtca.experiments collect COMMAND [the same arguments]
+"""
+
+
+def launch_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("cluster (submitit; docs/workflows.md#cluster)")
+    g.add_argument("--launcher", default="inline", choices=["inline", "local", "slurm"],
+                   help="inline (default): the runs one after the other in this process; "
+                   "slurm: one SLURM array task per run; local: submitit's local jobs")
+    g.add_argument("--partition", default=None, help="SLURM partition (slurm_partition)")
+    g.add_argument("--account", default=None, help="SLURM account (slurm_account)")
+    g.add_argument("--gpus-per-job", type=int, default=1, help="GPUs of each array task "
+                   "(gpus_per_node; default 1); N > 1: N runs per task, one per GPU; 0: CPU")
+    g.add_argument("--cpus-per-gpu", type=int, default=None,
+                   help="CPU cores per GPU (the task asks cpus_per_task = this x GPUs)")
+    g.add_argument("--timeout-min", type=int, default=240,
+                   help="time limit of a task in minutes (timeout_min; default 240); a task "
+                   "that reaches it is requeued and resumes")
+    g.add_argument("--array-parallelism", type=int, default=None,
+                   help="tasks running at once (slurm_array_parallelism; local: default one "
+                   "per GPU group of this machine)")
+    g.add_argument("--wait", action="store_true", help="follow the tasks (one progress line) "
+                   "and write the report at the end; else print the job id and the collect "
+                   "command")
+    g.add_argument("--poll-s", type=float, default=10.0,
+                   help="seconds between two looks at the tasks with --wait (default 10)")
+
+
+def without_launch_options(argv: Sequence[str]) -> List[str]:
+    """``argv`` without the launcher's options: the command a launch record keeps."""
+    out, skip = [], False
+    for x in argv:
+        if skip:
+            skip = False
+            continue
+        flag = x.split("=", 1)[0]
+        if flag in LAUNCH_FLAGS:
+            skip = LAUNCH_FLAGS[flag] and "=" not in x
+            continue
+        out.append(x)
+    return out
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="python -m argtca.experiments", description=_DOC,
+                                 epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
 
@@ -56,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
             p.add_argument("--quiet", action="store_true",
                            help="hide each run's progress output (errors still show)")
+            launch_options(p)
 
     t1 = sub.add_parser("table1", help="every method on every present dataset, over seeds")
     common(t1, "1,2,3")
@@ -107,8 +162,46 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from .plan import ExperimentError, check_opts
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "collect":
+        return collect(argv[1:])
+    return _run(argv)
+
+
+def collect(rest: Sequence[str]) -> int:
+    """``collect PLAN.json`` (a launch record: its command, from its folder) or ``collect
+    COMMAND ARGS``: the report over the finished runs, the others listed with their state."""
+    from .plan import ExperimentError
+    rest = list(rest)
+    if not rest or rest[0] in ("-h", "--help"):
+        print("usage: python -m argtca.experiments collect <out-root>/launches/<plan>.json\n"
+              "       python -m argtca.experiments collect COMMAND [the command's arguments]",
+              file=sys.stderr if not rest else sys.stdout)
+        return 2 if not rest else 0
+    if not rest[0].endswith(".json"):
+        return _run(rest, collect=True)
+    import json
+    try:
+        data = json.loads(open(rest[0]).read())
+        command, cwd = list(data["command"]), str(data["cwd"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return print_bad_input(ExperimentError(
+            f"collect {rest[0]}: not a launch record ({type(e).__name__}: {e}); give the file "
+            f"printed at submission, or the command and its arguments"))
+    here = os.getcwd()
+    try:   # the command's relative paths (--out-root, files) are from where it was launched
+        os.chdir(cwd)
+    except OSError as e:
+        return print_bad_input(ExperimentError(f"collect {rest[0]}: its command ran in {cwd}, "
+                                               f"which cannot be entered ({e.strerror})"))
+    try:
+        return _run(command, collect=True)
+    finally:
+        os.chdir(here)
+
+
+def _run(argv: List[str], collect: bool = False) -> int:
+    from .plan import ExperimentError, check_opts, dispatching
     ap = build_parser()
     sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
     if not argv or argv[0] not in sub.choices:
@@ -124,36 +217,61 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         opts = check_opts(opts)
         kw = dict(root=root, out_root=a.out_root, opts=opts, plugins=a.plugin,
                   report_dir=a.report_dir)
+        launcher, stop = None, _NeverRaised
         if a.cmd != "table3":
             kw.update(seeds=_ints(a.seeds, "--seeds"), dry_run=a.dry_run, quiet=a.quiet)
             if not kw["seeds"]:
                 raise ExperimentError("--seeds is empty")
-        if a.cmd == "table1":
-            from .tables import table1
-            return table1(datasets, methods=_list(a.methods),
-                          baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
-                          force=a.force, **kw)
-        if a.cmd == "table2":
-            from .tables import table2
-            return table2(datasets, selectors=_list(a.selectors), force=a.force, **kw)
-        if a.cmd == "sweep":
-            from .tables import sweep
-            return sweep(datasets, selectors=_list(a.selectors), alphas=_list(a.alphas),
-                         betas=_list(a.betas), fixed_alpha=a.fixed_alpha,
-                         fixed_beta=a.fixed_beta, force=a.force, **kw)
-        if a.cmd == "table3":
-            from .tables import table3
-            return table3(datasets, classes=a.classes, num_classes=a.num_classes,
-                          selectors=a.selectors, **kw)
-        from .tune import tune
-        if len(datasets) > 1:
-            raise ExperimentError(f"tune takes one dataset, got {datasets}")
-        return tune(datasets[0] if datasets else "caltech101", grid_items=a.grid,
-                    tolerance=a.tolerance, split=a.split, write=a.write,
-                    methods=[m.lower() for m in _list(a.methods)],
-                    allow_partial=a.allow_partial, **kw)
+            if collect or a.launcher != "inline":
+                from .launch import LaunchDone, LaunchOptions, Launcher
+                stop = LaunchDone
+                launcher = Launcher(LaunchOptions(
+                    a.launcher, a.partition, a.gpus_per_job, a.cpus_per_gpu, a.timeout_min,
+                    a.array_parallelism, a.account, a.wait, a.dry_run, collect, a.poll_s,
+                    a.out_root, without_launch_options(argv)))
+                kw["dry_run"] = False   # the launcher's dry run: its numbers, nothing submitted
+        elif collect:
+            raise ExperimentError("collect table3: table3 has no runs to collect (it reads the "
+                                  "Phase-1 store); run it as it is")
+        with dispatching(launcher):
+            try:
+                return _command(a, datasets, kw)
+            except stop as e:   # submitted without --wait, or a launcher's dry run
+                return e.code
     except (ExperimentError, KeyError) as e:
         return print_bad_input(e)
+
+
+class _NeverRaised(Exception):
+    code = 0
+
+
+def _command(a, datasets: List[str], kw) -> int:
+    from .plan import ExperimentError
+    if a.cmd == "table1":
+        from .tables import table1
+        return table1(datasets, methods=_list(a.methods),
+                      baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
+                      force=a.force, **kw)
+    if a.cmd == "table2":
+        from .tables import table2
+        return table2(datasets, selectors=_list(a.selectors), force=a.force, **kw)
+    if a.cmd == "sweep":
+        from .tables import sweep
+        return sweep(datasets, selectors=_list(a.selectors), alphas=_list(a.alphas),
+                     betas=_list(a.betas), fixed_alpha=a.fixed_alpha,
+                     fixed_beta=a.fixed_beta, force=a.force, **kw)
+    if a.cmd == "table3":
+        from .tables import table3
+        return table3(datasets, classes=a.classes, num_classes=a.num_classes,
+                      selectors=a.selectors, **kw)
+    from .tune import tune
+    if len(datasets) > 1:
+        raise ExperimentError(f"tune takes one dataset, got {datasets}")
+    return tune(datasets[0] if datasets else "caltech101", grid_items=a.grid,
+                tolerance=a.tolerance, split=a.split, write=a.write,
+                methods=[m.lower() for m in _list(a.methods)],
+                allow_partial=a.allow_partial, **kw)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import io
 import os
 import sys
 import time
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -192,10 +193,19 @@ class RunSpec:
 
 def _resolve_one(spec: RunSpec, root: str, plugins: Sequence[str],
                  datasets: Dict[str, object]) -> Path:
-    """The folder ``argtca.run`` will pick for ``spec``: its configuration and trainer built as
-    the run builds them (without the model), then the trainer's own ``output_dir()``, so the
-    fingerprint (config, test set, device, input file contents) is the run's by construction.
-    Datasets are built once per DATASET node, without the image check (the run does it)."""
+    """The folder ``argtca.run`` will pick for ``spec``: the trainer's own ``output_dir()``
+    (:func:`build_run_trainer`), so the fingerprint is the run's by construction."""
+    return Path(build_run_trainer(spec, root, plugins, datasets).output_dir())
+
+
+def build_run_trainer(spec: RunSpec, root: str, plugins: Sequence[str],
+                      datasets: Dict[str, object], device: Optional[str] = None):
+    """``spec``'s configuration and trainer built as ``argtca.run`` builds them, without the
+    model: its ``output_dir()``, ``fingerprint()`` (config, test set, device, input file
+    contents) and test set are the run's. Datasets are built once per DATASET node (cached in
+    ``datasets``), without the image check (the run does it). ``device``: the device type of
+    the machine the run will run on ("cuda": a cluster's GPU node; the run still computes on
+    the CPU where ``USE_CUDA`` is off), None for this machine's."""
     import json
 
     from ..datasets import build_dataset
@@ -212,9 +222,11 @@ def _resolve_one(spec: RunSpec, root: str, plugins: Sequence[str],
         dcfg.DATASET.CHECK_IMAGES = "off"
         dcfg.freeze()
         datasets[key] = build_dataset(dcfg)
-    trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg, dataset=datasets[key])
+    if device is not None:
+        device = "cuda" if device == "cuda" and cfg.USE_CUDA else "cpu"
+    trainer = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)(cfg, dataset=datasets[key], device=device)
     trainer.plugin_files = plugin_files(plugins)
-    return Path(trainer.output_dir())
+    return trainer
 
 
 def resolve_run_dirs(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()) -> None:
@@ -316,13 +328,34 @@ def finished(spec: RunSpec) -> bool:
         (spec.out / "summary.json").is_file() and (spec.out / "config.json").is_file()
 
 
+# Where execute() sends the runs: None = this process, one after the other; else a callable
+# with execute's arguments returning the Outcomes (argtca/experiments/launch.py: a submitit job
+# array, or collecting what one left). A context variable, so the commands in tables.py and
+# tune.py plan and report exactly as they do in-process, whichever launcher runs their runs.
+_DISPATCH: ContextVar[Optional[Callable[..., List["Outcome"]]]] = ContextVar(
+    "argtca_experiments_dispatch", default=None)
+
+
+@contextlib.contextmanager
+def dispatching(launcher: Optional[Callable[..., List["Outcome"]]]):
+    """``with dispatching(launcher):`` every execute() inside hands its runs to ``launcher``."""
+    token = _DISPATCH.set(launcher)
+    try:
+        yield launcher
+    finally:
+        _DISPATCH.reset(token)
+
+
 def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
             tag: str = "experiments", quiet: bool = False,
             runner: Optional[Callable[[List[str]], int]] = None) -> List[Outcome]:
-    """Run every spec in order with ``argtca.run.main`` in this process. A run whose
-    hash-keyed folder is finished is skipped (its records are only re-read by the report). A
-    failing run is reported (its own error line is printed by the run) and the others still
-    run."""
+    """Run every spec in order with ``argtca.run.main`` in this process (or hand them to the
+    launcher of :func:`dispatching`). A run whose hash-keyed folder is finished is skipped (its
+    records are only re-read by the report). A failing run is reported (its own error line is
+    printed by the run) and the others still run."""
+    launcher = _DISPATCH.get()
+    if launcher is not None and runner is None:
+        return launcher(list(specs), root, plugins, tag, quiet)
     if runner is None:
         from ..run import main as runner
     resolve_run_dirs(specs, root, plugins)
