@@ -22,7 +22,7 @@ if [ "$#" -lt 1 ]; then
 fi
 . "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 read_opts compare.sh
-methods="zeroshot,tpt,ctpt,otpt,atpt,tca"
+methods="zeroshot,tpt,ctpt,otpt,atpt,rtpt,tca,zero,mta,tps,tda,dmn,boostadapter,dpe"
 for sel in div disc ${EXTRA_SELECTORS:-}; do methods+=",argtca-$sel"; done
 ROOT="$(abs_path "${OUT_ROOT:-output}")"
 names=()

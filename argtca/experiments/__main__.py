@@ -114,8 +114,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t1 = sub.add_parser("table1", help="every method on every present dataset, over seeds")
     common(t1, "1,2,3")
-    t1.add_argument("--methods", default="", help="subset of zeroshot,tpt,ctpt,otpt,atpt,tca,"
-                    "argtca-div,argtca-disc (default all; any argtca-SELECTOR)")
+    t1.add_argument("--methods", default="", help="comma-separated methods (default all: "
+                    "zeroshot,tpt,ctpt,otpt,atpt,rtpt,tca, the training-free zero,mta,tps, the "
+                    "online tda,dmn,boostadapter,dpe, argtca-div,argtca-disc; any "
+                    "argtca-SELECTOR); 'paper' = the ArgTCA paper's rows, 'zoo' = the others")
     t1.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="tuned.yaml of the tune command: the baselines' weights")
     t1.add_argument("--plan", action="store_true",

@@ -99,9 +99,10 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
     (``table1-<config stem>-<hash>`` with a ``baseline_config``): other runs never overwrite
     a report."""
     from ..report import make_report
-    from .plan import METHODS
+    from .plan import METHOD_SETS, METHODS
     datasets = list(datasets) or (TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
-    methods = list(methods) or METHODS
+    methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
+    methods = list(dict.fromkeys(methods)) or METHODS
     for m in methods:
         split_method(m)
     if plan:
