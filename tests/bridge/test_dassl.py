@@ -25,7 +25,12 @@ TRAIN_PY = COOP / "train.py"
 DEMO_YAML = str(REPO / "configs" / "datasets" / "demo.yaml")
 METHODS = {"zeroshot": "ArgtcaZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
            "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA"}
-ARGTCA_DASSL_TRAINERS = set(METHODS.values()) | {"ZeroshotTS", "TPTTS"}   # + temperature scaling
+# the field's other families: run through CoOp's train.py with the one added import line (the
+# "after" order), checked record for record against python -m argtca.run
+ZOO = {"rtpt": "RTPT", "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA", "dmn": "DMN",
+       "boostadapter": "BoostAdapter", "dpe": "DPE"}
+ARGTCA_DASSL_TRAINERS = (set(METHODS.values()) | set(ZOO.values())
+                         | {"ZeroshotTS", "TPTTS"})   # + temperature scaling
 SMALL = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False",
          "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "5"]
 # the exact change a CoOp user makes (README, "Inside Dassl/CoOp")
@@ -157,7 +162,7 @@ def coop(tmp_path_factory, one_thread):
     # the "after" order also runs through --eval-only, as CoOp's zeroshot.sh does
     after = [{"name": m, "argv": _coop_argv(t, m, base / "after" / m,
                                             flags=["--eval-only"] if m == "zeroshot" else [])}
-             for m, t in METHODS.items()]
+             for m, t in {**METHODS, **ZOO}.items()]
     procs = {}
     for order, runs, extra in (("before", before, {}),
                                ("after", after, {"probe_demo": True, "collide_after": True})):
@@ -171,7 +176,7 @@ def coop(tmp_path_factory, one_thread):
             stderr=subprocess.STDOUT), log)
     # meanwhile, here: the same runs through argtca's own command line
     from argtca.run import main
-    for m, t in METHODS.items():
+    for m, t in {**METHODS, **ZOO}.items():
         argv = ["--seed", "1", "--trainer", t, "--dataset-config-file", DEMO_YAML, "--config-file",
                 str(REPO / "configs" / "trainers" / f"{m}.yaml"), "--output-dir",
                 str(base / "ref" / m)] + SMALL
@@ -211,8 +216,8 @@ def _same_records(a, b):
         assert abs(x["p_label"] - y["p_label"]) <= 1e-6
 
 
-@pytest.mark.parametrize("order", ["before", "after"])
-@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("order, method", [(o, m) for o in ("before", "after") for m in METHODS]
+                         + [("after", m) for m in ZOO])
 def test_coop_train_py_gives_argtca_run_results(coop, order, method):
     name = "tpt_seed1" if (order, method) == ("before", "tpt") else method
     _ok(coop[order], name)
