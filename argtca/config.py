@@ -153,6 +153,10 @@ _C.TTA.FAST.IMAGE_CHUNK = -1            # views per image-tower call; -1: BATCH_
 _C.TTA.FAST.TEXT_TOKENS = 65536         # prompt tokens per text-tower call with gradient
 _C.TTA.FAST.VIEWS_OVERLAP = False       # GPU views of batch n+1 made while batch n tunes
 
+# class prompts of the training-free and online methods: "class" ("a photo of a {class}.") or
+# "attributes" (the mean of each class's M' attribute prompts chosen by ArgTCA's Phase 1 with the
+# TRAINER.ARGTCA settings; argtca/trainers/zoo.py)
+_C.TTA.PROMPTS = "class"
 # Online methods (TDA, DMN-ZS, BoostAdapter, DPE: argtca/trainers/zoo.py) see the test set as one
 # stream; its order changes their numbers, so it is part of the run's fingerprint
 _C.TTA.STREAM = CN()
@@ -342,7 +346,6 @@ _C.TRAINER.BOOSTADAPTER.HISTORY_VIEWS = "auto"  # the image's feature for the ca
                                                 # confident views: its ImageNet variants), "auto":
                                                 # confident for DATASET.NAME ImageNet*, else view 0
 
-
 _C.TRAINER.DPE = CN()
 # Official code: github.com/zhangce01/DPE-CLIP (main_dpe.py, configs/<dataset>.yaml). -1: the
 # official per-dataset value for DATASET.NAME (table PRESETS in argtca/adapters/dpe.py; other
@@ -366,7 +369,6 @@ _C.TRAINER.DPE.VIEWS = "auto"           # the feature that is cached and tuned o
 _C.TRAINER.DPE.PREDICT_VIEWS = "auto"   # the final prediction's feature: "original" (view 0),
                                         # "confident" (re-selected with the tuned text: official
                                         # for ImageNet-A only); "auto": confident for ImageNetA
-
 
 
 def get_cfg_default() -> CN:
@@ -415,6 +417,7 @@ CFG_CHOICES = {
     "TRAINER.BOOSTADAPTER.HISTORY_VIEWS": ("auto", "original", "confident"),
     "TRAINER.DPE.VIEWS": ("auto", "original", "confident"),
     "TRAINER.DPE.PREDICT_VIEWS": ("auto", "original", "confident"),
+    "TTA.PROMPTS": ("class", "attributes"),
 }
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 
@@ -537,12 +540,6 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.TPS.LR", lambda v: v > 0, "> 0 (TPS: 5e-3)")
     num("TRAINER.TPS.STEPS", lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True)
     num("TRAINER.TPS.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
-    num("TRAINER.ZERO.TEMPERATURE", lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)")
-    num("TRAINER.MTA.LAMBDA_Y", lambda v: v > 0, "> 0 (MTA: 0.2)")
-    num("TRAINER.MTA.LAMBDA_Q", lambda v: v >= 0, ">= 0 (MTA: 4)")
-    num("TRAINER.MTA.MAX_ITER", lambda v: v >= 1, ">= 1 (MTA: 5)", True)
-    num("TRAINER.MTA.TOL", lambda v: v >= 0, ">= 0 (MTA: 1e-6)")
-    num("TRAINER.MTA.BANDWIDTH_P", lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)")
     for key in ("ALPHA", "BETA"):
         num(f"TRAINER.BOOSTADAPTER.{key}", lambda v: v == -1 or v >= 0,
             ">= 0, or -1 for the official value of the dataset")
@@ -565,6 +562,12 @@ def check_cfg_values(cfg, tunes=None) -> None:
     num("TRAINER.DPE.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
     num("TRAINER.DPE.INFONCE_T", lambda v: v > 0, "> 0")
     num("TRAINER.DPE.EVOLVE_ENTROPY", lambda v: v >= 0, ">= 0 (0: the text never evolves)")
+    num("TRAINER.ZERO.TEMPERATURE", lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)")
+    num("TRAINER.MTA.LAMBDA_Y", lambda v: v > 0, "> 0 (MTA: 0.2)")
+    num("TRAINER.MTA.LAMBDA_Q", lambda v: v >= 0, ">= 0 (MTA: 4)")
+    num("TRAINER.MTA.MAX_ITER", lambda v: v >= 1, ">= 1 (MTA: 5)", True)
+    num("TRAINER.MTA.TOL", lambda v: v >= 0, ">= 0 (MTA: 1e-6)")
+    num("TRAINER.MTA.BANDWIDTH_P", lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)")
     for k in ("POS", "NEG"):
         num(f"TRAINER.TDA.{k}_SHOT_CAPACITY", lambda v: v >= 1, ">= 1", True)
         num(f"TRAINER.TDA.{k}_ALPHA", lambda v: v >= 0 or (k == "POS" and v == -1),
