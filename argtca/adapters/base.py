@@ -39,6 +39,13 @@ class Adapter:
         self.logit_scale = float(logit_scale)
         self.selection_p = float(cfg.TTA.SELECTION_P)
 
+    @classmethod
+    def needs_views(cls, node, cfg) -> bool:
+        """Whether the rule reads the augmented views; False (view 0 alone, e.g. TDA on the
+        fine-grained sets as its official runner) lets the loader make one view an image
+        instead of ``TTA.N_VIEWS``: the same numbers at a fraction of the image-tower time."""
+        return True
+
     @property
     def device(self) -> torch.device:
         return self.text.device

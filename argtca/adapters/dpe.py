@@ -71,6 +71,12 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 class DPE(OnlineAdapter):
     """Evolving textual and visual prototypes with per-image residuals (module docstring)."""
 
+    @classmethod
+    def needs_views(cls, node, cfg) -> bool:
+        name = str(cfg.DATASET.NAME)
+        return (resolve_views(node.VIEWS, name, imagenet_family(name)) != "original"
+                or resolve_views(node.PREDICT_VIEWS, name, name == "ImageNetA") != "original")
+
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         name = str(cfg.DATASET.NAME)
         alpha, beta, lr, align = PRESETS.get(name, PRESETS[DEFAULT_PRESET])

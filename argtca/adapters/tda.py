@@ -63,6 +63,17 @@ CONFIDENT_VIEWS = ("ImageNetA", "ImageNetV2", "ImageNetR", "ImageNetSketch")
 class TDAAdapter(OnlineAdapter):
     """TDA's positive and negative caches over the stream (``TRAINER.TDA``)."""
 
+    @staticmethod
+    def resolve_views(node, cfg) -> str:
+        views = str(node.VIEWS).lower()
+        if views == "auto":
+            views = "confident" if str(cfg.DATASET.NAME) in CONFIDENT_VIEWS else "original"
+        return views
+
+    @classmethod
+    def needs_views(cls, node, cfg) -> bool:
+        return cls.resolve_views(node, cfg) != "original"
+
     def __init__(self, node, cfg, text, logit_scale):
         self.pos_enabled = bool(node.POS_ENABLED)
         self.pos_capacity = int(node.POS_SHOT_CAPACITY)
@@ -70,10 +81,7 @@ class TDAAdapter(OnlineAdapter):
         alpha, beta = PRESETS.get(name, PRESETS[DEFAULT_PRESET])
         self.pos_alpha = alpha if float(node.POS_ALPHA) < 0 else float(node.POS_ALPHA)
         self.pos_beta = beta if float(node.POS_BETA) < 0 else float(node.POS_BETA)
-        views = str(node.VIEWS).lower()
-        if views == "auto":
-            views = "confident" if name in CONFIDENT_VIEWS else "original"
-        self.views = views
+        self.views = self.resolve_views(node, cfg)
         self.neg_enabled = bool(node.NEG_ENABLED)
         self.neg_capacity = int(node.NEG_SHOT_CAPACITY)
         self.neg_alpha = float(node.NEG_ALPHA)

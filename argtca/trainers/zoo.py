@@ -84,7 +84,18 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
 
     @property
     def run_cfg(self):
-        return self.cfg   # every view goes to the adapter
+        """The configuration the loader and engine see: every view goes to the adapter, or one
+        view an image where the adapter reads view 0 alone (``Adapter.needs_views``: the same
+        numbers; TTA.N_VIEWS stays in the fingerprint as configured, as for zero-shot CLIP)."""
+        import argtca.adapters  # noqa: F401  (registration)
+        cls = ADAPTER_REGISTRY.get(self.adapter_name)
+        if cls.needs_views(self.node, self.cfg) or int(self.cfg.TTA.N_VIEWS) == 1:
+            return self.cfg
+        cfg = self.cfg.clone()
+        cfg.defrost()
+        cfg.TTA.N_VIEWS = 1
+        cfg.freeze()
+        return cfg
 
     def resolve_auto(self) -> None:
         engine = str(self.cfg.TTA.ENGINE).lower()
@@ -110,7 +121,8 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
             return cls(self.node, self.cfg, text, scale)
 
         world = max(1, world_size())
-        return FeatureEngine(self.model, self.text_encoder, self.objective, self.cfg, self.device,
+        return FeatureEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
+                             self.device,
                              n_images=-(-len(self.dataset.test) // world), adapter=make,
                              n_classes=len(self.classnames))
 
