@@ -457,7 +457,9 @@ def _method_sort_key(run: Run):
     m = run.method
     mr = METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
     s = run.selector or ""
-    sr = SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER else len(SELECTOR_ORDER)
+    # a method's plain row first, then its rows with attributes chosen by a selector
+    sr = -1 if not s else (SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER
+                           else len(SELECTOR_ORDER))
     return (mr, sr, s, run.base_label, tuple((k, _value_key(v)) for k, v in run.variant))
 
 
