@@ -149,3 +149,52 @@ def test_a_prompt_tuning_method_refuses_the_features_engine(data, tmp_path):
     from argtca.trainers.methods import TPT
     with pytest.raises(ConfigError, match="TTA.ENGINE=features"):
         TPT(_cfg(data, tmp_path, **{"TTA.ENGINE": "features"}))
+
+
+# ------------------------------------------------------------------ a real method, a real kill
+def test_sigkill_mid_stream_then_resume_gives_the_uninterrupted_records(tmp_path, one_thread):
+    """DMN-ZS (state: its memory) killed with SIGKILL at ~30 % and ~90 % of a 30-image stream,
+    then resumed: the records equal an uninterrupted run's."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from argtca.run import main
+    from conftest import REPO
+
+    data = make_caltech(tmp_path / "data", per_class=10)
+
+    def argv(out):
+        return ["--root", str(data), "--seed", "1", "--output-dir", str(out),
+                "--dataset-config-file", str(REPO / "configs/datasets/caltech101.yaml"),
+                "--config-file", str(REPO / "configs/trainers/dmn.yaml"),
+                "MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
+                "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
+                "VERBOSE", "False", "TTA.N_VIEWS", "8", "TTA.BATCH_IMAGES", "2",
+                "TTA.STREAM.CHECKPOINT_IMAGES", "4"]
+
+    assert main(argv(tmp_path / "full")) == 0
+    full = [json.loads(x) for x in (tmp_path / "full/records.jsonl").read_text().splitlines()]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
+    for n_kill in (9, 27):
+        out = tmp_path / f"cut{n_kill}"
+        p = subprocess.Popen([sys.executable, "-c", "import sys, torch; torch.set_num_threads(1);"
+                              " from argtca.run import main; sys.exit(main(sys.argv[1:]))",
+                              *argv(out)], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+        rec = out / "records.jsonl"
+        t0 = time.time()
+        try:
+            while not (rec.is_file() and rec.read_text().count("\n") >= n_kill):
+                assert p.poll() is None and time.time() - t0 < 120, "run ended early"
+                time.sleep(0.002)
+        finally:
+            p.kill()
+            p.wait()
+        assert p.returncode == -signal.SIGKILL
+        assert n_kill <= len(rec.read_text().splitlines()) < 30
+        assert main(argv(out)) == 0
+        got = [json.loads(x) for x in rec.read_text().splitlines()]
+        assert got == full
