@@ -142,9 +142,9 @@ def test_table1_and_compare_go_on_after_a_failed_run(tmp_path):
     r = _run([SCRIPTS / "compare.sh", "demo", *quick], work,
              dict(env, EXTRA_SELECTORS="zz_no_such_selector", OUT_ROOT="cmp"))
     assert r.returncode == 1, r.stdout + r.stderr
-    assert _failed_lines(r.stderr)[0].startswith("[table1] 1 of 9 run(s) failed")
+    assert _failed_lines(r.stderr)[0].startswith("[table1] 1 of 17 run(s) failed")
     summaries = list((work / "cmp").rglob("summary.json"))
-    assert len(summaries) == 8      # zeroshot tpt ctpt otpt atpt tca argtca-div argtca-disc
+    assert len(summaries) == 16     # the 14 methods of compare.sh + argtca-div, argtca-disc
     assert (work / "cmp" / "report" / "demo").is_dir()
     assert f"-> {work / 'cmp'}" in r.stdout          # absolute run folders
 

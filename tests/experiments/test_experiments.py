@@ -49,8 +49,10 @@ def tree(tmp_path_factory):
     common = ["--out-root", str(out), "--quiet"]
     r = {}
     try:
-        # Table 1: caltech101 is absent under the data root; demo runs every method
-        r["t1"] = _call(["table1", "caltech101", "demo", "--root", str(empty), "--seeds", "1"]
+        # Table 1: caltech101 is absent under the data root; demo runs the paper's methods
+        # (the zoo's rows: tests/experiments/test_table1_methods.py)
+        r["t1"] = _call(["table1", "caltech101", "demo", "--root", str(empty), "--seeds", "1",
+                         "--methods", "paper"]
                         + common + TINY)
         div1 = folders(r["t1"][1])["argtca-div on demo, seed 1"] / "records.jsonl"
         seed1 = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in [div1]}
@@ -445,7 +447,7 @@ def test_scripts_pass_options_and_opts(tmp_path):
                        text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     runs = [ln for ln in p.stdout.splitlines() if "would run" in ln]
-    assert len(runs) == 8 and all(ln.endswith("(TTA.N_VIEWS 8)") for ln in runs)
+    assert len(runs) == 16 and all(ln.endswith("(TTA.N_VIEWS 8)") for ln in runs)
     assert re.search(f"argtca-disc on demo, seed 1 -> {tmp_path}/argtca/demo/[0-9a-f]{{8}}/seed1 ",
                      runs[-1])
 
