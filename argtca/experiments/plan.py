@@ -336,7 +336,7 @@ def finished(spec: RunSpec) -> bool:
 
 
 # Where execute() sends the runs: None = this process, one after the other; else a callable
-# with execute's arguments returning the Outcomes (argtca/experiments/launch.py: a submitit job
+# with execute's arguments returning the Outcomes (argtca/experiments/launch/: a submitit job
 # array, or collecting what one left). A context variable, so the commands in tables.py and
 # tune.py plan and report exactly as they do in-process, whichever launcher runs their runs.
 _DISPATCH: ContextVar[Optional[Callable[..., List["Outcome"]]]] = ContextVar(
