@@ -57,7 +57,7 @@ def _yacs_error(e: Exception, where: str) -> ConfigError:
         if marker in msg:
             key = msg.split(marker, 1)[1].strip().strip("'")
             return ConfigError(f"{where}: unknown key {key}; every key and its default is in "
-                               f"argtca/config.py")
+                               f"argtca/config/defaults.py")
     if "Type mismatch" in msg and "for config key: " in msg:
         key = msg.rsplit("for config key: ", 1)[1].strip()
         default = get_cfg_default()
@@ -204,7 +204,7 @@ def main(argv=None) -> int:
         try:
             cfg = setup_cfg(args)
         except AssertionError as e:  # yacs asserts on unknown keys given on the command line
-            raise KeyError(f"{e}; every key and its default is in argtca/config.py") from e
+            raise KeyError(f"{e}; every key and its default is in argtca/config/defaults.py") from e
         trainer = build_trainer(cfg, args.plugin)
         from argtca.engine.distributed import distributed_test, world_size
         # under torchrun the test set is sharded over ranks and the records merged in index order

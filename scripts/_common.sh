@@ -10,7 +10,7 @@ export PYTHONPATH="$ARGTCA_REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONSAFEPATH=1
 PY="${PYTHON:-python}"
 DATASET_CONFIGS="$ARGTCA_REPO/configs/datasets"
-# config keys holding a path (argtca/config.py); MODEL.PRETRAINED only when it looks like one
+# config keys holding a path (argtca/config/defaults.py); MODEL.PRETRAINED only when it looks like one
 PATH_KEYS=" OUTPUT_DIR DATASET.ROOT DATASET.ATTRIBUTE_FILE DATASET.IMAGEFOLDER.SPLIT_FILE \
 TTA.CTX_CHECKPOINT "
 # flags of python -m argtca.experiments taking a path

@@ -35,8 +35,8 @@ class DasslSetupError(ValueError):
 
 
 def extend_cfg(cfg) -> None:
-    """Add argtca's nodes and keys that ``cfg`` lacks (values from argtca/config.py); keys ``cfg``
-    already has keep their values."""
+    """Add argtca's nodes and keys that ``cfg`` lacks (values from argtca/config/defaults.py);
+    keys ``cfg`` already has keep their values."""
     def merge(dst, src):
         for k, v in src.items():
             if k not in dst:

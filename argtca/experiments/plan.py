@@ -138,7 +138,8 @@ def dataset_yaml(ds: str) -> Path:
 
 
 def check_opts(opts: Sequence[str], what: str = "overrides") -> List[str]:
-    """KEY VALUE pairs, each key known to argtca/config.py (checked now, not after hours)."""
+    """KEY VALUE pairs, each key known to argtca/config/defaults.py (checked now, not after
+    hours)."""
     opts = list(opts)
     if opts and opts[0] == "--":
         opts = opts[1:]
@@ -151,7 +152,7 @@ def check_opts(opts: Sequence[str], what: str = "overrides") -> List[str]:
         for part in k.split("."):
             if not hasattr(node, "get") or part not in node:
                 raise ExperimentError(f"{what}: unknown config key {k}; every key and its "
-                                      f"default is in argtca/config.py")
+                                      f"default is in argtca/config/defaults.py")
             node = node[part]
     return opts
 

@@ -114,7 +114,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except AssertionError as e:   # yacs asserts on unknown keys given on the command line
         if os.environ.get("ARGTCA_DEBUG"):
             raise
-        print(f"error: {e}; every key and its default is in argtca/config.py", file=sys.stderr)
+        print(f"error: {e}; every key and its default is in argtca/config/defaults.py",
+              file=sys.stderr)
         return 2
 
 

@@ -145,8 +145,8 @@ def grid_markdown(points: Sequence[Point], tolerance: float, dataset: str, split
            f"Acc / ECE in %, mean over seeds. Rule: lowest ECE among the settings whose accuracy "
            f"is within {tolerance:g} point(s) of the method's best accuracy on the grid "
            f"(`--tolerance`). ✓ = within the tolerance, **chosen** = written to tuned.yaml, "
-           f"(default) = the value in argtca/config.py, **missing** = every run of the setting "
-           f"failed, (failed: k) = seed k failed.", "",
+           f"(default) = the value in argtca/config/defaults.py, **missing** = every run of the "
+           f"setting failed, (failed: k) = seed k failed.", "",
            "| Method | Setting | Acc | ECE | Seeds | Within | |",
            "|:---|:---|---:|---:|:---|:---:|:---|"]
     for p in points:

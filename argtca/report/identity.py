@@ -4,9 +4,9 @@ A run folder's ``config.json`` (its fingerprint, :func:`argtca.engine.run_folder
 holds every result-defining key plus the test set and the device type. The report groups runs by
 that fingerprint minus the seed, so runs of another split, subset, attribute file, backbone or
 weights never share a cell. The keys that cannot change a number are listed in one place,
-:data:`argtca.engine.run_folder.NON_RESULT_KEYS`; every other key of ``argtca/config.py`` is
-classified here (:data:`RESULT_KEYS`, :data:`RESULT_KEY_PREFIXES`), and a test fails for a new key
-that is in neither.
+:data:`argtca.engine.run_folder.NON_RESULT_KEYS`; every other key of
+``argtca/config/defaults.py`` is classified here (:data:`RESULT_KEYS`,
+:data:`RESULT_KEY_PREFIXES`), and a test fails for a new key that is in neither.
 
 Keys are compared in three ways:
 
@@ -27,8 +27,9 @@ from typing import Any, Dict, Tuple
 
 from ..engine.run_folder import NON_RESULT_KEYS, flatten_cfg
 
-# Keys of argtca/config.py that change what a run computes (besides NON_RESULT_KEYS). SEED is one
-# (it draws the views) but is the axis the report averages over, never part of a cell's identity.
+# Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
+# SEED is one (it draws the views) but is the axis the report averages over, never part of a
+# cell's identity.
 RESULT_KEYS = frozenset({
     "SEED",
     "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
@@ -100,7 +101,7 @@ def default_settings() -> Dict[str, Any]:
 
 
 def config_default(key: str) -> Any:
-    """argtca/config.py's default of a flat key (None for keys it does not have)."""
+    """argtca/config/defaults.py's default of a flat key (None for keys it does not have)."""
     return default_settings().get(key)
 
 

@@ -1,0 +1,7 @@
+"""argtca's configuration (yacs): every default in ``defaults.py``, the value checks in
+``checks.py``. ``configs/trainers/<method>.yaml`` and ``configs/datasets/<name>.yaml`` are merged
+on top of the defaults; unknown keys are errors."""
+from argtca.config.checks import (CFG_CHOICES, ConfigError,  # noqa: F401
+                                  check_cfg_values)
+from argtca.config.defaults import (METHOD_TO_TRAINER, SWITCH_KEYS,  # noqa: F401
+                                    get_cfg_default)
