@@ -19,17 +19,18 @@ Per image of the stream, in the official order:
    ``A = exp(-β(1 - f·keys)) @ one_hot(classes)`` and ``A⁻``'s values the mask
    ``NEG_MASK_LOWER < p < NEG_MASK_UPPER``; the probabilities are its softmax.
 
-The priority-queue and FIFO caches are plain tensors in ``self.state`` (DPE reuses the queue).
+Both caches are argtca.adapters.cache's fixed-size tensors in ``self.state``.
 """
 from __future__ import annotations
 
 import math
-from typing import Dict, Sequence, Tuple
+from typing import Dict, Tuple
 
 import torch
-import torch.nn.functional as F
 
 from argtca.adapters.base import OnlineAdapter, view_entropy
+from argtca.adapters.cache import (cache_logits, entries, fifo_push, new_cache, priority_push,
+                                   widen)
 from argtca.engine.objectives import avg_entropy
 from argtca.registry import ADAPTER_REGISTRY
 
@@ -64,72 +65,18 @@ def resolve_views(choice: str, dataset_name: str, confident_when: bool) -> str:
 
 def image_summary(logits: torch.Tensor, img: torch.Tensor, mode: str, p: float):
     """The official ``get_clip_logits``: [V, K], [V, E] -> (feature [E], logits [K], entropy in
-    nats, probabilities [K], predicted class). "original": view 0; "confident": the
-    ``max(1, int(V·p))`` lowest-entropy views' mean feature (not re-normalised), mean logits,
-    entropy of their mean probabilities, mean probabilities, argmax of the mean logits."""
+    nats, probabilities [K], predicted class), tensors on the device. "original": view 0;
+    "confident": the ``max(1, int(V·p))`` lowest-entropy views' mean feature (not
+    re-normalised), mean logits, entropy of their mean probabilities, mean probabilities, argmax
+    of the mean logits."""
     if mode == "original" or logits.shape[0] == 1:
         l0 = logits[0]
-        return img[0], l0, float(view_entropy(l0)), l0.softmax(-1), int(l0.argmax())
+        return img[0], l0, view_entropy(l0), l0.softmax(-1), l0.argmax()
     n = max(1, int(logits.shape[0] * p))
     idx = torch.argsort(view_entropy(logits), stable=True)[:n]
     sel = logits[idx]
     mean = sel.mean(0)
-    return (img[idx].mean(0), mean, float(avg_entropy(sel)), sel.softmax(-1).mean(0),
-            int(mean.argmax()))
-
-
-# ------------------------------------------------------------------ caches as tensors
-def new_queue(n_classes: int, capacity: int, dim: int, device) -> Dict[str, torch.Tensor]:
-    """An empty per-class cache: ``feat [K, C, E]``, ``ent [K, C]``, ``n [K]`` entries used."""
-    return {"feat": torch.zeros(n_classes, capacity, dim, device=device),
-            "ent": torch.zeros(n_classes, capacity, device=device),
-            "n": torch.zeros(n_classes, dtype=torch.long, device=device)}
-
-
-def queue_push(q: Dict[str, torch.Tensor], cls: int, key: torch.Tensor, entropy: float) -> None:
-    """TDA's priority queue (the official ``update_cache`` of TDA, BoostAdapter's positive cache
-    and DPE): the class keeps its ``capacity`` lowest-entropy entries, sorted by entropy; on a tie
-    the entry that was there first stays first (Python's stable sort)."""
-    n = int(q["n"][cls])
-    keys = torch.cat([q["feat"][cls, :n], key.reshape(1, -1).to(q["feat"])])
-    ents = torch.cat([q["ent"][cls, :n], key.new_tensor([float(entropy)]).to(q["ent"])])
-    order = torch.argsort(ents, stable=True)[:q["feat"].shape[1]]
-    m = order.numel()
-    q["feat"][cls, :m] = keys[order]
-    q["ent"][cls, :m] = ents[order]
-    q["n"][cls] = m
-
-
-def fifo_push(q: Dict[str, torch.Tensor], cls: int, key: torch.Tensor,
-              value: torch.Tensor) -> None:
-    """BoostAdapter's negative cache (``update_cache(..., fifo=True)``): appended, the oldest
-    entry of the class dropped beyond its capacity. ``q["value"] [K, C, K]`` holds the
-    probabilities."""
-    n, cap = int(q["n"][cls]), q["feat"].shape[1]
-    if n == cap:
-        q["feat"][cls, :-1] = q["feat"][cls, 1:].clone()
-        q["value"][cls, :-1] = q["value"][cls, 1:].clone()
-        n -= 1
-    q["feat"][cls, n] = key
-    q["value"][cls, n] = value
-    q["n"][cls] = n + 1
-
-
-def queue_entries(q: Dict[str, torch.Tensor], skip: Sequence[int] = ()):
-    """The used entries, class-major: (keys [N, E], classes [N], values [N, ...] or None)."""
-    used = torch.arange(q["feat"].shape[1], device=q["n"].device)[None] < q["n"][:, None]
-    if len(skip):
-        used[list(skip)] = False
-    classes = used.nonzero()[:, 0]
-    value = q["value"][used] if "value" in q else None
-    return q["feat"][used], classes, value
-
-
-def affinity_logits(f: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, alpha: float,
-                    beta: float) -> torch.Tensor:
-    """Tip-Adapter's cache logits ``alpha · exp(-beta (1 - f·kᵀ)) @ values``: [E], [N, E],
-    [N, K] -> [K]."""
-    return alpha * (-beta * (1.0 - keys @ f)).exp() @ values
+    return img[idx].mean(0), mean, avg_entropy(sel), sel.softmax(-1).mean(0), mean.argmax()
 
 
 @ADAPTER_REGISTRY.register(name="boostadapter")
@@ -147,49 +94,44 @@ class BoostAdapter(OnlineAdapter):
 
     def reset(self) -> None:
         K, E = self.text.shape
-        neg = new_queue(K, int(self.node.NEG_SHOT_CAPACITY), E, self.device)
-        neg["value"] = torch.zeros(K, int(self.node.NEG_SHOT_CAPACITY), K, device=self.device)
-        del neg["ent"]
-        self.state = {"pos": new_queue(K, int(self.node.SHOT_CAPACITY), E, self.device),
-                      "neg": neg}
+        self.state = {
+            "pos": new_cache(K, int(self.node.SHOT_CAPACITY), E, self.device),
+            "neg": new_cache(K, int(self.node.NEG_SHOT_CAPACITY), E, self.device, fifo=True,
+                             payload={"prob": (K,)})}
 
-    def boosted_entries(self, logits: torch.Tensor, img: torch.Tensor):
-        """The historical cache with this image's boosting samples merged in (official: a deep
-        copy of the cache, each selected view pushed with capacity SHOT_CAPACITY + DELTA)."""
-        pos = self.state["pos"]
+    def boosted_cache(self, logits: torch.Tensor, img: torch.Tensor):
+        """The historical cache with this image's boosting samples pushed in (official: a deep
+        copy of the cache, each selected view pushed, most confident first, with capacity
+        SHOT_CAPACITY + DELTA)."""
+        boosted = widen(self.state["pos"], int(self.node.SHOT_CAPACITY) + self.delta)
         n_boost = int(logits.shape[0] * self.selection_p)   # official int(V * 0.1): 0 for V < 10
         ent = view_entropy(logits)
         idx = torch.argsort(ent, stable=True)[:n_boost]
-        preds = logits[idx].argmax(-1).tolist()
-        touched = sorted(set(preds))
-        keys, classes, _ = queue_entries(pos, skip=touched)
-        keys, classes = [keys], [classes]
-        cap = int(self.node.SHOT_CAPACITY) + self.delta
-        for c in touched:
-            n = int(pos["n"][c])
-            mine = [i for i, pc in zip(idx.tolist(), preds) if pc == c]
-            k = torch.cat([pos["feat"][c, :n], img[mine]])
-            e = torch.cat([pos["ent"][c, :n], ent[mine]])
-            order = torch.argsort(e, stable=True)[:cap]
-            keys.append(k[order])
-            classes.append(torch.full((order.numel(),), c, dtype=torch.long, device=k.device))
-        return torch.cat(keys), torch.cat(classes)
+        feats, ents, preds = img[idx], ent[idx], logits[idx].argmax(-1)
+        for i in range(n_boost):
+            priority_push(boosted, preds[i], feats[i], ents[i])
+        return boosted
+
+    def boosted_entries(self, logits: torch.Tensor, img: torch.Tensor):
+        """The boosted cache's entries, class-major, each class sorted by entropy:
+        (keys [N, E], classes [N])."""
+        return entries(self.boosted_cache(logits, img))
 
     def step(self, img: torch.Tensor) -> torch.Tensor:
         img = img.float()
         K = self.text.shape[0]
+        node = self.node
         logits = self.clip_logits(img)                               # [V, K]
         f, l, h, p, pred = image_summary(logits, img, self.history_views, self.selection_p)
-        queue_push(self.state["pos"], pred, f, h)
-        keys, classes = self.boosted_entries(logits, img)
-        node = self.node
-        if float(node.NEG_ENTROPY_LOWER) < h / math.log2(K) < float(node.NEG_ENTROPY_UPPER):
-            fifo_push(self.state["neg"], pred, f, p)
-        out = l + affinity_logits(f, keys, F.one_hot(classes, K).float(), self.alpha, self.beta)
-        nkeys, _, nprob = queue_entries(self.state["neg"])
-        if nkeys.shape[0]:
-            mask = ((nprob > float(node.NEG_MASK_LOWER))
-                    & (nprob < float(node.NEG_MASK_UPPER))).float()
-            out = out - affinity_logits(f, nkeys, mask, float(node.NEG_ALPHA),
-                                        float(node.NEG_BETA))
+        priority_push(self.state["pos"], pred, f, h)
+        boosted = self.boosted_cache(logits, img)
+        # the official gate divides in double precision (Python floats)
+        norm_h = h.double() / math.log2(K)
+        gate = (float(node.NEG_ENTROPY_LOWER) < norm_h) & (norm_h < float(node.NEG_ENTROPY_UPPER))
+        fifo_push(self.state["neg"], pred, f, gate=gate, prob=p)
+        out = l + self.alpha * cache_logits(boosted, f, self.beta)
+        neg = self.state["neg"]
+        mask = ((neg["prob"] > float(node.NEG_MASK_LOWER))
+                & (neg["prob"] < float(node.NEG_MASK_UPPER))).float()
+        out = out - float(node.NEG_ALPHA) * cache_logits(neg, f, float(node.NEG_BETA), mask)
         return out.softmax(-1)

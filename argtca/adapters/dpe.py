@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import OnlineAdapter, view_entropy
-from argtca.adapters.boostadapter import (affinity_logits, image_summary, imagenet_family,
-                                          new_queue, queue_push, resolve_views)
+from argtca.adapters.boostadapter import image_summary, imagenet_family, resolve_views
+from argtca.adapters.cache import affinity_weights, filled, new_cache, priority_push
 from argtca.registry import ADAPTER_REGISTRY
 
 # The official per-dataset configs (configs/<dataset>.yaml): alpha, beta, learning rate (the text
@@ -93,16 +93,15 @@ class DPE(OnlineAdapter):
     def reset(self) -> None:
         K, E = self.text.shape
         self.state = {"text": self.text.clone(), "n_avg": 0,
-                      "queue": new_queue(K, int(self.node.SHOT_CAPACITY), E, self.device)}
+                      "queue": new_cache(K, int(self.node.SHOT_CAPACITY), E, self.device)}
 
     def prototypes(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """The visual prototypes: (means [C, E] of the non-empty queues, their classes [C])."""
         q = self.state["queue"]
-        classes = (q["n"] > 0).nonzero()[:, 0]
-        n = q["n"][classes].to(q["feat"].dtype)
-        used = (torch.arange(q["feat"].shape[1], device=n.device)[None]
-                < q["n"][classes][:, None]).to(q["feat"].dtype)
-        return (q["feat"][classes] * used[..., None]).sum(1) / n[:, None], classes
+        classes = (q["count"] > 0).nonzero()[:, 0]
+        n = q["count"][classes].to(q["keys"].dtype)
+        used = filled(q)[classes].to(q["keys"].dtype)
+        return (q["keys"][classes] * used[..., None]).sum(1) / n[:, None], classes
 
     def tune(self, f: torch.Tensor, logits_from, protos: torch.Tensor, onehot: torch.Tensor,
              classes: torch.Tensor):
@@ -117,7 +116,7 @@ class DPE(OnlineAdapter):
             for _ in range(int(node.STEPS)):
                 W = F.normalize(T + r_t, dim=-1)
                 P = F.normalize(protos + r_v, dim=-1)
-                out = logits_from(W) + affinity_logits(f, P, onehot, self.alpha, self.beta)
+                out = logits_from(W) + self.alpha * (affinity_weights(f, P, self.beta) @ onehot)
                 loss = entropy(out) + self.align * info_nce(P, W[classes],
                                                             float(node.INFONCE_T))
                 opt.zero_grad()
@@ -132,7 +131,8 @@ class DPE(OnlineAdapter):
         W0 = F.normalize(T, dim=-1)
         logits = self.logit_scale * img @ W0.t()
         f, _, h, _, pred = image_summary(logits, img, self.views, self.selection_p)
-        queue_push(self.state["queue"], pred, f, h / math.log2(K))
+        # the official normalisation divides in double precision (Python floats)
+        priority_push(self.state["queue"], pred, f, h.double() / math.log2(K))
         protos, classes = self.prototypes()
         onehot = F.one_hot(classes, K).to(img.dtype)
         if self.views == "confident" and img.shape[0] > 1:
@@ -155,7 +155,7 @@ class DPE(OnlineAdapter):
                                             self.selection_p)
         else:
             fp, lp = img[0], self.logit_scale * img[0] @ W.t()
-        out = lp + affinity_logits(fp, P, onehot, self.alpha, self.beta)
+        out = lp + self.alpha * (affinity_weights(fp, P, self.beta) @ onehot)
         if float(entropy(out)) / math.log2(K) < float(self.node.EVOLVE_ENTROPY):
             n = int(self.state["n_avg"]) + 1
             self.state["n_avg"] = n

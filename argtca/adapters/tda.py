@@ -29,8 +29,9 @@ entropy, that mean probability for the negative mask and the argmax of the mean 
 pseudo-label (``TTA.SELECTION_P`` is the kept fraction here).
 
 Entropies are in nats; the negative gate divides them by log₂ K, as the official ``get_entropy``.
-The caches are fixed-size tensors ``[K, capacity, E]`` with a fill count per class, so the update
-and the read-out are a few batched kernels without a host synchronisation.
+The caches are argtca.adapters.cache's fixed-size tensors ``[K, capacity, E]`` with a fill count
+per class, so the update and the read-out are a few batched kernels without a host
+synchronisation.
 """
 from __future__ import annotations
 
@@ -40,6 +41,7 @@ from typing import Dict, Tuple
 import torch
 
 from argtca.adapters.base import OnlineAdapter, select_confident, view_entropy
+from argtca.adapters.cache import cache_logits, new_cache, priority_push
 from argtca.engine.objectives import avg_entropy
 from argtca.registry import ADAPTER_REGISTRY
 
@@ -92,20 +94,9 @@ class TDAAdapter(OnlineAdapter):
 
     def reset(self) -> None:
         K, E = self.text.shape
-        dev = self.device
-
-        def cache(capacity: int, masks: bool):
-            c = {"keys": torch.zeros(K, capacity, E, device=dev),
-                 "entropy": torch.zeros(K, capacity, device=dev),
-                 "stamp": torch.zeros(K, capacity, dtype=torch.long, device=dev),
-                 "count": torch.zeros(K, dtype=torch.long, device=dev)}
-            if masks:
-                c["mask"] = torch.zeros(K, capacity, K, device=dev)
-            return c
-
-        self.state = {"pos": cache(self.pos_capacity, False),
-                      "neg": cache(self.neg_capacity, True),
-                      "time": torch.zeros((), dtype=torch.long, device=dev)}
+        self.state = {"pos": new_cache(K, self.pos_capacity, E, self.device),
+                      "neg": new_cache(K, self.neg_capacity, E, self.device,
+                                       payload={"mask": (K,)})}
 
     # ------------------------------------------------------------------ the official pieces
     def image_summary(self, img: torch.Tensor):
@@ -120,42 +111,6 @@ class TDAAdapter(OnlineAdapter):
         mean = sel.mean(0)
         return img[idx].mean(0), mean, avg_entropy(sel), sel.softmax(-1).mean(0), mean.argmax()
 
-    @staticmethod
-    def update(cache, feat, entropy, pred, capacity: int, gate=None, mask=None) -> None:
-        """The official ``update_cache`` on row ``pred`` of a fixed-size cache, branch-free: a
-        free slot takes the item; a full row replaces its last entry (highest entropy, the later
-        one among ties) when the item's entropy is strictly lower; ``gate`` False writes nothing.
-        """
-        # 1-element index tensors: advanced indexing stays on the device (a 0-d tensor index
-        # would be read back to the host as a Python integer)
-        row = pred.reshape(1)
-        count = cache["count"][row]                                   # [1]
-        full = count >= capacity
-        ent_row, stamp_row = cache["entropy"][row], cache["stamp"][row]   # [1, capacity]
-        top = ent_row.max(-1).values
-        last = torch.where(ent_row == top[:, None], stamp_row, -1).argmax(-1)
-        slot = torch.where(full, last, count.clamp(max=capacity - 1))
-        write = ~full | (entropy < top)
-        if gate is not None:
-            write = write & gate
-        for name, value in (("keys", feat), ("entropy", entropy), ("stamp", cache["time"]),
-                            ("mask", mask)):
-            if value is None:
-                continue
-            old = cache[name][row, slot]
-            on = write.reshape((1,) * old.dim())
-            cache[name][row, slot] = torch.where(on, value.to(old.dtype), old)
-        cache["count"][row] = count + (write & ~full).long()
-
-    @staticmethod
-    def weights(cache, feat, beta: float) -> torch.Tensor:
-        """[K, capacity]: ``exp(-β (1 - f · key))`` of the filled slots, 0 for the empty ones."""
-        keys = cache["keys"]
-        filled = (torch.arange(keys.shape[1], device=keys.device)[None, :]
-                  < cache["count"][:, None])
-        affinity = keys @ feat
-        return ((-1) * (beta - beta * affinity)).exp() * filled
-
     def step(self, img: torch.Tensor) -> torch.Tensor:
         img = img.float()
         K = self.text.shape[0]
@@ -163,19 +118,15 @@ class TDAAdapter(OnlineAdapter):
         st = self.state
         final = logits.clone()
         if self.pos_enabled:
-            pos = dict(st["pos"], time=st["time"])
-            self.update(pos, feat, entropy, pred, self.pos_capacity)
+            priority_push(st["pos"], pred, feat, entropy)
         if self.neg_enabled:
             norm_entropy = entropy / math.log2(K)
             gate = (self.neg_entropy[0] < norm_entropy) & (norm_entropy < self.neg_entropy[1])
             mask = (prob > self.neg_mask[0]) & (prob < self.neg_mask[1])
-            neg = dict(st["neg"], time=st["time"])
-            self.update(neg, feat, entropy, pred, self.neg_capacity, gate=gate, mask=mask)
-        st["time"] += 1
+            priority_push(st["neg"], pred, feat, entropy, gate=gate, mask=mask)
         if self.pos_enabled:
-            final = final + self.pos_alpha * self.weights(st["pos"], feat, self.pos_beta).sum(1)
+            final = final + self.pos_alpha * cache_logits(st["pos"], feat, self.pos_beta)
         if self.neg_enabled:
-            w = self.weights(st["neg"], feat, self.neg_beta)
-            neg_logits = w.reshape(-1) @ st["neg"]["mask"].reshape(-1, K)
-            final = final - self.neg_alpha * neg_logits
+            final = final - self.neg_alpha * cache_logits(st["neg"], feat, self.neg_beta,
+                                                          st["neg"]["mask"])
         return final.softmax(-1)

@@ -158,10 +158,10 @@ def test_final_probabilities_equal_the_official_rule():
         assert torch.allclose(got.double(), want, atol=1e-5), (got, want)
         # the caches hold the official entries, in the official order
         for state, cache in ((a.state["pos"], pos), (a.state["neg"], neg)):
-            assert int((state["n"] > 0).sum()) == len(cache)
+            assert int((state["count"] > 0).sum()) == len(cache)
             for c, items in cache.items():
-                n = int(state["n"][c])
-                assert torch.allclose(state["feat"][c, :n].double(),
+                n = int(state["count"][c])
+                assert torch.allclose(state["keys"][c, :n].double(),
                                       torch.tensor([it[0] for it in items], dtype=torch.float64),
                                       atol=1e-6)
         if original:

@@ -9,7 +9,7 @@ import os
 import torch
 import torch.nn.functional as F
 
-from argtca.adapters.boostadapter import new_queue, queue_push
+from argtca.adapters.cache import new_cache as new_queue, priority_push as queue_push
 from argtca.adapters.dpe import DPE
 from argtca.config import get_cfg_default
 
@@ -38,11 +38,11 @@ def test_queue_keeps_the_lowest_entropy_entries_and_prototype_is_their_mean():
     for f, h in zip(feats, (0.5, 0.2, 0.4, 0.1)):
         queue_push(q, 1, f, h)
     # capacity 3: the 0.5 entry (feature e1) is dropped; sorted 0.1 (e4), 0.2 (e2), 0.4 (e3)
-    assert q["n"].tolist() == [0, 3, 0]
-    assert [round(x, 6) for x in q["ent"][1].tolist()] == [0.1, 0.2, 0.4]
-    assert torch.equal(q["feat"][1], torch.stack([feats[3], feats[1], feats[2]]))
+    assert q["count"].tolist() == [0, 3, 0]
+    assert [round(x, 6) for x in q["entropy"][1].tolist()] == [0.1, 0.2, 0.4]
+    assert torch.equal(q["keys"][1], torch.stack([feats[3], feats[1], feats[2]]))
     queue_push(q, 1, feats[0], 0.3)       # beats 0.4
-    assert [round(x, 6) for x in q["ent"][1].tolist()] == [0.1, 0.2, 0.3]
+    assert [round(x, 6) for x in q["entropy"][1].tolist()] == [0.1, 0.2, 0.3]
     a = make()
     a.state["queue"] = q
     queue_push(q, 2, feats[2], 0.7)
@@ -115,8 +115,8 @@ def test_confident_views_feed_the_queue_and_view0_the_prediction():
     # SELECTION_P 0.5 of 4 views: the two most confident (views 1 and 3) are averaged, not
     # re-normalised, into the queue of class 0
     mean = (img[1] + img[3]) / 2
-    assert a.state["queue"]["n"].tolist() == [1, 0, 0]
-    assert torch.allclose(a.state["queue"]["feat"][0, 0], mean)
+    assert a.state["queue"]["count"].tolist() == [1, 0, 0]
+    assert torch.allclose(a.state["queue"]["keys"][0, 0], mean)
     P = F.normalize(mean, dim=0)
     z = S * TEXT @ img[0] + 6.0 * torch.exp(-5.0 * (1 - P @ img[0])) * torch.tensor([1.0, 0, 0])
     assert torch.allclose(probs, z.softmax(0), atol=1e-6)
