@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from typing import List, Optional
 
 
-from ..plan import (ExperimentError)
+from ..plan import ExperimentError
 
 LAUNCHERS = ("inline", "local", "slurm")
 # how long checkpoint() lets an interrupted run write its last records before killing it

@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import submitit
 
-from ..plan import (REPO)
+from ..plan import REPO
 
 from .options import STOP_GRACE_S
 
