@@ -96,6 +96,10 @@ class Objective:
         """True when the regulariser depends on the text features only (engine shortcuts)."""
         return True
 
+    def entropy_term(self, selected_scores: torch.Tensor) -> torch.Tensor:
+        """The loss's entropy part [B] (named apart in a non-finite-loss error): TPT's H(p̄)."""
+        return avg_entropy(selected_scores)
+
     def loss(self, selected_scores: torch.Tensor, text: torch.Tensor) -> torch.Tensor:
         return avg_entropy(selected_scores) + self.regularizer(text.float())
 
@@ -161,8 +165,11 @@ class RTPTObjective(Objective):
 
     all_views = True
 
+    def entropy_term(self, selected_scores):
+        return view_entropy(selected_scores.float()).mean(-1)
+
     def loss(self, selected_scores, text):
-        return view_entropy(selected_scores.float()).mean(-1) + self.regularizer(text.float())
+        return self.entropy_term(selected_scores) + self.regularizer(text.float())
 
     def final(self, logits, img):
         w = reliability_weights(img, int(self.node.TOP_K), float(self.node.TEMPERATURE))

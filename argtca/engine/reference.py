@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.objectives import Objective, avg_entropy, select_confident
+from argtca.engine.objectives import Objective, select_confident
 from argtca.registry import ENGINE_REGISTRY
 
 
@@ -139,7 +139,8 @@ class ReferenceEngine:
                 loss = self.objective.loss(sel, text.float())
                 bad = ~torch.isfinite(loss.detach())
                 if bool(bad.any()):
-                    raise_if_non_finite(loss.detach(), bad, paths, avg_entropy(sel.detach()),
+                    raise_if_non_finite(loss.detach(), bad, paths,
+                                        self.objective.entropy_term(sel.detach()),
                                         self.hint, step)
                 opt.zero_grad(set_to_none=True)
                 (loss.sum() * self.loss_scale).backward()

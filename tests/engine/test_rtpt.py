@@ -2,6 +2,7 @@
 by hand on a tiny input; the fast engine equals the reference engine for it; the demo runs."""
 import math
 import os
+import re
 
 import pytest
 import torch
@@ -49,6 +50,32 @@ def test_loss_is_the_mean_of_the_views_entropies():
     assert torch.allclose(got, torch.tensor(want), atol=1e-6)
     # not TPT's entropy of the mean softmax
     assert not torch.allclose(TPTObjective().loss(sel, text), got, atol=1e-3)
+    # a non-finite loss names this term (R-TPT has no regulariser: the loss is all of it)
+    assert torch.allclose(_rtpt().entropy_term(sel), torch.tensor(want), atol=1e-6)
+
+
+def test_a_non_finite_rtpt_loss_names_its_own_entropy_term(tiny_clip, monkeypatch):
+    from argtca.engine.reference import NonFiniteLossError
+    model, tok = tiny_clip
+    cfg = tiny_cfg(**{"TTA.N_VIEWS": 4, "TTA.SELECTION_P": 0.5})
+    enc = PromptTextEncoder(model, tok, ["a.", "b.", "c."], ctx_init=cfg.TTA.CTX_INIT)
+    obj = _rtpt()
+    eng = ReferenceEngine(model, enc, obj, cfg, "cpu")
+    with torch.no_grad():
+        dim = enc(enc.ctx_init).shape[-1]
+    img = torch.nn.functional.normalize(torch.randn(1, 4, dim), dim=-1)
+    monkeypatch.setattr(obj, "regularizer",
+                        lambda text: text.new_full(text.shape[:-2], float("nan")))
+    with pytest.raises(NonFiniteLossError) as e:
+        eng.tune(img, ["x.jpg"])
+    # the term named is R-TPT's pointwise entropy of the 2 confident views (not TPT's H(p̄))
+    msg = str(e.value)
+    assert "x.jpg" in msg and "regulariser nan" in msg
+    named = float(re.search(r"entropy term ([-0-9.e]+)", msg).group(1))
+    with torch.no_grad():
+        logits = (model.logit_scale.exp() * img[0] @ enc(enc.ctx_init).t()).tolist()
+    ents = sorted(_entropy(row) for row in logits)
+    assert named == pytest.approx((ents[0] + ents[1]) / 2, abs=1e-5)
 
 
 @pytest.mark.parametrize("top_k,reliability", [
