@@ -24,8 +24,8 @@ from typing import Dict, List
 import torch
 
 from argtca.bench.data import make_synthetic_coop
+from argtca.experiments.plan import CONFIGS
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 METHODS = ["zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe"]
 
 

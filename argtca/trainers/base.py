@@ -187,11 +187,17 @@ class TestTimeTrainer:
         world = max(1, world_size())
         eng = ENGINE_REGISTRY.get(self.cfg.TTA.ENGINE)(
             self.model, self.text_encoder, self.objective, self.run_cfg, self.device,
-            n_images=-(-len(self.dataset.test) // world))                  # images of this rank
+            n_images=-(-len(self.dataset.test) // world),                  # images of this rank
+            **self.engine_kwargs())
         why = getattr(eng, "grad_mode_why", "")
         if why and self.cfg.get("VERBOSE", True):
             print(f"argtca: {why}", flush=True)
         return eng
+
+    def engine_kwargs(self) -> Dict[str, object]:
+        """Keyword arguments of the engine beyond the registry's common ones (the features
+        engine: the method's adapter)."""
+        return {}
 
     @property
     def run_cfg(self):

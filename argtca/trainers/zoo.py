@@ -87,9 +87,7 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
         """The configuration the loader and engine see: every view goes to the adapter, or one
         view an image where the adapter reads view 0 alone (``Adapter.needs_views``: the same
         numbers; TTA.N_VIEWS stays in the fingerprint as configured, as for zero-shot CLIP)."""
-        import argtca.adapters  # noqa: F401  (registration)
-        cls = ADAPTER_REGISTRY.get(self.adapter_name)
-        if cls.needs_views(self.node, self.cfg) or int(self.cfg.TTA.N_VIEWS) == 1:
+        if self.adapter_cls.needs_views(self.node, self.cfg) or int(self.cfg.TTA.N_VIEWS) == 1:
             return self.cfg
         cfg = self.cfg.clone()
         cfg.defrost()
@@ -110,21 +108,19 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
             self.cfg = cfg
         super().resolve_auto()
 
-    def build_engine(self):
-        from argtca.engine.distributed import world_size
-        from argtca.engine.features import FeatureEngine
+    @property
+    def adapter_cls(self):
         import argtca.adapters  # noqa: F401  (registration)
-        cls = ADAPTER_REGISTRY.get(self.adapter_name)
-        scale = float(self.model.logit_scale.exp())
+        return ADAPTER_REGISTRY.get(self.adapter_name)
+
+    def engine_kwargs(self) -> Dict[str, object]:
+        """The features engine builds the adapter once the class text features exist."""
+        cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())
 
         def make(text):
             return cls(self.node, self.cfg, text, scale)
 
-        world = max(1, world_size())
-        return FeatureEngine(self.model, self.text_encoder, self.objective, self.run_cfg,
-                             self.device,
-                             n_images=-(-len(self.dataset.test) // world), adapter=make,
-                             n_classes=len(self.classnames))
+        return {"adapter": make, "n_classes": len(self.classnames)}
 
     def summary_extra(self) -> Dict[str, object]:
         return {"family": "online" if self.online else "training-free"}
