@@ -72,18 +72,20 @@ class FeatureEngine(FastEngine):
     def online(self) -> bool:
         return bool(getattr(self.adapter, "online", False))
 
-    def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+    @torch.no_grad()
+    def _probs(self, views: torch.Tensor):
+        """(view features [B, V, E], the adapter's probabilities [B, K] on the device)."""
         self.prepare()
         img = self.image_features(views)
-        with torch.no_grad():
-            probs = self.adapter(img)
+        return img, self.adapter(img).float()
+
+    def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
+        probs = self._probs(views)[1]
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs
 
     def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None):
         if not self.asynchronous:
-            return Done(self(views, paths).float().cpu())
-        img = self.image_features(views)
-        with torch.no_grad():
-            probs = self.adapter(img).float()
+            return Done(self(views, paths).cpu())
+        img, probs = self._probs(views)   # checked in Pending.result(), before any record
         return Pending(self, probs, paths, img, None, None)
