@@ -1,13 +1,46 @@
 """The state of submitted jobs and the one-line reason a task failed (its stderr's last
-``error: ...`` line)."""
+``error: ...`` line).
+
+A task's outcome is read from submitit's result file without running anything it holds:
+:func:`read_result` unpickles with an unpickler that resolves no global (no class, no
+function), so only the plain data a :class:`~.tasks.RunTask` returns (``("success", [run
+names])`` or ``("error", traceback text)``) comes back; a file that names any callable, such as
+one crafted to call ``os.system``, is refused and the task counts as failed."""
 from __future__ import annotations
 
+import io
 import os
+import pickle
+import re
+import signal
 from pathlib import Path
+from typing import Optional, Tuple
 
 import submitit
-from submitit.core.utils import pickle_load
 
+# a job id as SLURM (``12``, array task ``12_3``) or submitit's local jobs (a pid) write it:
+# digits only, so that a job's files (``<folder>/<job id>/...``) stay inside the launch's folder
+JOB_ID = re.compile(r"^[0-9]+(_[0-9]+)?$")
+
+
+class _PlainDataUnpickler(pickle.Unpickler):
+    """Builtin containers, strings and numbers only: any global is refused."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"refused {module}.{name}: a task's result holds plain "
+                                     f"data only")
+
+
+def read_result(path: Path) -> Optional[Tuple[str, object]]:
+    """``(outcome, value)`` of submitit's result file, or None when it is torn, not plain data
+    or not such a pair."""
+    try:
+        data = _PlainDataUnpickler(io.BytesIO(Path(path).read_bytes())).load()
+    except Exception:   # noqa: BLE001 (torn, refused or not a pickle: no readable outcome)
+        return None
+    if isinstance(data, tuple) and len(data) == 2 and isinstance(data[0], str):
+        return data
+    return None
 
 
 def last_error_line(path: Path) -> str:
@@ -37,11 +70,8 @@ def _pid_alive(pid: str) -> bool:
 def job_state(job) -> str:
     """done | failed | running | pending, from the task's result file, else the scheduler."""
     if job.paths.result_pickle.exists():
-        try:
-            outcome, _ = pickle_load(job.paths.result_pickle)
-        except Exception:   # noqa: BLE001 (a torn result: the task did not end well)
-            return "failed"
-        return "done" if outcome == "success" else "failed"
+        result = read_result(job.paths.result_pickle)
+        return "done" if result is not None and result[0] == "success" else "failed"
     if isinstance(job, submitit.LocalJob):
         if job._process is not None:   # started by this command
             return "running" if job._process.poll() is None else "failed"
@@ -54,5 +84,22 @@ def job_state(job) -> str:
     return "failed"   # ended without a result: CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY...
 
 
+def _killed_by(job) -> Optional[str]:
+    """The signal that ended a local job this command started (its controller's exit)."""
+    proc = getattr(job, "_process", None) if isinstance(job, submitit.LocalJob) else None
+    rc = proc.poll() if proc is not None else None
+    if rc is not None and rc < 0:
+        try:
+            return signal.Signals(-rc).name
+        except ValueError:
+            return f"signal {-rc}"
+    return None
+
+
 def failure_line(name: str, job) -> str:
-    return f"{name}: {last_error_line(job.paths.stderr)} (log: {job.paths.stderr})"
+    why = last_error_line(job.paths.stderr)
+    sig = _killed_by(job)
+    if sig and not why.startswith("error:"):
+        why = (f"error: task {job.job_id} was killed ({sig}) before any run said why; run the "
+               f"command again to resume its runs from their records")
+    return f"{name}: {why} (log: {job.paths.stderr})"

@@ -12,13 +12,21 @@ from typing import Dict, List, Optional, Sequence
 import submitit
 
 from ...utils.io import write_json
-from ..plan import (Outcome, RunSpec,
-                    resolve_run_dirs)
+from ..plan import ExperimentError, Outcome, RunSpec, resolve_run_dirs
 
 from .jobs import failure_line, job_state
 from .options import LaunchDone, LaunchOptions
+from .record import RecordedTask, log_folder, read_record
 from .survey import Planned, group, plan_hash, plan_summary, survey
 from .tasks import RunTask, TaskRun
+
+
+def check_slurm() -> None:
+    """``--launcher slurm`` needs SLURM's commands here (submitit looks for ``srun``)."""
+    if submitit.SlurmExecutor.affinity() <= 0:
+        raise ExperimentError("--launcher slurm: SLURM is not available on this machine (no srun "
+                              "or sbatch on PATH); submit from the cluster's login node, or use "
+                              "--launcher local for submitit's local jobs on this machine")
 
 
 class Launcher:
@@ -41,12 +49,16 @@ class Launcher:
         if not specs:
             return []
         o = self.opts
+        record = Path(o.out_root).resolve() / "launches" / f"{plan_hash(specs, root, plugins)}.json"
+        # bad input fails before the survey: a broken launch record, SLURM missing
+        recorded = read_record(record) if o.collect and record.is_file() else None
+        if o.launcher == "slurm" and not (o.dry_run or o.collect):
+            check_slurm()
         plans = survey(specs, root, plugins, self._device())
         for line in plan_summary(plans, o.gpus_per_job):
             print(f"[{tag}] {line}", flush=True)
-        record = Path(o.out_root).resolve() / "launches" / f"{plan_hash(specs, root, plugins)}.json"
         if o.collect:
-            return self._collect(plans, record, tag)
+            return self._collect(plans, record, recorded, tag)
         todo = [p for p in plans if not p.finished]
         if o.dry_run:
             for p in plans:
@@ -61,7 +73,7 @@ class Launcher:
                                   p.spec.out_root is not None) for p in g],
                          os.getcwd(), quiet) for g in group(todo, o.gpus_per_job)]
         names = [[p.spec.name for p in g] for g in group(todo, o.gpus_per_job)]
-        folder = Path(o.out_root).resolve() / "launches" / "logs" / "%j"
+        folder = log_folder(record)
         if o.launcher == "slurm":
             jobs, queue = self._submit_slurm(folder, tasks, tag), None
         else:
@@ -151,7 +163,7 @@ class Launcher:
         launches = old.get("launches", []) if isinstance(old, dict) else []
         launches.append({
             "time": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "launcher": self.opts.launcher,
-            "folder": str(Path(self.opts.out_root).resolve() / "launches" / "logs" / "%j"),
+            "folder": str(log_folder(path)),
             "tasks": [{"job_id": j.job_id if j is not None else None, "runs": names[i]}
                       for i, j in enumerate(jobs)]})
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -216,21 +228,21 @@ class Launcher:
         return out
 
     # --------------------------------------------------------------- collect
-    def _collect(self, plans: Sequence[Planned], record: Path, tag: str) -> List[Outcome]:
+    def _collect(self, plans: Sequence[Planned], record: Path,
+                 recorded: Optional[List[RecordedTask]], tag: str) -> List[Outcome]:
         """Outcomes from the run folders; the runs not finished are listed with what their
-        latest task says (its state, or its one-line error and log)."""
+        latest task says (its state, or its one-line error and log). Only the launch's own log
+        folder is looked at, and a task's result file is read as plain data (jobs.read_result)."""
         latest: Dict[str, object] = {}
-        if record.is_file():
-            data = json.loads(record.read_text())
-            for launch in data.get("launches", []):
-                for t in launch.get("tasks", []):
-                    if not t.get("job_id"):
-                        continue
-                    cls = submitit.SlurmJob if launch.get("launcher") == "slurm" \
-                        else submitit.LocalJob
-                    job = cls(folder=launch["folder"], job_id=str(t["job_id"]))
-                    for name in t["runs"]:
-                        latest[name] = job
+        if recorded is not None:
+            folder = log_folder(record)   # never a folder the record names
+            for t in recorded:
+                if t.job_id is None:
+                    continue
+                cls = submitit.SlurmJob if t.launcher == "slurm" else submitit.LocalJob
+                job = cls(folder=folder, job_id=t.job_id)
+                for name in t.runs:
+                    latest[name] = job
         else:
             print(f"[{tag}] no launch record {record}: the run folders alone say what finished",
                   flush=True)
@@ -240,8 +252,11 @@ class Launcher:
             if job is None:
                 why = "never submitted (run the command with --launcher to submit it)"
             else:
-                st = job_state(job)
-                why = (f"task {job.job_id} {st}" if st in ("running", "pending") else
+                try:
+                    st = job_state(job)
+                except Exception as e:   # noqa: BLE001 (no scheduler here: sacct missing...)
+                    st = f"in an unknown state ({type(e).__name__}: {e})"
+                why = (f"task {job.job_id} {st}" if st not in ("failed", "done") else
                        failure_line(f"task {job.job_id}", job) if st == "failed" else
                        f"task {job.job_id} ended but {p.spec.where}/summary.json is missing")
             print(f"[{tag}] not finished: {p.spec.name}: {why}", file=sys.stderr, flush=True)

@@ -10,6 +10,9 @@ from ..plan import ExperimentError
 LAUNCHERS = ("inline", "local", "slurm")
 # how long checkpoint() lets an interrupted run write its last records before killing it
 STOP_GRACE_S = 60
+# how long a task waits for a run of an earlier attempt that still holds a run folder's lock
+# (a run whose task died stops within STOP_GRACE_S: launch/guard.py)
+SURVIVOR_WAIT_S = STOP_GRACE_S + 30
 
 
 class LaunchDone(Exception):

@@ -1,5 +1,12 @@
 """What a task runs on its node: the runs of one array task, each its own ``python -m argtca.run``
-process, and the requeue on preemption (``checkpoint``)."""
+process, and the requeue on preemption (``checkpoint``).
+
+A run never outlives its task: each starts in a session (process group) of its own through
+:mod:`.guard`, which stops it when the task dies, even by SIGKILL; a task that ends otherwise
+(an exception, Ctrl-C, a preemption) stops its runs' groups itself (SIGINT, then SIGKILL after
+``STOP_GRACE_S``). Under submitit's local jobs the task also ends with its job's controller
+(the process whose pid is the job id), so killing the job ends its runs. A task started while an
+earlier run still holds a run folder's lock waits for it to stop before starting its own."""
 from __future__ import annotations
 
 import os
@@ -13,9 +20,11 @@ from typing import List, Optional, Sequence, Tuple
 
 import submitit
 
+from ...engine.run_folder import LOCK_NAME, RunLock, RunLockedError
 from ..plan import REPO
 
-from .options import STOP_GRACE_S
+from .guard import RUN_NAME, TASK_PID, set_parent_death_signal
+from .options import STOP_GRACE_S, SURVIVOR_WAIT_S
 
 
 @dataclass
@@ -66,51 +75,117 @@ class RunTask(submitit.helpers.Checkpointable):
             return [None] * len(self.runs)
         return [seen[i % len(seen)] for i in range(len(self.runs))]
 
+    def _wait_for_folder(self, run: TaskRun) -> Optional[str]:
+        """None once no other process holds ``run``'s folder lock (a run of an earlier attempt of
+        this task stopping); the error line when one still does after ``SURVIVOR_WAIT_S``."""
+        if not run.out or not (Path(self.cwd, run.out) / LOCK_NAME).is_file():
+            return None
+        folder = str(Path(self.cwd, run.out))
+        deadline, said = time.time() + SURVIVOR_WAIT_S, False
+        while True:
+            try:
+                RunLock(folder).acquire().release()
+                return None
+            except RunLockedError as e:
+                if time.time() >= deadline:
+                    return (f"error: {run.name}: not started, an earlier run still writes its "
+                            f"folder after {SURVIVOR_WAIT_S} s: {e}")
+                if not said:
+                    print(f"[task] {run.name}: waiting up to {SURVIVOR_WAIT_S} s for an earlier "
+                          f"run of {folder} to stop: {e}", flush=True)
+                    said = True
+            time.sleep(0.5)
+
     def __call__(self) -> List[str]:
+        if os.environ.get("SUBMITIT_EXECUTOR") == "local":
+            # a local job's controller (single-threaded, its pid the job id) started this task:
+            # killing the job kills the task, whose runs then stop (guard)
+            set_parent_death_signal(signal.SIGKILL)
+            job = os.environ.get("SUBMITIT_LOCAL_JOB_ID", "")
+            if (job.isdigit() and not os.environ.get("SUBMITIT_LOCAL_WITH_SHELL")
+                    and os.getppid() != int(job)):
+                raise RuntimeError(f"the local job's controller (pid {job}) ended before its "
+                                   f"task started")
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
             [str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+        env[TASK_PID] = str(os.getpid())
         self._procs = []
-        for run, gpu in zip(self.runs, self._gpus()):
-            if run.out and run.hashed and all(
-                    (Path(self.cwd, run.out) / f).is_file() for f in ("summary.json",
-                                                                      "config.json")):
-                print(f"[task] {run.name} -> {run.out} (finished: re-read)", flush=True)
-                continue
-            e = dict(env)
-            if gpu is not None:
-                e["CUDA_VISIBLE_DEVICES"] = gpu
-            print(f"[task] {run.name} -> {run.out or 'the folder it picks'}"
-                  + (f" (GPU {gpu})" if gpu is not None else ""), flush=True)
-            self._procs.append((run, subprocess.Popen(
-                [self.python, "-m", "argtca.run"] + list(run.argv), cwd=self.cwd, env=e,
-                stdout=subprocess.DEVNULL if self.quiet else None,
-                preexec_fn=_ignore_preemption)))
         failed = []
-        for run, p in self._procs:
-            rc = p.wait()
-            if rc < 0:   # killed: nothing of the run said why
-                print(f"error: {run.name}: the run was killed ({signal.Signals(-rc).name}); "
-                      f"run the command again to resume it from its records", file=sys.stderr,
+        try:
+            for run, gpu in zip(self.runs, self._gpus()):
+                if run.out and run.hashed and all(
+                        (Path(self.cwd, run.out) / f).is_file() for f in ("summary.json",
+                                                                          "config.json")):
+                    print(f"[task] {run.name} -> {run.out} (finished: re-read)", flush=True)
+                    continue
+                busy = self._wait_for_folder(run)
+                if busy:
+                    print(busy, file=sys.stderr, flush=True)
+                    failed.append(f"{run.name} (its folder is busy)")
+                    continue
+                e = dict(env)
+                e[RUN_NAME] = run.name
+                if gpu is not None:
+                    e["CUDA_VISIBLE_DEVICES"] = gpu
+                print(f"[task] {run.name} -> {run.out or 'the folder it picks'}"
+                      + (f" (GPU {gpu})" if gpu is not None else ""), flush=True)
+                self._procs.append((run, subprocess.Popen(
+                    [self.python, "-m", "argtca.experiments.launch.guard"] + list(run.argv),
+                    cwd=self.cwd, env=e, stdout=subprocess.DEVNULL if self.quiet else None,
+                    start_new_session=True, preexec_fn=_ignore_preemption)))
+            for run, p in self._procs:
+                rc = p.wait()
+                if rc < 0:   # killed: nothing of the run said why
+                    print(f"error: {run.name}: the run was killed ({signal.Signals(-rc).name}); "
+                          f"run the command again to resume it from its records",
+                          file=sys.stderr, flush=True)
+                if rc != 0:
+                    failed.append(f"{run.name} (exit {rc})")
+        except BaseException as e:   # Ctrl-C, a signal's exception, a bug: no run outlives us
+            if any(p.poll() is None for _, p in self._procs):
+                print(f"error: the task stopped ({type(e).__name__}); stopping its runs: run "
+                      f"the command again to resume them from their records", file=sys.stderr,
                       flush=True)
-            if rc != 0:
-                failed.append(f"{run.name} (exit {rc})")
-        self._procs = []
+                self._stop()
+            raise
+        finally:
+            self._procs = []
         if failed:
             raise RuntimeError(f"failed: {'; '.join(failed)}")
         return [r.name for r in self.runs]
 
-    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
-        """Preempted or timed out: stop the runs at a batch boundary (SIGINT: a run flushes its
-        records and exits 130), then requeue this task unchanged; its runs resume."""
+    def _stop(self) -> None:
+        """SIGINT to each run's process group (a run stops at once with its records kept and
+        exits 130), SIGKILL to the groups still there ``STOP_GRACE_S`` later."""
         for _, p in self._procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
+            _signal_group(p, signal.SIGINT)
         deadline = time.time() + STOP_GRACE_S
         for _, p in self._procs:
             try:
                 p.wait(timeout=max(0.0, deadline - time.time()))
             except subprocess.TimeoutExpired:
-                p.kill()
+                pass
+            _signal_group(p, signal.SIGKILL)   # the run, and loader workers it left behind
+            p.wait()
+
+    def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
+        """Preempted or timed out: stop the runs at a batch boundary (SIGINT: a run flushes its
+        records and exits 130), then requeue this task unchanged; its runs resume."""
+        self._stop()
         self._procs = []
         return super().checkpoint(*args, **kwargs)
+
+
+def _signal_group(p: subprocess.Popen, sig: int) -> None:
+    """``sig`` to the process group ``p`` leads (started in its own session: its group id is
+    its pid, held while any member lives), else to ``p`` alone."""
+    try:
+        os.killpg(p.pid, sig)
+        return
+    except ProcessLookupError:   # no such group: p was not started in a session of its own
+        pass
+    except PermissionError:
+        return
+    if p.poll() is None:
+        p.send_signal(sig)
