@@ -1,0 +1,225 @@
+"""A run never outlives its task (``--launcher local``): a task or its job killed with SIGKILL
+mid-run stops its run within seconds, the task's log names the cause, and the same command
+again resumes the run from its records. A task interrupted otherwise stops its runs' whole
+process groups, and a task whose run folder is still locked by an earlier run waits for it."""
+import contextlib
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from argtca.experiments.__main__ import main
+from argtca.experiments.launch import RunTask, TaskRun
+from argtca.experiments.launch import tasks as tasks_mod
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="process groups and /proc: Linux")
+
+N_IMAGES = 8
+TINY = ["DATASET.NUM_IMAGES", str(N_IMAGES), "TTA.BATCH_IMAGES", "2", "DATALOADER.NUM_WORKERS",
+        "0", "VERBOSE", "False", "USE_CUDA", "False"]
+# each record batch takes a second until the flag file exists (a plug-in: only the launched
+# run's process does it), so that the run is mid-way when its task is killed
+SLOW = '''import os, time
+from argtca.engine import run_folder
+_flag = os.environ.get("ARGTCA_TEST_SLOW_UNTIL")
+if _flag:
+    _write = run_folder.RecordWriter.write
+
+    def write(self, recs):
+        _write(self, recs)
+        if not os.path.exists(_flag):
+            time.sleep(1.0)
+    run_folder.RecordWriter.write = write
+'''
+
+
+def _call(argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = main(argv)
+    return rc, out.getvalue(), err.getvalue()
+
+
+def _children(pid: int):
+    """The pids whose parent is ``pid`` (from /proc, which every Linux has)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie, dead but not yet reaped by whoever adopted it, is not)."""
+    try:
+        return (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0] \
+            != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(cond, timeout, what):
+    end = time.time() + timeout
+    while time.time() < end:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+@pytest.mark.parametrize("victim", ["task", "job"])
+def test_sigkilled_task_stops_its_run_and_the_log_says_why(tmp_path, monkeypatch, victim):
+    """``task``: the process running RunTask; ``job``: submitit's local controller, whose pid is
+    the job id (``kill -9 <job id>``). Before: the run went on writing records for seconds after
+    its task's death and the log was empty."""
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "slow.py").write_text(SLOW)
+    flag = tmp_path / "fast-now"
+    monkeypatch.setenv("ARGTCA_TEST_SLOW_UNTIL", str(flag))
+    cmd = ["table1", "demo", "--methods", "dmn", "--seeds", "1", "--quiet", "--plugin",
+           str(tmp_path / "slow.py"), "--out-root", "jobs", "--launcher", "local",
+           "--gpus-per-job", "0"] + TINY
+    rc, out, err = _call(cmd)   # one task, not followed: it goes on in the background
+    assert rc == 0, err
+    record = json.loads(next((tmp_path / "jobs/launches").glob("*.json")).read_text())
+    job = int(record["launches"][0]["tasks"][0]["job_id"])
+    task = _wait_for(lambda: _children(job), 60, "the task process")[0]
+    run = _wait_for(lambda: _children(task), 60, "the run process")[0]
+    records = tmp_path / "jobs/dmn/demo"
+    recs = _wait_for(lambda: [p for p in records.glob("*/seed1/records.jsonl")
+                              if _lines(p) >= 1], 120, "the run's first record")[0]
+
+    os.kill(job if victim == "job" else task, signal.SIGKILL)
+    _wait_for(lambda: not _alive(run), 10, "the run to stop after its task's death")
+    n = _lines(recs)
+    time.sleep(2.0)
+    assert _lines(recs) == n < N_IMAGES   # nothing writes the records any more; stopped mid-run
+    assert not (recs.parent / "summary.json").exists()
+    assert not _alive(task)
+    log = tmp_path / f"jobs/launches/logs/{job}/{job}_0_log.err"
+    text = log.read_text()
+    assert (f"error: dmn on demo, seed 1: stopped because its task (pid {task}) died; its "
+            f"finished images are kept in its records: run the command again to resume it"
+            in text), text
+
+    if victim == "job":
+        return   # the resume is the same after either death: run once
+    # the same command again, followed: the run resumes from its records and ends
+    flag.touch()
+    rc, out, err = _call(cmd + ["--wait", "--poll-s", "0.2"])
+    assert rc == 0, err
+    assert "1 run(s) planned: 0 finished (re-read, not submitted), 1 to submit" in out
+    after = recs.read_text().splitlines()
+    assert len(after) == N_IMAGES and len({json.loads(r)["index"] for r in after}) == N_IMAGES
+    assert json.loads((recs.parent / "summary.json").read_text())["n"] == N_IMAGES
+
+
+# a stand-in for the run's interpreter: a "run" that starts a helper in its own process group
+# which ignores SIGINT (a loader worker, say), then waits for SIGINT itself
+FAKE_RUN = textwrap.dedent('''\
+    #!/bin/sh
+    echo "$$ $(date +%s.%N)" >> "{log}"
+    sh -c 'trap "" INT; echo $$ > "{helper}"; exec sleep 60' &
+    trap 'exit 130' INT
+    while true; do sleep 0.1; done
+''')
+
+
+def test_interrupted_task_stops_its_runs_process_groups(tmp_path):
+    """Ctrl-C in the task (KeyboardInterrupt while it waits): each run's whole group ends,
+    including a helper that ignores SIGINT (SIGKILL after the grace period). Before: the task
+    signalled no run and the helper lived on."""
+    fake = tmp_path / "python"
+    fake.write_text(FAKE_RUN.format(log=tmp_path / "started", helper=tmp_path / "helper"))
+    fake.chmod(0o755)
+    code = textwrap.dedent(f'''\
+        from argtca.experiments.launch import RunTask, TaskRun, tasks
+        tasks.STOP_GRACE_S = 1
+        t = RunTask([TaskRun("r", [], None)], {str(tmp_path)!r}, python={str(fake)!r})
+        t()
+    ''')
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
+    helper = _wait_for(lambda: (tmp_path / "helper").is_file()
+                       and (tmp_path / "helper").read_text().strip(), 60, "the helper")
+    helper = int(helper)
+    assert _alive(helper)
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=30)
+    assert p.returncode != 0 and "error: the task stopped (KeyboardInterrupt); stopping its " \
+        "runs: run the command again to resume them from their records" in err, err
+    _wait_for(lambda: not _alive(helper), 5, "the run's helper to end with its group")
+
+
+def test_resubmitted_task_waits_for_a_run_still_holding_its_folder(tmp_path, monkeypatch):
+    """An earlier run still holds the folder's lock (it is stopping): the task starts its own
+    run only once the lock is free, saying why it waits; one that never frees it is one error
+    line and the run is not started. Before: the new run started at once, beside the other."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom argtca.engine.run_folder import RunLock\n"
+         f"lock = RunLock({str(folder)!r}).acquire()\nprint('held', flush=True)\n"
+         "time.sleep(3)\n"
+         f"open({str(tmp_path / 'released')!r}, 'w').write(repr(time.time()))\n"
+         "lock.release()\n"],
+        stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert holder.stdout.readline().strip() == "held"
+    fake = tmp_path / "python"
+    fake.write_text(f'#!/bin/sh\ndate +%s.%N > "{tmp_path / "started"}"\n')
+    fake.chmod(0o755)
+    task = RunTask([TaskRun("r", [], str(folder))], str(tmp_path), python=str(fake))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert task() == ["r"]
+    ended = time.time()
+    holder.wait(timeout=10)
+    assert holder.returncode == 0
+    started = float((tmp_path / "started").read_text())
+    assert started <= ended and f"[task] r: waiting up to {tasks_mod.SURVIVOR_WAIT_S} s for an " \
+        f"earlier run of {folder} to stop: {folder} is being written by another run (pid " \
+        f"{holder.pid}" in out.getvalue()
+    # the run started after the holder released the lock, not before
+    assert started >= float((tmp_path / "released").read_text()), out.getvalue()
+
+    # a lock that is never freed (within the wait): one error line, the run not started
+    (tmp_path / "started").unlink()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import time\nfrom argtca.engine.run_folder import RunLock\n"
+         f"lock = RunLock({str(folder)!r}).acquire()\nprint('held', flush=True)\n"
+         "time.sleep(30)\n"], stdout=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        monkeypatch.setattr(tasks_mod, "SURVIVOR_WAIT_S", 1)
+        err = io.StringIO()
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err), \
+                pytest.raises(RuntimeError, match=r"failed: r \(its folder is busy\)"):
+            task()
+        assert f"error: r: not started, an earlier run still writes its folder after 1 s: " \
+               f"{folder} is being written by another run (pid {holder.pid}" in err.getvalue()
+        assert not (tmp_path / "started").exists()
+    finally:
+        holder.kill()
+        holder.wait()
+
