@@ -31,6 +31,9 @@ class DatasetBase:
     key: str = ""            # short name used in configs/output paths (e.g. "caltech101")
 
     def __init__(self, test: Sequence[Datum], classnames: Sequence[str], root: str = ""):
+        # every reader ends here: the file or folder that named the classes (``class_source``,
+        # set by the reader where it is not the root) is named if there are fewer than two
+        refuse_single_class(classnames, getattr(self, "class_source", "") or root or self.name)
         self.test: List[Datum] = list(test)
         self.classnames: List[str] = list(classnames)
         self.root = root
@@ -46,6 +49,18 @@ class DatasetBase:
     @property
     def name(self) -> str:
         return type(self).__name__
+
+
+def refuse_single_class(classnames: Sequence[str], source: str,
+                        fix: str = "give every class of the task (two at least)") -> None:
+    """Fewer than two classes: every image would get the only label, so accuracy is 100 and
+    ECE 0 by construction, whatever the method; refused for every dataset reader (split files,
+    class folders, the Dassl bridge), naming ``source``."""
+    if len(classnames) >= 2:
+        return
+    what = f"a single class ({classnames[0]!r})" if classnames else "no class"
+    raise DataError(f"{source} holds {what}: every image would get the only label, so accuracy "
+                    f"is 100 and ECE 0 by construction; {fix}")
 
 
 def read_json(path: str):

@@ -14,7 +14,7 @@ import os
 from typing import Dict, List, Sequence, Tuple
 
 from ..registry import DATASET_REGISTRY
-from .base import DataError, DatasetBase, Datum, read_json
+from .base import DataError, DatasetBase, Datum, read_json, refuse_single_class
 from .images import check_images
 
 __all__ = ["CoOpDataset", "JsonSplitDataset", "prompt_name", "resolve_root", "parse_split_json",
@@ -105,6 +105,8 @@ def parse_split_json(split_path: str, image_dir: str, split: str) -> Tuple[List[
     if not items:
         raise DataError(f"{split_path}: split {split!r} is empty; choose another DATASET.SPLIT or "
                         f"re-download the file")
+    refuse_single_class(classnames, split_path, "give a split file with every class of the task "
+                        "(two at least)")
     return items, classnames
 
 
@@ -184,6 +186,7 @@ class JsonSplitDataset(CoOpDataset):
             from .splits import fetch_split_file
             split_path = fetch_split_file(self.split_file, split_path, self.split_missing_hint())
         self.split_path = split_path   # hashed into the run's fingerprint (trainers/base.py)
+        self.class_source = split_path
         return parse_split_json(split_path, self.image_path, split)
 
 
@@ -289,6 +292,8 @@ class FGVCAircraft(CoOpDataset):
             label_of[c] = i
         if not classnames:
             raise DataError(f"{variants_path} is empty; re-download the dataset")
+        self.class_source = variants_path
+        refuse_single_class(classnames, variants_path, "re-download the dataset")
         items: List[Datum] = []
         with open(split_path) as f:
             for lineno, line in enumerate(f, 1):

@@ -43,7 +43,7 @@ import os
 from typing import Dict, List, Optional, Tuple
 
 from ..registry import DATASET_REGISTRY
-from .base import DataError, DatasetBase, Datum
+from .base import DataError, DatasetBase, Datum, refuse_single_class
 from .coop import COOP_DATASETS_MD, parse_split_json, prompt_name
 from .imagenet import IMAGE_EXTS
 from .images import check_images
@@ -338,10 +338,7 @@ class ImageFolder(DatasetBase):
 
     @staticmethod
     def _not_single(classnames: List[str], source: str) -> None:
-        if len(classnames) == 1:
-            raise DataError(f"{source} holds a single class ({classnames[0]!r}): every image "
-                            f"would get the only label, so accuracy is 100 and ECE 0 by "
-                            f"construction; add a sub-folder of images for each other class")
+        refuse_single_class(classnames, source, "add a sub-folder of images for each other class")
 
     def _scan(self, root: str, names_file: str) -> Tuple[List[Datum], List[str], List[str]]:
         walk = _Walk(root)

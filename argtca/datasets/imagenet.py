@@ -133,6 +133,7 @@ class ImageNetFolderDataset(DatasetBase):
                             f"DATASETS.md ({COOP_DATASETS_MD}) or TPT's README describe "
                             f"({_DOCTOR.format(key=self.key, root=root)})")
         self.dataset_path, self.image_path = found
+        self.class_source = self.image_path
         wnid_names = read_classnames(find_classnames(root, self.dataset_path))
         folders, classnames = self.class_folders(wnid_names)
         self.raw_classnames = list(classnames)
