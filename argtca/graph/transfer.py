@@ -69,6 +69,44 @@ def resolve_sources(train_on: Sequence[str], target_file: str, target_dataset: s
             out.append((os.path.basename(path), path))
     if not out:
         raise GraphInputError("TRAINER.ARGTCA.GAT.TRAIN_ON is empty after resolving its entries")
+    for label, path in out:   # at load time: a bad vocabulary fails before any model is built
+        read_vocabulary(label, path)
+    return out
+
+
+def read_vocabulary(label: str, path: str) -> Dict[str, List[str]]:
+    """``{class: [attributes]}`` of one TRAIN_ON vocabulary (TCA format: class -> one string of
+    space-separated attributes; a list of attribute strings is read too). GraphInputError, one
+    line naming the file, the classes and their values, for anything else."""
+    where = f"TRAINER.ARGTCA.GAT.TRAIN_ON {label}: {path}"
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, ValueError) as e:   # UnicodeDecodeError is a ValueError
+        raise GraphInputError(f"{where}: cannot be read as JSON ({e}); fix the file or the "
+                              f"entry") from None
+    if not isinstance(data, dict) or not data:
+        raise GraphInputError(f"{where} is not a TCA attribute file: expected a non-empty JSON "
+                              f"object (class -> 'attr1 attr2 ...'), got "
+                              f"{json.dumps(data)[:60]}; fix the file or the entry")
+    out: Dict[str, List[str]] = {}
+    bad = []
+    for cls, value in data.items():
+        if isinstance(value, str):
+            attrs = value.split()
+        elif isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value):
+            attrs = [v.strip() for v in value]
+        else:
+            attrs = None
+        if not attrs:
+            bad.append(f"{cls!r}: {json.dumps(value)[:40]}")
+        else:
+            out[cls] = attrs
+    if bad:
+        more = f" (and {len(bad) - 5} more)" if len(bad) > 5 else ""
+        raise GraphInputError(f"{where}: every class needs a string of space-separated "
+                              f"attributes (TCA format), but {', '.join(bad[:5])}{more}; fix "
+                              f"these values in the file")
     return out
 
 
@@ -84,14 +122,7 @@ def union_vocabulary(sources: Sequence[Tuple[str, str]], target_classes: Sequenc
     lists: Dict[str, List[str]] = {}
     order: List[str] = []
     for label, path in sources:
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except (OSError, ValueError) as e:
-            raise GraphInputError(f"TRAINER.ARGTCA.GAT.TRAIN_ON {label}: cannot read {path} ({e})")
-        if not isinstance(data, dict):
-            raise GraphInputError(f"TRAINER.ARGTCA.GAT.TRAIN_ON {label}: {path} is not a TCA "
-                                  f"attribute file (class -> 'attr1 attr2 ...')")
+        data = read_vocabulary(label, path)
         if label == "target":
             target_hash = attribute_file_hash(path)
         same_as_target = label == "target" or (
@@ -101,7 +132,7 @@ def union_vocabulary(sources: Sequence[Tuple[str, str]], target_classes: Sequenc
             if same_as_target and name in target_attrs:
                 attrs = list(target_attrs[name])
             else:
-                attrs = str(value).split() if isinstance(value, str) else [str(v) for v in value]
+                attrs = list(value)
             if name not in lists:
                 lists[name] = []
                 order.append(name)
