@@ -190,6 +190,15 @@ def collect(rest: Sequence[str]) -> int:
         return print_bad_input(ExperimentError(
             f"collect {rest[0]}: not a launch record ({type(e).__name__}: {e}); give the file "
             f"printed at submission, or the command and its arguments"))
+    plugins = [x for i, x in enumerate(command)
+               if x.startswith("--plugin=") or (i and command[i - 1] == "--plugin")]
+    if plugins:
+        # a launch record is a file anyone with write access can edit: collect never imports
+        # code it names (the same rule as for the pickles it names)
+        return print_bad_input(ExperimentError(
+            f"collect {rest[0]}: its command loads plug-in code ({', '.join(plugins)}), and "
+            f"collect never imports code that an editable record names; run `python -m "
+            f"argtca.experiments collect {' '.join(command)}` yourself from {cwd}"))
     here = os.getcwd()
     try:   # the command's relative paths (--out-root, files) are from where it was launched
         os.chdir(cwd)

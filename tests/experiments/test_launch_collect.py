@@ -162,3 +162,18 @@ def test_slurm_launcher_without_slurm_is_one_line(tmp_path, monkeypatch):
     # its dry run needs no SLURM
     rc, out, err = _call(PLAN + ["--launcher", "slurm", "--dry-run"])
     assert rc == 0 and "would submit: " in out, err
+
+
+def test_record_whose_command_loads_a_plugin_is_refused_and_not_imported(tmp_path, monkeypatch):
+    """A record's command is re-run by collect: a --plugin it names would be imported (code run)
+    because someone edited the record. Refused in one line; the plug-in never runs."""
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "evil.py"
+    plugin.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    record = tmp_path / "plan.json"
+    for spelled in (["--plugin", str(plugin)], [f"--plugin={plugin}"]):
+        record.write_text(json.dumps({"command": PLAN + spelled, "cwd": str(tmp_path)}))
+        rc, out, err = _call(["collect", str(record)])
+        assert rc == 2 and not marker.exists()
+        assert len(err.strip().splitlines()) == 1 and str(plugin) in err and "collect" in err
