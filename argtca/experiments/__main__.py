@@ -204,6 +204,7 @@ def collect(rest: Sequence[str]) -> int:
 
 def _run(argv: List[str], collect: bool = False) -> int:
     from .plan import ExperimentError, check_opts, dispatching
+    from .preflight import PreflightError
     ap = build_parser()
     sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
     if not argv or argv[0] not in sub.choices:
@@ -240,6 +241,9 @@ def _run(argv: List[str], collect: bool = False) -> int:
                 return _command(a, datasets, kw)
             except stop as e:   # submitted without --wait, or a launcher's dry run
                 return e.code
+    except PreflightError as e:   # problems found before the first run: its own message
+        print(e, file=sys.stderr)
+        return 2
     except (ExperimentError, KeyError) as e:
         return print_bad_input(e)
 
