@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replace a report of other runs in --report-dir")
         if seeds is not None:
             p.add_argument("--seeds", default=seeds, help=f"seeds (default {seeds})")
-            p.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+            p.add_argument("--dry-run", action="store_true", help="list the runs (the finished "
+                           "ones marked) and what the real command would refuse; run nothing")
             p.add_argument("--quiet", action="store_true",
                            help="hide each run's progress output (errors still show)")
             launch_options(p)
@@ -121,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     t1.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="tuned.yaml of the tune command: the baselines' weights")
     t1.add_argument("--plan", action="store_true",
-                    help="print the runs, test images and estimated GPU time per dataset; run "
-                    "nothing")
+                    help="print the absent datasets, the views per method family, the "
+                    "finished runs, then the runs, test images and estimated GPU time per "
+                    "dataset; run nothing")
     t1.add_argument("--extended", action="store_true",
                     help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
                     "is named")
