@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Table 1: every method (zero-shot, TPT, C-TPT, O-TPT, A-TPT, TCA, ArgTCA-Div, ArgTCA-Disc) on
-# every dataset whose data is present, over seeds, then the report (Acc and ECE per dataset, the
-# Average column, mean ± std over seeds, best and second marked; Markdown, CSV, LaTeX).
+# Table 1: every method (the paper's eight rows -- zero-shot, TPT, C-TPT, O-TPT, A-TPT, TCA,
+# ArgTCA-Div, ArgTCA-Disc -- and the field's R-TPT, ZERO, MTA, TPS, TDA, DMN-ZS, BoostAdapter, DPE:
+# 16 in all) on every dataset whose data is present, over seeds, then the report (Acc and ECE per
+# dataset, the Average column, mean ± std over seeds, best and second marked; Markdown, CSV, LaTeX).
 #
 #   DATA=/path/to/data bash scripts/table1.sh [DATASET ...] [--seeds 1,2,3] [--methods ...]
 #       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]
@@ -11,7 +12,10 @@
 # listed first (with what is missing) and the rest runs. Each dataset's attribute file is the TCA
 # authors' (fetched once) unless DATASET.ATTRIBUTE_FILE is given. Each run has its own folder,
 # <out-root>/<method>/<dataset>/<hash8>/seed<N> (hash8: the settings that change numbers); finished
-# runs are only re-read. Report: <out-root>/report/table1-<hash8>/ (printed at the end).
+# runs are only re-read. Before the first run, what the runs share (weights, data, attribute files,
+# CUDA) is checked once: any problem stops everything with one message, nothing written.
+# --plan: runs, images and estimated GPU time, absent datasets and finished runs first.
+# Report: <out-root>/report/table1-<hash8>/ (printed at the end).
 # Environment: DATA (data root), OPTS="KEY VALUE ..." (overrides for every run), PYTHON.
 # All options: python -m argtca.experiments table1 --help
 set -euo pipefail

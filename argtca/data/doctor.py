@@ -49,6 +49,18 @@ def evaluated_datasets() -> List[type]:
     return out
 
 
+# fetch's words for a file that is not cached while offline; the doctor sets ARGTCA_OFFLINE
+# itself (it never downloads), so where the user did not, its notes say what is true instead
+_FETCH_OFFLINE = "is not cached and ARGTCA_OFFLINE is set"
+_DOCTOR_OFFLINE = ("is not in argtca's cache (python -m argtca.data check never downloads; "
+                   "any run on this dataset fetches it)")
+
+
+def _user_offline() -> bool:
+    from ..fetch import is_offline
+    return is_offline()
+
+
 @contextmanager
 def _offline():
     old = os.environ.get("ARGTCA_OFFLINE")
@@ -87,13 +99,15 @@ def check_dataset(cls, root: str, split: str = "test", limit: int = 10,
     cfg.DATASET.ROOT = root
     cfg.DATASET.NAME = cls.__name__
     cfg.DATASET.SPLIT = split
+    user_offline = _user_offline()
     try:
         with _offline():   # the doctor never downloads
             ds = cls(cfg, check_files=False)
     except DataError as e:
         rep.status = BROKEN
-        rep.notes.append(str(e).replace("\n", " "))
-        rep.fixes.append(_fix_for(str(e), cls, root))
+        msg = str(e).replace("\n", " ")
+        rep.notes.append(msg if user_offline else msg.replace(_FETCH_OFFLINE, _DOCTOR_OFFLINE))
+        rep.fixes.append(_fix_for(msg, cls, root, user_offline))
         return rep
     split_file = getattr(cls, "split_file", "")
     if split_file and not os.path.isfile(os.path.join(ds.dataset_path, split_file)):
@@ -123,10 +137,11 @@ def check_dataset(cls, root: str, split: str = "test", limit: int = 10,
     return rep
 
 
-def _fix_for(msg: str, cls, root: str) -> str:
-    if "ARGTCA_OFFLINE" in msg:   # a split/class-name file that is neither in the root nor cached
-        return ("run any argtca command on this dataset once with network access (the file is "
-                "fetched into argtca's cache), or copy the file as the message says")
+def _fix_for(msg: str, cls, root: str, user_offline: bool = False) -> str:
+    if _FETCH_OFFLINE in msg:   # a split/class-name file that is neither in the root nor cached
+        where = ("unset ARGTCA_OFFLINE (it is set here) and run" if user_offline else "run")
+        return (f"{where} any argtca command on this dataset once with network access (the file "
+                f"is fetched into argtca's cache), or copy the file as the message says")
     return how_to_get(cls, root, short=True)
 
 

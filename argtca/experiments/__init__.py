@@ -11,7 +11,9 @@ Each command lists the datasets that are absent (and what is missing) first and 
 each run in its own experiment folder ``<out-root>/<method>/<dataset>/<hash8>/seed<N>`` (the
 hash names every setting that can change a number: other settings never share a folder; a
 finished run is skipped, an interrupted one resumes), goes on when a run fails (listed at the
-end, exit status 1), and ends with its report under ``<out-root>/report/``.
+end, exit status 1), and ends with its report under ``<out-root>/report/``. Before the first run,
+what the runs share (weights, data, attribute files, CUDA) is checked once: any problem stops
+every run with one message naming each problem and its fix (exit status 2, nothing written).
 """
 from .plan import (ABLATION_DATASETS, BASELINES, METHODS, TABLE1_DATASETS, ExperimentError,
                    RunSpec, check_presence, load_baseline_config)

@@ -107,7 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="replace a report of other runs in --report-dir")
         if seeds is not None:
             p.add_argument("--seeds", default=seeds, help=f"seeds (default {seeds})")
-            p.add_argument("--dry-run", action="store_true", help="list the runs, run nothing")
+            p.add_argument("--dry-run", action="store_true", help="list the runs (the finished "
+                           "ones marked) and what the real command would refuse; run nothing")
             p.add_argument("--quiet", action="store_true",
                            help="hide each run's progress output (errors still show)")
             launch_options(p)
@@ -121,8 +122,9 @@ def build_parser() -> argparse.ArgumentParser:
     t1.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="tuned.yaml of the tune command: the baselines' weights")
     t1.add_argument("--plan", action="store_true",
-                    help="print the runs, test images and estimated GPU time per dataset; run "
-                    "nothing")
+                    help="print the absent datasets, the views per method family, the "
+                    "finished runs, then the runs, test images and estimated GPU time per "
+                    "dataset; run nothing")
     t1.add_argument("--extended", action="store_true",
                     help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
                     "is named")
@@ -213,6 +215,7 @@ def collect(rest: Sequence[str]) -> int:
 
 def _run(argv: List[str], collect: bool = False) -> int:
     from .plan import ExperimentError, check_opts, dispatching
+    from .preflight import PreflightError
     ap = build_parser()
     sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
     if not argv or argv[0] not in sub.choices:
@@ -249,6 +252,9 @@ def _run(argv: List[str], collect: bool = False) -> int:
                 return _command(a, datasets, kw)
             except stop as e:   # submitted without --wait, or a launcher's dry run
                 return e.code
+    except PreflightError as e:   # problems found before the first run: its own message
+        print(e, file=sys.stderr)
+        return 2
     except (ExperimentError, KeyError) as e:
         return print_bad_input(e)
 

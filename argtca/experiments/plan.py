@@ -302,7 +302,10 @@ def check_presence(datasets: Sequence[str], root: str, split: str = "test",
     return out
 
 
-def presence_lines(pres: Sequence[Presence], methods_need_attributes: bool) -> List[str]:
+def presence_lines(pres: Sequence[Presence], methods_need_attributes: bool,
+                   names: str = "TCA and ArgTCA") -> List[str]:
+    """The first lines of a command: the absent datasets (with what is missing) and, per present
+    dataset without an attribute file, the methods ``names`` left out there and why."""
     lines = []
     absent = [p for p in pres if not p.present]
     if absent:
@@ -311,7 +314,7 @@ def presence_lines(pres: Sequence[Presence], methods_need_attributes: bool) -> L
     if methods_need_attributes:
         for p in pres:
             if p.present and p.attributes_problem:
-                lines.append(f"  {p.dataset}: TCA and ArgTCA not run: {p.attributes_problem}")
+                lines.append(f"  {p.dataset}: {names} not run: {p.attributes_problem}")
     here = [p.dataset for p in pres if p.present]
     lines.append(f"present: {', '.join(here) if here else 'none'}")
     return lines
@@ -356,17 +359,35 @@ def dispatching(launcher: Optional[Callable[..., List["Outcome"]]]):
 
 def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
             tag: str = "experiments", quiet: bool = False,
-            runner: Optional[Callable[[List[str]], int]] = None) -> List[Outcome]:
+            runner: Optional[Callable[[List[str]], int]] = None,
+            also: Sequence[str] = ()) -> List[Outcome]:
     """Run every spec in order with ``argtca.run.main`` in this process (or hand them to the
-    launcher of :func:`dispatching`). A run whose hash-keyed folder is finished is skipped (its
-    records are only re-read by the report). A failing run is reported (its own error line is
-    printed by the run) and the others still run."""
+    launcher of :func:`dispatching`). First, once, what the runs share is checked
+    (argtca/experiments/preflight.py: each run set up as it will be, each weights file looked
+    up): any problem stops everything before the first run (:class:`PreflightError`, one message
+    naming every problem with its fix, ``also`` too: what the command leaves out anyway). A run
+    whose hash-keyed folder is finished is skipped (its records are only re-read by the report).
+    A run failing later is reported (its own error line is printed by the run) and the others
+    still run; the CPU-time box of real weights without CUDA is shown by the first run only."""
     launcher = _DISPATCH.get()
     if launcher is not None and runner is None:
         return launcher(list(specs), root, plugins, tag, quiet)
     if runner is None:
         from ..run import main as runner
-    resolve_run_dirs(specs, root, plugins)
+    from ..models.clip import CPU_WARNING_SHOWN
+    from .preflight import PreflightError, preflight, preflight_message
+    problems = preflight(specs, root, plugins)
+    if problems:
+        raise PreflightError(preflight_message(problems, len(specs), tag, also))
+    token = CPU_WARNING_SHOWN.set([])
+    try:
+        return _execute(specs, root, plugins, tag, quiet, runner)
+    finally:
+        CPU_WARNING_SHOWN.reset(token)
+
+
+def _execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str], tag: str, quiet: bool,
+             runner: Callable[[List[str]], int]) -> List[Outcome]:
     outcomes = []
     for i, s in enumerate(specs, 1):
         if finished(s):

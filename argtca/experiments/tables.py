@@ -18,39 +18,60 @@ from typing import Dict, List, Optional, Sequence
 
 from ..report.runs import ReportError
 
-from .plan import (ABLATION_DATASETS, NEEDS_ATTRIBUTES, TABLE1_DATASETS, TABLE1_EXTENSION,
+from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
                    Presence, RunSpec, plan_lines,
-                   as_float, check_presence, execute, failure_lines, load_baseline_config,
-                   presence_lines, resolve_run_dirs, split_method)
+                   as_float, check_presence, execute, failure_lines, finished,
+                   load_baseline_config, presence_lines, resolve_run_dirs, split_method)
+from .preflight import (check_methods, check_selectors, dropped_lines, needs_attributes,
+                        preflight, preflight_message, views_lines)
 
 
-def _present(datasets, root, opts, need_attr, tag, split="test") -> List[Presence]:
+def _split(opts, split="test") -> str:
     opts = list(opts)
     for k, v in zip(opts[::2], opts[1::2]):   # the split the runs evaluate is the one checked
         if k == "DATASET.SPLIT":
             split = v
-    pres = check_presence(datasets, root, split=split, opts=opts, need_attributes=need_attr)
-    for line in presence_lines(pres, need_attr):
+    return split
+
+
+def _present(datasets, root, opts, need_attr, tag, split="test",
+             methods: Sequence[str] = ()) -> List[Presence]:
+    opts = list(opts)
+    pres = check_presence(datasets, root, split=_split(opts, split), opts=opts,
+                          need_attributes=need_attr)
+    names = ", ".join(m for m in methods if needs_attributes(m, opts)) or "TCA and ArgTCA"
+    for line in presence_lines(pres, need_attr, names):
         print(f"[{tag}] {line}", flush=True)
     return pres
 
 
 def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
-            plugins: Sequence[str] = ()) -> int:
-    """Report over the finished runs; exit status 0 when every run finished, else 1."""
+            plugins: Sequence[str] = (), notes: Sequence[str] = ()) -> int:
+    """Report over the finished runs; exit status 0 when every run finished, else 1. ``notes``:
+    what the command left out (:func:`dropped_lines`), said once more at the end."""
     if not specs:
         print(f"[{tag}] error: nothing to run: no dataset is present (see above); set DATA or "
               f"--root to the data root (python -m argtca.data check), or try the embedded "
               f"demo: python -m argtca.experiments {tag} demo", file=sys.stderr)
         return 2
-    if dry_run:
-        resolve_run_dirs(specs, root, plugins)
+    if dry_run:   # the runs' folders and what the real command would refuse, nothing run
+        problems = preflight(specs, root, plugins)
+        done = [s for s in specs if finished(s)]
         for s in specs:
-            print(f"[{tag}] would run: {s.name} -> {s.where}"
-                  + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
+            print(f"[{tag}] {'finished (re-read)' if s in done else 'would run'}: {s.name} -> "
+                  f"{s.where}" + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
+        print(f"[{tag}] {len(done)} of {len(specs)} run(s) finished (re-read, not run again), "
+              f"{len(specs) - len(done)} to run")
+        for line in notes:
+            print(f"[{tag}] {line}")
+        if problems:
+            print(preflight_message(problems, len(specs), tag, notes), file=sys.stderr)
+            return 2
         return 0
     for line in failure_lines(outcomes, tag):
         print(line, file=sys.stderr)
+    for line in notes:
+        print(f"[{tag}] {line}", file=sys.stderr)
     done = [o.spec.out for o in outcomes if o.ok]
     if not done:
         print(f"[{tag}] error: no run finished, no report written", file=sys.stderr)
@@ -74,13 +95,14 @@ def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequenc
     """Seed-major (one seed of every dataset and method first), then dataset, then method.
     A tuned method's weights are overrides like any other: its runs get their own folders."""
     specs = []
+    need = {name: needs_attributes(name, opts) for name in methods}
     for seed in seeds:
         for p in pres:
             if not p.present:
                 continue
             for name in methods:
                 method, sel = split_method(name)
-                if method in NEEDS_ATTRIBUTES and p.attributes_problem:
+                if need[name] and p.attributes_problem:
                     continue
                 ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
                 specs.append(RunSpec(method, p.dataset, seed, None, sel, ov,
@@ -103,26 +125,55 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
     datasets = list(datasets) or (TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
     methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
     methods = list(dict.fromkeys(methods)) or METHODS
-    for m in methods:
-        split_method(m)
+    check_methods(methods, plugins)
+    out_root = Path(out_root)
+    tuned = load_baseline_config(baseline_config) if baseline_config else None
     if plan:
         n = -1
         for k, v in zip(list(opts)[::2], list(opts)[1::2]):
             if k == "DATASET.NUM_IMAGES":
                 n = int(v)
-        for line in plan_lines(datasets, methods, seeds, n):
+        lines = plan_head(datasets, methods, seeds, root, out_root, opts, plugins, tuned)
+        for line in lines + plan_lines(datasets, methods, seeds, n):
             print(f"[table1] {line}")
         return 0
-    out_root = Path(out_root)
-    tuned = load_baseline_config(baseline_config) if baseline_config else None
-    need_attr = any(split_method(m)[0] in NEEDS_ATTRIBUTES for m in methods)
-    pres = _present(datasets, root, opts, need_attr, "table1")
+    need_attr = any(needs_attributes(m, opts) for m in methods)
+    pres = _present(datasets, root, opts, need_attr, "table1", methods=methods)
     specs = plan_table1(pres, methods, seeds, out_root, opts, tuned)
-    outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet)
+    notes = dropped_lines(pres, methods, opts)
+    outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet, also=notes)
     prefix = f"table1-{Path(baseline_config).stem}" if baseline_config else "table1"
     return _finish(outcomes, "table1", lambda done: make_report(
         done, report_dir, show_std=True, force=force, default_parent=out_root / "report",
-        prefix=prefix), dry_run, specs, root, plugins)
+        prefix=prefix), dry_run, specs, root, plugins, notes)
+
+
+def plan_head(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[int], root: str,
+              out_root: Path, opts: Sequence[str], plugins: Sequence[str] = (),
+              tuned: Optional[Dict[str, List[str]]] = None) -> List[str]:
+    """The first lines of ``table1 --plan``: the datasets absent here (the estimate below still
+    counts their published test splits), the views each method family makes and what the
+    estimate assumes, and the runs already finished under ``out_root``."""
+    pres = check_presence(datasets, root, split=_split(opts), opts=opts, need_attributes=False)
+    absent = [p for p in pres if not p.present]
+    lines = []
+    if absent:
+        why = ("no data root: set $DATA or pass --root /path/to/data" if not root else
+               f"not under {root}: python -m argtca.data check "
+               f"{' '.join(p.dataset for p in absent)} --root {root} says what is missing")
+        lines.append(f"absent here: {len(absent)} of {len(pres)} dataset(s) "
+                     f"({', '.join(p.dataset for p in absent)}): {why}; the estimate below "
+                     f"counts their published test splits, a run now would skip them")
+    lines += views_lines(methods, opts)
+    specs = plan_table1(pres, methods, seeds, out_root, opts, tuned)
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        resolve_run_dirs(specs, root, plugins)
+    done = [s for s in specs if finished(s)]
+    lines.append(f"finished under {out_root}: {len(done)} of the {len(specs)} run(s) of the "
+                 f"present datasets (re-read, not run again; the estimate counts every run)"
+                 + (":" if done else ""))
+    lines += [f"  {s.name} -> {s.out}" for s in done]
+    return lines
 
 
 # ----------------------------------------------------------------------------- Table 2
@@ -155,13 +206,17 @@ def table2(datasets: Sequence[str] = (), seeds: Sequence[int] = (1,), root: str 
            selectors: Sequence[str] = ("div", "disc"), dry_run: bool = False,
            quiet: bool = False, report_dir=None, force: bool = False) -> int:
     from ..report import make_ablation_report
+    check_selectors(selectors, plugins)
     out_root = Path(out_root)
-    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table2")
+    names = [f"argtca-{s}" for s in selectors] + ["argtca-random"]
+    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "table2",
+                    methods=names)
     specs = plan_ablation(pres, seeds, out_root, opts, selectors)
-    outcomes = [] if dry_run else execute(specs, root, plugins, "table2", quiet)
+    notes = dropped_lines(pres, names, opts)
+    outcomes = [] if dry_run else execute(specs, root, plugins, "table2", quiet, also=notes)
     return _finish(outcomes, "table2", lambda done: make_ablation_report(
         done, report_dir, force=force, default_parent=out_root / "report", prefix="table2"),
-        dry_run, specs, root, plugins)
+        dry_run, specs, root, plugins, notes)
 
 
 # ----------------------------------------------------------------------------- sweep
@@ -194,18 +249,22 @@ def sweep(datasets: Sequence[str] = (), selectors: Sequence[str] = ("div", "disc
           dry_run: bool = False, quiet: bool = False, report_dir=None,
           force: bool = False) -> int:
     from ..report import make_sweep_report
+    check_selectors(selectors, plugins)
     out_root = Path(out_root)
-    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "sweep")
+    names = [f"argtca-{s}" for s in selectors]
+    pres = _present(list(datasets) or ABLATION_DATASETS, root, opts, True, "sweep",
+                    methods=names)
     specs = plan_sweep(pres, selectors, seeds, out_root, opts, alphas, betas, fixed_alpha,
                        fixed_beta)
-    outcomes = [] if dry_run else execute(specs, root, plugins, "sweep", quiet)
+    notes = dropped_lines(pres, names, opts)
+    outcomes = [] if dry_run else execute(specs, root, plugins, "sweep", quiet, also=notes)
     failed = [(o.spec.dataset, o.spec.method, o.spec.selector,
                float(value_of(o.spec.overrides, "TRAINER.ARGTCA.ALPHA")),
                float(value_of(o.spec.overrides, "TRAINER.ARGTCA.BETA")))
               for o in outcomes if not o.ok]     # marked in the report, not left out
     return _finish(outcomes, "sweep", lambda done: make_sweep_report(
         done, report_dir, force=force, default_parent=out_root / "report", prefix="sweep",
-        missing=failed), dry_run, specs, root, plugins)
+        missing=failed), dry_run, specs, root, plugins, notes)
 
 
 def value_of(overrides: Sequence[str], key: str) -> str:

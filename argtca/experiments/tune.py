@@ -223,7 +223,7 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
     out_root = Path(out_root)
     pres = check_presence([dataset], root, split=split, opts=opts,
                           need_attributes="tca" in {method_of(k) for k in grid})
-    for line in presence_lines(pres, True):
+    for line in presence_lines(pres, True, "tca"):
         print(f"[tune] {line}", flush=True)
     p = pres[0]
     if not p.present:

@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 import time
+from contextvars import ContextVar
 from typing import Dict, Optional, Sequence, Tuple
 from urllib.parse import urlsplit
 
@@ -149,7 +150,18 @@ def check_before_run(cfg, device, n_images: int) -> None:
         raise ConfigError(f"RUN.REQUIRE_CUDA is True but {what}: run on a machine with a GPU "
                           f"(and USE_CUDA True), or set RUN.REQUIRE_CUDA False")
     if cfg.USE_CUDA and _real_weights(cfg):
-        print(cpu_run_warning(cfg, n_images, int(cfg.TTA.N_VIEWS)), file=sys.stderr, flush=True)
+        shown = CPU_WARNING_SHOWN.get()   # a batch of runs (argtca.experiments) shows it once
+        if shown is None or not shown:
+            print(cpu_run_warning(cfg, n_images, int(cfg.TTA.N_VIEWS)), file=sys.stderr,
+                  flush=True)
+        if shown is not None:
+            shown.append(True)
+
+
+# None: every run warns; a list (set by argtca.experiments' runner around its runs): the first
+# run that would compute on the CPU with real weights warns, the others do not repeat the box
+CPU_WARNING_SHOWN: ContextVar[Optional[list]] = ContextVar("argtca_cpu_warning_shown",
+                                                          default=None)
 
 
 def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:

@@ -78,6 +78,52 @@ def zeroshot_cfg(cfg):
     return c
 
 
+def _missing_dirs(path: str) -> List[str]:
+    """The folders ``os.makedirs(path)`` would create, deepest first (absolute paths)."""
+    out, p = [], os.path.abspath(path)
+    while not os.path.exists(p) and os.path.dirname(p) != p:
+        out.append(p)
+        p = os.path.dirname(p)
+    return out
+
+
+def _empty_unstarted(out_dir: str, before: set) -> None:
+    """Remove what this run wrote into its folder (the entries not in ``before``: config.json,
+    the lock file, ...) when it holds no record. Called while this run holds the folder's lock;
+    records and what was there before are never removed."""
+    import shutil
+
+    from argtca.engine.run_folder import LOCK_NAME
+    rec = os.path.join(out_dir, "records.jsonl")
+    try:
+        if os.path.isfile(rec) and os.path.getsize(rec) > 0:
+            return
+        for entry in os.scandir(out_dir):
+            if entry.name in before or entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        if LOCK_NAME not in before:   # still held: no other run can be in the folder
+            os.unlink(os.path.join(out_dir, LOCK_NAME))
+    except OSError:   # what could not be removed stays; the run's own error is the one shown
+        pass
+
+
+def _remove_made(made: List[str], settings_dir: str) -> None:
+    """Remove the empty folders of ``made`` (deepest first; a folder that holds anything stops
+    it), and the experiment folder's settings.json where this run wrote it and nothing else is
+    there."""
+    for d in made:
+        try:
+            if d == settings_dir and os.listdir(d) == ["settings.json"]:
+                os.unlink(os.path.join(d, "settings.json"))
+            os.rmdir(d)
+        except OSError:
+            return
+
+
 class TestTimeTrainer:
     """Base trainer. Subclasses set ``method``, ``label``, ``objective_name`` and may override
     ``prompt_suffixes`` (class prompts by default) and ``check_cfg``."""
@@ -288,12 +334,24 @@ class TestTimeTrainer:
         set_random_seed(int(cfg.SEED))
         out_dir = self.output_dir()
         print(f"argtca: run folder {os.path.abspath(out_dir)}", flush=True)
+        # a run that fails before its first record (weights missing, ...) removes the folders it
+        # made: the corrected command may have another hash, and would never reuse them
+        made = _missing_dirs(out_dir)
+        before = set() if made else set(os.listdir(out_dir))
         os.makedirs(out_dir, exist_ok=True)
-        if not self.explicit_output_dir:   # what the experiment folder <hash8>/ stands for
-            self.write_settings(os.path.dirname(out_dir))
-        # one writer per folder: a second run here is refused; the lock dies with this process
-        with RunLock(out_dir):
-            return self._test_in(out_dir)
+        try:
+            if not self.explicit_output_dir:   # what the experiment folder <hash8>/ stands for
+                self.write_settings(os.path.dirname(out_dir))
+            # one writer per folder: a second run here is refused; the lock dies with this process
+            with RunLock(out_dir):
+                try:
+                    return self._test_in(out_dir)
+                except Exception:
+                    _empty_unstarted(out_dir, before)
+                    raise
+        except Exception:
+            _remove_made(made, os.path.dirname(os.path.abspath(out_dir)))
+            raise
 
     def write_settings(self, exp_dir: str) -> None:
         path = os.path.join(exp_dir, "settings.json")

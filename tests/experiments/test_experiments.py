@@ -480,23 +480,27 @@ def test_execute_goes_on_after_a_failure_and_stops_on_ctrl_c(tmp_path, capsys):
     assert "interrupted" in capsys.readouterr().err
 
 
-def test_execute_skips_finished_runs_and_starts_unresolvable_ones(tmp_path, capsys):
-    """A hash-keyed folder holding config.json and summary.json is not started again; a run
-    whose folder cannot be worked out beforehand (here: no data) is started with --output-root
-    and reports its own error."""
-    from argtca.experiments.plan import RunSpec, execute, failure_lines
+def test_execute_skips_finished_runs_and_checks_the_rest_before_any(tmp_path, capsys):
+    """A hash-keyed folder holding config.json and summary.json is not started again (nor
+    checked); a run that cannot be set up (here: no data) stops every run before the first
+    starts, with one message naming the problem, its fix and the run."""
+    from argtca.experiments.plan import RunSpec, execute
+    from argtca.experiments.preflight import PreflightError
     done = tmp_path / "tpt/demo/0123abcd/seed1"
     done.mkdir(parents=True)
     for f in ("config.json", "summary.json"):
         (done / f).write_text("{}")
+    no_data = tmp_path / "no_data"
     specs = [RunSpec("tpt", "demo", 1, done, out_root=tmp_path),
              RunSpec("tpt", "caltech101", 1, out_root=tmp_path)]
     calls = []
-    outcomes = execute(specs, str(tmp_path / "no_data"), tag="t",
+    with pytest.raises(PreflightError) as e:
+        execute(specs, str(no_data), tag="t", runner=lambda argv: calls.append(argv) or 2)
+    msg = str(e.value)
+    assert calls == [] and msg.startswith("[t] error: no run started:")
+    assert f"data root {no_data}" in msg and "(tpt on caltech101, seed 1)" in msg
+    assert msg.count("data root") == 1 and specs[1].out is None
+    outcomes = execute(specs[:1], str(no_data), tag="t",
                        runner=lambda argv: calls.append(argv) or 2)
-    assert len(calls) == 1 and calls[0][calls[0].index("--output-root") + 1] == str(tmp_path)
-    assert "--output-dir" not in calls[0] and specs[1].out is None
-    assert [o.ok for o in outcomes] == [True, False]
-    assert f"[t] 1/2 tpt on demo, seed 1 -> {done} (finished: re-read)" in capsys.readouterr().out
-    assert failure_lines(outcomes, "t")[1].endswith(
-        f"exit 2, {tmp_path}/tpt/caltech101/<hash8>/seed1")
+    assert calls == [] and [o.ok for o in outcomes] == [True]
+    assert f"[t] 1/1 tpt on demo, seed 1 -> {done} (finished: re-read)" in capsys.readouterr().out
