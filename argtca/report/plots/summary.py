@@ -118,7 +118,8 @@ def _heatmap(values, datasets, metric, title) -> Figure:
     lines cannot show readably."""
     methods = list(values)
     v = np.array([values[m] for m in methods], dtype=float)
-    fig = Figure(figsize=(2.2 + 0.55 * len(datasets), 1.3 + 0.22 * len(methods)),
+    names_in = max(len(m) for m in methods) * 0.62 * 8 / 72     # the y tick labels
+    fig = Figure(figsize=(names_in + 1.4 + 0.6 * len(datasets), 1.3 + 0.22 * len(methods)),
                  layout="constrained")
     ax = fig.add_subplot()
     finite = v[np.isfinite(v)]
