@@ -9,7 +9,8 @@ Which figures a report gets (``path`` = ``<folder>/<stem>.png``; a PDF beside ev
 * otherwise one figure per dataset, ``<stem>_<dataset>.png``, each laid out as the
   one-dataset figure (so the same method sits in the same place on every page).
 
-So a figure never holds more than 5 panels a row nor gets taller or wider than about 2:1.
+So a figure never holds more than 5 panels a row, and its aspect ratio stays within about
+1:2 and 2:1 (up to 75 methods; tests/report/test_figures.py checks 1:3..3:1).
 """
 from __future__ import annotations
 

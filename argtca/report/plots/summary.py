@@ -46,7 +46,7 @@ def ece_radar(values: Mapping[str, Sequence[float]], datasets: Sequence[str], pa
 def _bars(values, datasets, metric, title) -> Figure:
     methods = list(values)
     n_m, n_d = len(methods), len(datasets)
-    fig = Figure(figsize=(5.5, 0.9 + max(n_m, 2) * (0.16 + 0.12 * n_d)), layout="constrained")
+    fig = Figure(figsize=(5.5, max(2.2, 0.9 + n_m * (0.16 + 0.12 * n_d))), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n_m)
     h = 0.8 / n_d
@@ -119,7 +119,8 @@ def _heatmap(values, datasets, metric, title) -> Figure:
     methods = list(values)
     v = np.array([values[m] for m in methods], dtype=float)
     names_in = max(len(m) for m in methods) * 0.62 * 8 / 72     # the y tick labels
-    fig = Figure(figsize=(names_in + 1.4 + 0.6 * len(datasets), 1.3 + 0.22 * len(methods)),
+    width = names_in + 1.4 + 0.6 * len(datasets)
+    fig = Figure(figsize=(width, max(1.3 + 0.22 * len(methods), width / 2.5)),
                  layout="constrained")
     ax = fig.add_subplot()
     finite = v[np.isfinite(v)]
