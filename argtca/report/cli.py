@@ -223,17 +223,17 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
                 notes[(lab, dict(datasets)[dk])] = f"(mean of {with_rec} seeds)"
     rows = [lab for lab in labels if any((lab, d) in grid for d in names)]
     if rows:
-        written["reliability.png"] = plots.reliability_grid(
+        written.update(plots.reliability_grid(
             grid, rows, names, out / "reliability.png", n_bins=n_bins, notes=notes, eces=eces,
             suptitle="Reliability diagrams (bars: the records of every seed pooled; ECE: mean "
-                     "over seeds, as in table.md)")
-        written["confidence_hist.png"] = plots.confidence_hist_grid(
-            grid, rows, names, out / "confidence_hist.png", n_bins=n_bins)
+                     "over seeds, as in table.md)"))
+        written.update(plots.confidence_hist_grid(
+            grid, rows, names, out / "confidence_hist.png", n_bins=n_bins))
     else:
         _warn("no records.jsonl in any run: reliability and histogram plots skipped")
     radar = {lab: [cells[(lab, dk)].mean("ece") if (lab, dk) in cells else math.nan
                    for dk, _ in datasets] for lab in labels}
-    written["radar_ece.png"] = plots.ece_radar(radar, names, out / "radar_ece.png")
+    written.update(plots.ece_radar(radar, names, out / "radar_ece.png"))
     return written
 
 
@@ -258,8 +258,8 @@ def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
     write_skipped(out, problems, written)
     for sym, fname in (("α", "sweep_alpha.png"), ("β", "sweep_beta.png")):
         if both[sym]:
-            written[fname] = plots.sweep_plot(both[sym], sym, out / fname,
-                                              title=f"Sensitivity to {sym}")
+            written.update(plots.sweep_plot(both[sym], sym, out / fname,
+                                            title=f"Sensitivity to {sym}"))
     (out / "sweep.md").write_text(_sweep_markdown(both))
     written["sweep.md"] = out / "sweep.md"
     return written

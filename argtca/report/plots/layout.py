@@ -1,0 +1,172 @@
+"""What every report figure shares: the paper-scale style, the small-multiples grid, wrapped
+titles, the shared legend and the PNG + PDF pair.
+
+Sizes are physical: a panel is about 1.7 in wide, so a row of four fits a NeurIPS text width
+(5.5 in) at ~75 % scale and the 7-8 pt text stays legible there. Layout is matplotlib's
+constrained layout throughout (titles, tick labels and the outside legend get their room from
+the layout engine); only the figure size is computed here, from the number of panels.
+"""
+from __future__ import annotations
+
+import math
+import re
+import textwrap
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+
+import matplotlib
+from matplotlib import colormaps
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+MAX_COLS = 5          # panels a row, at most
+PANEL_IN = 1.7        # a panel's width (and a square panel's height), inches
+DPI = 200             # PNG resolution: 1400-1800 px for a 4-5 panel row
+
+STYLE = {
+    "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "legend.fontsize": 8, "figure.titlesize": 9.5,
+    "axes.spines.top": False, "axes.spines.right": False, "axes.linewidth": 0.7,
+    "xtick.major.width": 0.7, "ytick.major.width": 0.7, "xtick.major.size": 2.5,
+    "ytick.major.size": 2.5, "hatch.linewidth": 0.5,
+    # TrueType (Type 42) fonts in the PDF: conference checkers reject Type 3 fonts
+    "pdf.fonttype": 42, "ps.fonttype": 42,
+}
+
+ACC_COLOR = "#3b6fb6"
+GAP_COLOR = "#d62728"
+CORRECT_COLOR = "#2ca02c"
+WRONG_COLOR = "#d62728"
+
+
+@contextmanager
+def paper_style() -> Iterator[None]:
+    """The report's rcParams for the figures built (and saved) inside; pyplot's global state
+    and the user's interactive backend stay untouched (``Figure`` renders with Agg)."""
+    with matplotlib.rc_context(STYLE):
+        yield
+
+
+def colors(n: int) -> list:
+    cmap = colormaps["tab10" if n <= 10 else "tab20"]
+    return [cmap(i % cmap.N) for i in range(n)]
+
+
+def chars_per_line(width_in: float, fontsize: float) -> int:
+    """How many characters of DejaVu Sans at ``fontsize`` fit ``width_in`` (its mean advance is
+    ~0.6 em; a little under so that a wrapped line never reaches its neighbour)."""
+    return max(8, int(width_in * 72 / (0.62 * fontsize)))
+
+
+def wrap(text: str, width: int) -> str:
+    """Wrap each line of ``text`` at word boundaries (long words are cut)."""
+    return "\n".join(textwrap.fill(line, width, break_on_hyphens=False) or line
+                     for line in text.split("\n"))
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_.") or "x"
+
+
+def choose_cols(n: int) -> int:
+    """Columns of a wrapped grid of ``n`` panels: one row up to 3, else the most square grid
+    (4x4 for 16), never more than MAX_COLS."""
+    if n <= 3:
+        return max(n, 1)
+    return min(MAX_COLS, math.ceil(math.sqrt(n)))
+
+
+Block = Tuple[str, int]     # (title, number of panels)
+
+
+def panel_grid(blocks: Sequence[Block], ncols: int, panel_h: float, title: str,
+               legend_rows: int = 1, panel_w: float = PANEL_IN, subplot_kw=None
+               ) -> Tuple[Figure, List[List[Optional[Axes]]]]:
+    """A constrained-layout figure of ``blocks``, each a titled group of panels wrapped at
+    ``ncols`` a row (a subfigure per block when there are several). Returns the figure and,
+    per block, its axes in reading order (the unused cells of the last row are removed).
+
+    Each axes gets ``is_left`` / ``is_bottom`` attributes (first column; no panel of its block
+    below it) so callers label only the outer panels."""
+    rows = [math.ceil(n / ncols) for _, n in blocks]
+    width = ncols * (panel_w + 0.12) + 0.45
+    title = figure_title(title, width) if title else ""
+    title_lines = title.count("\n") + 1 if title else 0
+    height = (sum(rows) * (panel_h + 0.5) + 0.3 * (len(blocks) > 1) * len(blocks)
+              + 0.16 * title_lines + 0.25 * legend_rows + 0.35)
+    fig = Figure(figsize=(width, height), layout="constrained")
+    fig.get_layout_engine().set(w_pad=0.02, h_pad=0.03, wspace=0.04, hspace=0.04)
+    holders = (fig.subfigures(len(blocks), 1, height_ratios=rows, squeeze=False)[:, 0]
+               if len(blocks) > 1 else [fig])
+    out: List[List[Optional[Axes]]] = []
+    for holder, (btitle, n), nrow in zip(holders, blocks, rows):
+        grid = holder.subplots(nrow, ncols, squeeze=False, subplot_kw=subplot_kw)
+        if len(blocks) > 1:
+            holder.suptitle(btitle, fontsize=9, fontweight="bold")
+        axes: List[Optional[Axes]] = []
+        for k in range(nrow * ncols):
+            i, j = divmod(k, ncols)
+            ax = grid[i, j]
+            if k >= n:
+                ax.remove()
+                continue
+            ax.is_left = j == 0
+            ax.is_bottom = k + ncols >= n
+            axes.append(ax)
+        out.append(axes)
+    if title:
+        fig.suptitle(title)
+    return fig, out
+
+
+def label_outer(ax: Axes, xlabel: str, ylabel: str, show_left_ticks: bool = False) -> None:
+    """Axis labels on the outer panels only; tick labels where a label would be."""
+    if ax.is_bottom:
+        ax.set_xlabel(xlabel)
+    else:
+        ax.tick_params(labelbottom=False)
+    if ax.is_left:
+        ax.set_ylabel(ylabel)
+    elif not show_left_ticks:
+        ax.tick_params(labelleft=False)
+
+
+def shared_legend(fig: Figure, handles: list) -> None:
+    """One legend for all panels, below them, in as many columns as the figure's width holds."""
+    width_in = fig.get_figwidth()
+    need = [0.45 + len(h.get_label()) * 0.62 * STYLE["legend.fontsize"] / 72 for h in handles]
+    ncols = len(handles)
+    while ncols > 1 and max(sum(need[i:i + ncols]) for i in range(0, len(need), ncols)) > \
+            width_in - 0.3:
+        ncols -= 1
+    fig.legend(handles=handles, loc="outside lower center", ncols=ncols, frameon=False,
+               handlelength=1.6, columnspacing=1.2)
+
+
+def figure_title(text: str, width_in: float) -> str:
+    return wrap(text, chars_per_line(width_in - 0.2, STYLE["figure.titlesize"]))
+
+
+def save(fig: Figure, png: Path) -> Dict[str, Path]:
+    """``png`` and the vector PDF beside it (same stem); {file name: path}."""
+    png = Path(png)
+    png.parent.mkdir(parents=True, exist_ok=True)
+    pdf = png.with_suffix(".pdf")
+    fig.savefig(png, dpi=DPI)
+    # no creation date: the same runs give the same bytes
+    fig.savefig(pdf, metadata={"CreationDate": None})
+    return {png.name: png, pdf.name: pdf}
+
+
+def remove_stale(png: Path, keep: Sequence[Path]) -> None:
+    """Delete this figure's files from an earlier report in the same folder (``<stem>.png``,
+    ``<stem>_*.png`` and their PDFs) that this report does not write again: a report updated
+    with more datasets switches from one figure to one per dataset, and the old single figure
+    must not stay beside the new ones."""
+    png = Path(png)
+    keep_names = {Path(k).name for k in keep}
+    for ext in (".png", ".pdf"):
+        for old in [png.with_suffix(ext), *png.parent.glob(f"{png.stem}_*{ext}")]:
+            if old.name not in keep_names and old.is_file():
+                old.unlink()
