@@ -25,7 +25,8 @@ import json
 import math
 from typing import Any, Dict, Tuple
 
-from ..engine.run_folder import NON_RESULT_KEYS, flatten_cfg
+from ..engine.run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
+                                 flatten_cfg)
 
 # Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
 # SEED is one (it draws the views) but is the axis the report averages over, never part of a
@@ -54,11 +55,24 @@ RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.
                        "TTA.STREAM.", "TRAINER.ZERO.", "TRAINER.MTA.", "TRAINER.RTPT.",
                        "TRAINER.TPS.", "TRAINER.TDA.", "TRAINER.DMN.",
                        "TRAINER.BOOSTADAPTER.", "TRAINER.DPE.")
-# keys only the fingerprint has (not config keys): the test set, the device type and the sha256
+# keys only the fingerprint has (not config keys): the test set, the device type, the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
+# and the module that provides a selector or method when it is not argtca's own
+# (PROVIDER.SELECTOR / PROVIDER.METHOD: "<module> (<file>)", a plug-in that may override a
+# built-in name: another experiment)
 FILE_HASH_PREFIX = "FILE_SHA256."
-FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX)
-FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", "STREAM.ORDER_SHA256")
+PROVIDER_PREFIX = "PROVIDER."
+FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX, PROVIDER_PREFIX)
+FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", STREAM_ORDER_KEY)
+
+# the input files (FILE_SHA256.<role>) that belong to a dataset: its split and class-name files,
+# its attribute file and the vocabularies a GAT is trained on (chosen per target dataset); they
+# differ between datasets by nature. Every other role (the weights, CoOp's context checkpoint,
+# plug-in modules, and any role not listed here) is the same for every dataset of a row.
+DATASET_FILE_ROLES = ("SPLIT_FILE",)
+DATASET_FILE_ROLE_PREFIXES = ("DATASET.", "TRAINER.ARGTCA.GAT.TRAIN_ON.")
+GLOBAL_FILE_ROLES = ("MODEL.PRETRAINED", "TTA.CTX_CHECKPOINT")
+GLOBAL_FILE_ROLE_PREFIXES = ("PLUGIN.",)
 
 # rows differing in one of these are different experiments: never ranked against each other
 PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")
@@ -66,7 +80,8 @@ PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "
 DATASET_KEYS = frozenset({"DATASET.ROOT", "DATASET.NAME", "DATASET.ATTRIBUTE_FILE",
                           "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE"})
 # keys the display label already names (method, selector)
-LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR"})
+LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR", "PROVIDER.SELECTOR",
+                        "PROVIDER.METHOD"})
 # short names in row labels and table headers (others: the key's last part, lower case)
 SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
                "DATASET.ATTRIBUTE_FILE": "attributes", "DATASET.ROOT": "data root",
@@ -83,11 +98,23 @@ def is_result_key(key: str) -> bool:
                                            or key.startswith(RESULT_KEY_PREFIXES))
 
 
+def is_dataset_file_role(role: str) -> bool:
+    """An input file role (FILE_SHA256.<role>) that is a dataset's own file."""
+    return role in DATASET_FILE_ROLES or role.startswith(DATASET_FILE_ROLE_PREFIXES)
+
+
+def is_classified_file_role(role: str) -> bool:
+    return is_dataset_file_role(role) or role in GLOBAL_FILE_ROLES or role.startswith(
+        GLOBAL_FILE_ROLE_PREFIXES)
+
+
 def is_dataset_key(key: str) -> bool:
+    """A key whose value differs between datasets by nature (the dataset's name, files, test set
+    and, for a fixed stream seed, the stream order over its test set): compared between runs of
+    one dataset only, never splitting a row across datasets."""
     if key.startswith(FILE_HASH_PREFIX):   # the content of a dataset's file is the dataset's
-        role = key[len(FILE_HASH_PREFIX):]
-        return role in DATASET_KEYS or role.startswith("DATASET.")
-    return key in DATASET_KEYS or key.startswith("TEST_SET.")
+        return is_dataset_file_role(key[len(FILE_HASH_PREFIX):])
+    return key in DATASET_KEYS or key.startswith("TEST_SET.") or key == STREAM_ORDER_KEY
 
 
 def is_hash_key(key: str) -> bool:
@@ -107,13 +134,15 @@ def config_default(key: str) -> Any:
 
 def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:
     """A run's identity: argtca's defaults, then the summary's overrides, then its fingerprint
-    (``config.json``; older run folders may lack it or some of its keys), without the seed and
-    the keys that cannot change a number."""
+    (``config.json``; older run folders may lack it or some of its keys), without the seed (and
+    the stream order it draws: run_folder.seed_axis_keys) and the keys that cannot change a
+    number."""
     out = dict(default_settings())
     out.update(overrides)
     out.update(config)
-    return {k: _plain(v) for k, v in sorted(out.items())
-            if k != "SEED" and k not in NON_RESULT_KEYS}
+    # the seed, and the stream order drawn from it, are the axis a cell averages over
+    return {k: _plain(v) for k, v in sorted(experiment_settings(out).items())
+            if k not in NON_RESULT_KEYS}
 
 
 def _plain(v: Any) -> Any:
