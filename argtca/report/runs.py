@@ -294,9 +294,10 @@ def _read_run(d: Path) -> Tuple[Optional[Run], Optional[RunProblem]]:
             return None, RunProblem(d, "incomplete", f"summary.json covers {n} images but "
                                     f"records.jsonl holds {k}; {again}")
     if records is None or not len(records["conf"]):
-        return None, RunProblem(d, "broken", "no records in records.jsonl: the report reads a "
-                                "run's numbers from its records; run the same command again to "
-                                "make them, or delete this run folder")
+        what = "no records.jsonl" if records is None else "records.jsonl holds no record"
+        return None, RunProblem(d, "broken", f"{what}: the report reads a run's numbers from its "
+                                "records; run the same command again to make them, or delete "
+                                "this run folder")
     metrics = record_metrics(records)
     wrong = summary_disagreement(summary, metrics)
     if wrong:
