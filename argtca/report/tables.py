@@ -302,7 +302,7 @@ def stream_note(runs: Sequence[Run]) -> str:
         if order == "index":
             orders.add("the split file's order")
         elif seed is None or int(seed) < 0:
-            orders.add("shuffled by each run's seed")
+            orders.add("shuffled by each seed")
         else:
             orders.add(f"shuffled by stream seed {int(seed)}")
     return ("Rows marked (online) carry their state from image to image over one stream of the "

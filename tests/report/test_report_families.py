@@ -40,7 +40,7 @@ def test_rows_are_grouped_by_family_and_online_rows_say_their_order(tmp_path):
     rows = [ln.split("|")[1].strip() for ln in md.splitlines() if ln.startswith("| ")]
     assert rows == ["Method", "*TPT family*", "TPT", "", "R-TPT", "", "*Training-free*", "ZERO",
                     "", "*Online*", "TDA (online)", ""]
-    assert "stream order: shuffled by each run's seed (TTA.STREAM)" in md
+    assert "stream order: shuffled by each seed (TTA.STREAM)" in md
     tex = table_latex(t)
     # one rule between rows of a family, a double one between families
     assert tex.count("\\midrule\\midrule") == 2
