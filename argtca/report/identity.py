@@ -23,6 +23,7 @@ import functools
 import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Any, Dict, Tuple
 
 from ..engine.run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
@@ -125,6 +126,55 @@ def is_hash_key(key: str) -> bool:
 def default_settings() -> Dict[str, Any]:
     from ..config import get_cfg_default
     return flatten_cfg(get_cfg_default())
+
+
+# each method's own defaults (its paper's protocol: views, selection, AugMix, ...), stated in
+# configs/trainers/<method>.yaml over argtca/config/defaults.py
+TRAINER_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "trainers"
+# keys whose "auto" the run resolves before it is fingerprinted (trainers/base.py resolve_auto)
+AUTO_KEYS = ("TTA.ENGINE", "TTA.COMPILE")
+
+
+DATASET_CONFIGS = TRAINER_CONFIGS.parent / "datasets"
+
+
+def _alnum(s: str) -> str:
+    return "".join(ch for ch in str(s).lower() if ch.isalnum())
+
+
+@functools.lru_cache(maxsize=None)
+def method_defaults(method: str, dataset: str = "") -> Dict[str, Any]:
+    """The settings a method runs with on a dataset unless the user changes them, merged as the
+    scripts merge them: argtca's defaults, ``configs/datasets/<dataset>.yaml`` (e.g. the demo's
+    input size), then ``configs/trainers/<method>.yaml`` (those that exist)."""
+    from ..config import get_cfg_default
+    cfg = get_cfg_default()
+    files = [p for p in sorted(DATASET_CONFIGS.glob("*.yaml"))
+             if dataset and _alnum(p.stem) == _alnum(dataset)]
+    files.append(TRAINER_CONFIGS / f"{method}.yaml")
+    for path in files:
+        if path.is_file():
+            try:
+                cfg.merge_from_file(str(path))
+            except Exception:   # noqa: BLE001 (a damaged copy: the defaults are still right)
+                pass
+    return json.loads(json.dumps(flatten_cfg(cfg), default=str))
+
+
+def auto_value(key: str, settings: Dict[str, Any], features: bool) -> Any:
+    """What ``auto`` resolves ``key`` (:data:`AUTO_KEYS`) to for a run of these settings
+    (argtca/engine/auto.py); ``features``: a training-free or online method (features engine)."""
+    from ..engine.auto import compile_pays
+    cuda = str(settings.get("RUN.DEVICE_TYPE")) == "cuda"
+    if key == "TTA.ENGINE":
+        return "features" if features else ("fast" if cuda else "reference")
+    if key == "TTA.COMPILE":
+        if str(settings.get("TTA.ENGINE")) not in ("fast", "features") or not cuda:
+            return "off"
+        n = settings.get("TEST_SET.N_IMAGES")
+        return "on" if isinstance(n, int) and compile_pays(n, str(
+            settings.get("TTA.VIEWS_DEVICE"))) else "off"
+    return None
 
 
 def config_default(key: str) -> Any:

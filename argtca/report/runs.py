@@ -12,9 +12,10 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .identity import (LABEL_KEYS, PROTOCOL_KEYS, PROVIDER_PREFIX, canonical, config_default,
-                       fmt_value, is_dataset_key, is_hash_key, protocol_of, same_value,
-                       settings_of, short_hash, short_name)
+from .identity import (AUTO_KEYS, LABEL_KEYS, PROTOCOL_KEYS, PROVIDER_PREFIX, auto_value,
+                       canonical, config_default, fmt_value, is_dataset_key, is_hash_key,
+                       method_defaults, protocol_of, same_value, settings_of, short_hash,
+                       short_name)
 from .records import ReportError, load_records, record_metrics, summary_disagreement
 
 MISSING = "–"
@@ -178,6 +179,26 @@ class Run:
     @property
     def protocol(self) -> Tuple[Tuple[str, str], ...]:
         return protocol_of(self.settings)
+
+    def default(self, key: str) -> Any:
+        """The value ``key`` has when the user sets nothing: the method's own default on this
+        dataset (:func:`argtca.report.identity.method_defaults`)."""
+        d = method_defaults(self.method, self.dataset_key)
+        return d[key] if key in d else config_default(key)
+
+    def auto_resolved(self, key: str) -> bool:
+        """Whether the run's value of ``key`` is what its default "auto" resolves to."""
+        return (key in AUTO_KEYS and str(self.default(key)).lower() == "auto"
+                and same_value(self.settings.get(key), auto_value(
+                    key, self.settings, self.summary.get("family") in ("online",
+                                                                       "training-free"))))
+
+    def user_set(self, key: str) -> bool:
+        """Whether the run's value of ``key`` is not its method's default (nor what "auto"
+        resolved)."""
+        return (self.default(key) is not None
+                and not same_value(self.settings.get(key), self.default(key))
+                and not self.auto_resolved(key))
 
     def metric(self, name: str) -> float:
         """The metric as the run's records give it (NaN when they cannot: no records read)."""
@@ -398,7 +419,7 @@ def _assign_variants(runs: Sequence[Run]) -> None:
     cell). Per display label: a protocol key (split, subset, backbone, weights) that differs
     anywhere in the report, a key that differs between runs of the label, or a dataset key
     (attribute file, test set, ...) that differs between runs of the label on one dataset is
-    appended as ``[key=value]``, except where the run has the config default (so the default
+    appended as ``[key=value]``, except where the run has its method's default (so the default
     run keeps its plain label). Should two settings still read alike, a short hash of the
     settings tells them apart."""
     runs = list(runs)
@@ -427,7 +448,7 @@ def _assign_variants(runs: Sequence[Run]) -> None:
                           key=lambda k: (k not in PROTOCOL_KEYS, k))
             r.variant = tuple(
                 (k, shown[k][canonical({"v": r.settings.get(k)})]) for k in keys
-                if not same_value(r.settings.get(k), config_default(k)))
+                if not same_value(r.settings.get(k), r.default(k)))
     # the safety net: one label + dataset = one set of settings
     cells: Dict[Tuple[str, str], Dict[str, List[Run]]] = {}
     for r in runs:

@@ -10,14 +10,19 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .identity import (LABEL_KEYS, PROTOCOL_KEYS, config_default, fmt_value, is_dataset_key,
-                       real_weights, same_value, short_name)
+from .identity import (AUTO_KEYS, LABEL_KEYS, PROTOCOL_KEYS, config_default, fmt_value,
+                       is_dataset_key, real_weights, same_value, short_name)
 from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
                    _method_sort_key, duplicate_error)
 
-AGGREGATION = ("Cells: the mean over seeds of each run's metric (with --std: ± the sample "
-               "standard deviation over seeds); the reliability diagrams draw the records of "
-               "every seed pooled, and their ECE titles are the same per-seed means.")
+AGGREGATION = ("Cells: the mean over seeds of each run's metric (python -m argtca.report --std "
+               "adds ± the sample standard deviation over seeds); the reliability diagrams draw "
+               "the records of every seed pooled, and their ECE titles are the same per-seed "
+               "means.")
+AGGREGATION_STD = ("Cells: mean ± sample standard deviation (n − 1) over seeds of each run's "
+                   "metric (the mean alone for a cell of one seed); the reliability diagrams "
+                   "draw the records of every seed pooled, and their ECE titles are the "
+                   "per-seed means.")
 
 
 # ----------------------------------------------------------------------------- cells
@@ -181,7 +186,8 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
     groups = {r.label: r.group for r in runs}
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
                         decimals, _seed_stds(labels, datasets, cells, metrics), show_std,
-                        table_header(runs, labels, datasets), len(set(protocol.values())),
+                        table_header(runs, labels, datasets, show_std),
+                        len(set(protocol.values())),
                         groups)
 
 
@@ -220,10 +226,12 @@ def not_real_reasons(runs: Sequence[Run]) -> List[str]:
 
 
 def table_header(runs: Sequence[Run], labels: Sequence[str],
-                 datasets: Sequence[Tuple[str, str]]) -> List[str]:
+                 datasets: Sequence[Tuple[str, str]], show_std: bool = False) -> List[str]:
     """Lines above the table: what every run shares (split, images per dataset, views, backbone,
-    weights, every other non-default key), the settings only some rows have, how cells are
-    aggregated, and a warning when the table is no real result (demo, subset, other weights)."""
+    weights), what the user set (every key that differs from the method's own default:
+    argtca's defaults under ``configs/trainers/<method>.yaml``) for every run or for some rows,
+    the values "auto" resolved (one short line), how cells are aggregated, and a warning when
+    the table is no real result (demo, subset, other weights)."""
     if not runs:
         return []
     lines = []
@@ -232,17 +240,25 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
         v = runs[0].settings.get(k)
         return v if all(same_value(r.settings.get(k), v) for r in runs[1:]) else _VARIES
 
-    main = [("DATASET.SPLIT", "split"), ("TTA.N_VIEWS", "views"),
-            ("MODEL.BACKBONE.NAME", "backbone"), ("MODEL.PRETRAINED", "weights"),
-            ("RUN.DEVICE_TYPE", "device")]
+    named = {k for r in runs for k, _ in r.variant}   # keys some row label names
+    main = [("DATASET.SPLIT", "split"), ("MODEL.BACKBONE.NAME", "backbone"),
+            ("MODEL.PRETRAINED", "weights"), ("RUN.DEVICE_TYPE", "device")]
     parts = []
     varies = []
+    shown = set(LABEL_KEYS)
     for k, name in main:
         v = shared(k)
         if v is _VARIES:
-            varies.append(name)
+            if k in named:
+                varies.append(name)
+                shown.add(k)
         elif v is not None:
             parts.append(f"{name} {fmt_value(v)}")
+            shown.add(k)
+    views = _views_note(runs)
+    if views:
+        parts.insert(1, views)
+        shown.add("TTA.N_VIEWS")
     names = dict(datasets)
     sizes = []
     for dk, _ in datasets:
@@ -253,13 +269,11 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
     lines.append("Every run: " + " · ".join(parts) + ".")
     if varies:
         lines.append(f"Differ between rows (named in the row labels): {', '.join(varies)}.")
-    shown = {k for k, _ in main} | LABEL_KEYS
-    keys = sorted(set().union(*(r.settings for r in runs)))
-    common = [k for k in keys if k not in shown and not is_dataset_key(k)
-              and shared(k) is not _VARIES and not same_value(shared(k), config_default(k))
-              and config_default(k) is not None]
+    keys = sorted(k for k in set().union(*(r.settings for r in runs))
+                  if k not in shown and not is_dataset_key(k))
+    common = [k for k in keys if shared(k) is not _VARIES and all(r.user_set(k) for r in runs)]
     if common:
-        lines.append("Non-default settings of every run: "
+        lines.append("Set for every run (not the methods' defaults): "
                      + ", ".join(_fmt_key(k, shared(k)) for k in common) + ".")
     per_row = []
     for lab in labels:
@@ -267,23 +281,64 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
         if not rs:
             continue
         variant = {k for r in rs for k, _ in r.variant}
-        own = [k for k in keys if k not in shown and k not in common and k not in variant
-               and not is_dataset_key(k) and config_default(k) is not None
+        own = [k for k in keys if k not in common and k not in variant
                and all(same_value(r.settings.get(k), rs[0].settings.get(k)) for r in rs)
-               and not same_value(rs[0].settings.get(k), config_default(k))]
+               and rs[0].user_set(k)]
         if own:
             per_row.append(f"{lab}: " + ", ".join(_fmt_key(k, rs[0].settings.get(k))
                                                   for k in own))
     if per_row:
-        lines.append("Non-default settings of some rows only: " + "; ".join(per_row) + ".")
+        lines.append("Set for some rows only (not their method's default): "
+                     + "; ".join(per_row) + ".")
+    resolved = _resolved_note(runs, labels)
+    if resolved:
+        lines.append(resolved)
     stream = stream_note(runs)
     if stream:
         lines.append(stream)
-    lines.append(AGGREGATION)
+    lines.append(AGGREGATION_STD if show_std else AGGREGATION)
     why = not_real_reasons(runs)
     if why:
         lines.append("**Not comparable with published numbers**: " + "; ".join(why) + ".")
     return lines
+
+
+def _views_note(runs: Sequence[Run]) -> str:
+    """Views per image, for the "Every run" line: one number when every run used it, "each
+    method's default" when every run used its method's own (else: empty, and the rows that used
+    another number are listed with their settings)."""
+    k = "TTA.N_VIEWS"
+    values = {fmt_value(r.settings.get(k)) for r in runs}
+    own = [r for r in runs if not same_value(r.settings.get(k), r.default(k))]
+    if len(values) == 1:
+        v = next(iter(values))
+        if not own:
+            return f"views {v}"
+        if len(own) == len(runs):
+            return f"views {v} (not the methods' defaults)"
+        labs = sorted({r.label for r in own}, key=[r.label for r in runs].index)
+        return f"views {v} (not the method's default for {', '.join(labs)})"
+    if not own:
+        return "views: each method's default (configs/trainers)"
+    return ""
+
+
+def _resolved_note(runs: Sequence[Run], labels: Sequence[str]) -> str:
+    """One short line: what "auto" resolved to (TTA.ENGINE, TTA.COMPILE), grouped by value."""
+    parts = []
+    for k in AUTO_KEYS:
+        by_value: Dict[str, List[str]] = {}
+        for lab in labels:
+            rs = [r for r in runs if r.label == lab and r.auto_resolved(k)]
+            vals = {fmt_value(r.settings.get(k)) for r in rs}
+            if len(vals) == 1:
+                by_value.setdefault(next(iter(vals)), []).append(lab)
+        if len(by_value) == 1:
+            parts.append(f"{k} {next(iter(by_value))}")
+        elif by_value:
+            parts.append(f"{k} " + ", ".join(f"{v} ({', '.join(labs)})"
+                                             for v, labs in sorted(by_value.items())))
+    return ("Resolved from auto: " + "; ".join(parts) + ".") if parts else ""
 
 
 _VARIES = object()
@@ -376,7 +431,7 @@ def table_markdown(t: ResultsTable) -> str:
     lines += ["| " + " | ".join(head) + " |",
              "|" + "|".join([":---", ":---"] + ["---:"] * len(t.columns)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in _table_rows(t, "md")]
-    lines += ["", f"Acc, ECE, AdaECE and MCE in %. Per column, best (**bold**) and second best "
+    lines += ["", f"{_units_note(t)} Per column, best (**bold**) and second best "
                   f"(<u>underlined</u>) = {_direction_note(t)}{_protocol_note(t)}. Average = "
                   f"mean over the "
                   f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
@@ -386,6 +441,19 @@ def table_markdown(t: ResultsTable) -> str:
                       "marks compare the means. Average's std: over seeds, of each seed's "
                       "mean over the datasets."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _units_note(t: ResultsTable) -> str:
+    """The units of the metrics the table shows (and only those)."""
+    pct = [METRICS[m][0] for m in t.metrics if m in ("accuracy", "ece", "adaece", "mce")]
+    other = [METRICS[m][0] for m in t.metrics if m in ("nll", "brier")]
+    parts = []
+    if pct:
+        names = pct[0] if len(pct) == 1 else ", ".join(pct[:-1]) + " and " + pct[-1]
+        parts.append(f"{names} in %")
+    if other:
+        parts.append(" and ".join(other) + " per image (mean)")
+    return "; ".join(parts) + "."
 
 
 def _protocol_note(t: ResultsTable) -> str:
