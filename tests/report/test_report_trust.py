@@ -133,3 +133,36 @@ def test_per_dataset_keys_never_split_a_row():
     for k in ("FILE_SHA256.MODEL.PRETRAINED", "FILE_SHA256.TTA.CTX_CHECKPOINT",
               "FILE_SHA256.PLUGIN.sel", "PROVIDER.SELECTOR", "FILE_SHA256.NEW_ROLE"):
         assert not is_dataset_key(k), k
+
+
+def test_the_header_lists_what_the_user_set_and_auto_apart(tmp_path):
+    """TTA.ENGINE/TTA.COMPILE as "auto" resolved them and a method's own views (DMN-ZS: 32, its
+    configs/trainers file) are no user settings; a row with other views says so; the caption
+    names only the metrics shown and the aggregation sentence follows --std."""
+    cpu = {"RUN.DEVICE_TYPE": "cpu", "TTA.COMPILE": "off"}
+    _run(tmp_path, "tpt", method="tpt", label="TPT", selector=None,
+         config=dict(cpu, **{"TTA.ENGINE": "reference", "TTA.N_VIEWS": 64}))
+    _run(tmp_path, "dmn", method="dmn", label="DMN-ZS (online)", selector=None,
+         extra={"family": "online"},
+         config=dict(cpu, **{"TTA.ENGINE": "features", "TTA.N_VIEWS": 32}))
+    _run(tmp_path, "zero", method="zero", label="ZERO", selector=None,
+         extra={"family": "training-free"},
+         config=dict(cpu, **{"TTA.ENGINE": "features", "TTA.N_VIEWS": 16,
+                             "TTA.SELECTION_P": 0.3, "TTA.AUGMIX": "off"}))
+    # the user chose the fast engine on the CPU for this one: a setting
+    _run(tmp_path, "ctpt", method="ctpt", label="C-TPT", selector=None,
+         config=dict(cpu, **{"TTA.ENGINE": "fast", "TTA.N_VIEWS": 64}))
+    labels, datasets, cells = group_runs(find_runs([tmp_path]))
+    md = table_markdown(build_table(labels, datasets, cells, metrics=("accuracy", "nll")))
+    head = md.split("| Method")[0]
+    assert "TTA.COMPILE=" not in head and "TTA.ENGINE=features" not in head
+    assert "TTA.ENGINE=reference" not in head and "TTA.AUGMIX" not in head
+    assert "Set for some rows only (not their method's default): C-TPT: TTA.ENGINE=fast; " \
+           "ZERO: TTA.N_VIEWS=16." in head
+    assert ("Resolved from auto: TTA.ENGINE features (ZERO, DMN-ZS (online)), reference "
+            "(TPT); TTA.COMPILE off.") in head
+    assert "views" not in head.split("Every run:")[1].split("\n")[0]   # no single number
+    assert "Acc in %; NLL per image (mean)." in md and "ECE" not in md.split("| Method")[1]
+    assert "python -m argtca.report --std adds" in head
+    md_std = table_markdown(build_table(labels, datasets, cells, show_std=True))
+    assert "Cells: mean ± sample standard deviation" in md_std and "--std adds" not in md_std
