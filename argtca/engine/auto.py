@@ -70,6 +70,24 @@ def compile_pays(n_images: int, views_device: str) -> bool:
     return n_images * SAVED_SECONDS_PER_IMAGE > COMPILE_SECONDS
 
 
+def canonical_names(cfg) -> dict:
+    """Names the registries look up case-insensitively, spelled one way before the run is
+    fingerprinted, so ``DIV`` and ``div`` are one experiment (one folder): the trainer as
+    registered (its class name), the selector in lower case (as the run's label and Phase 1
+    name it). -> {key path: canonical value} for the names spelled otherwise."""
+    from argtca.registry import TRAINER_REGISTRY
+    out = {}
+    name = str(cfg.TRAINER.get("NAME", "") or "")
+    registered = {n.lower(): n for n in TRAINER_REGISTRY.registered_names()}
+    if name and registered.get(name.lower(), name) != name:
+        out[("TRAINER", "NAME")] = registered[name.lower()]
+    node = cfg.TRAINER.get("ARGTCA", None)
+    sel = node.get("SELECTOR", None) if node is not None else None
+    if isinstance(sel, str) and sel != sel.strip().lower():
+        out[("TRAINER", "ARGTCA", "SELECTOR")] = sel.strip().lower()
+    return out
+
+
 def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str]]:
     """``cfg`` with its "auto" values replaced (a frozen clone when anything changed) and one log
     line per choice made."""
@@ -111,12 +129,16 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
         if t:
             lines.append(f"DATALOADER.MAIN_THREADS -1 -> {t} (CUDA with {workers} loader workers: "
                          f"the main process only drives the device)")
+    changes.update(canonical_names(cfg))
     if not changes:
         return cfg, lines
     out = cfg.clone()
     out.defrost()
-    for (node, key), v in changes.items():
-        out[node][key] = v
+    for path, v in changes.items():
+        node = out
+        for part in path[:-1]:
+            node = node[part]
+        node[path[-1]] = v
     if cfg.is_frozen():
         out.freeze()
     return out, lines

@@ -140,10 +140,36 @@ def config_hash(fp: Dict[str, object]) -> str:
     return hashlib.sha256(json.dumps(fp, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+# the online stream's order, by its sha256 (argtca/trainers/zoo.py)
+STREAM_ORDER_KEY = "STREAM.ORDER_SHA256"
+
+
+def seed_axis_keys(fp: Dict[str, object]) -> List[str]:
+    """The fingerprint keys that follow the seed: ``SEED`` itself and, when the online stream is
+    shuffled by the run's seed (``TTA.STREAM.SEED`` < 0, the default), the order's hash. Seeds
+    of one experiment differ in these keys only; a fixed stream seed or the split file's order
+    is a setting like any other."""
+    keys = ["SEED"]
+    try:
+        own_seed = int(fp.get("TTA.STREAM.SEED", -1)) >= 0
+    except (TypeError, ValueError):
+        own_seed = True
+    if not own_seed and str(fp.get("TTA.STREAM.ORDER", "shuffle")) != "index":
+        keys.append(STREAM_ORDER_KEY)
+    return keys
+
+
+def experiment_settings(fp: Dict[str, object]) -> Dict[str, object]:
+    """The fingerprint without the keys that follow the seed (:func:`seed_axis_keys`)."""
+    axis = set(seed_axis_keys(fp))
+    return {k: v for k, v in fp.items() if k not in axis}
+
+
 def experiment_hash(fp: Dict[str, object]) -> str:
-    """Eight hex digits naming an experiment: the run fingerprint without the seed (the seeds of
-    one experiment share a folder ``<hash>/seed<N>``; any other difference gives another)."""
-    rest = {k: v for k, v in fp.items() if k != "SEED"}
+    """Eight hex digits naming an experiment: the run fingerprint without the seed and what
+    follows it (:func:`seed_axis_keys`: the seeds of one experiment, and the stream orders they
+    draw, share a folder ``<hash>/seed<N>``; any other difference gives another)."""
+    rest = experiment_settings(fp)
     return hashlib.sha256(json.dumps(rest, sort_keys=True, default=str).encode()).hexdigest()[:8]
 
 

@@ -4,7 +4,8 @@ from .ablation import ablation_table
 from .attributes import attribute_table
 from .cli import (default_report_dir, main, make_ablation_report, make_report,
                   make_sweep_report)
-from .runs import ReportError, Run, find_runs, load_records
+from .records import ReportError, load_records
+from .runs import Run, find_runs
 from .sweep import sweep_points
 from .tables import (AVERAGE, Cell, ResultsTable, build_table, cells_csv, group_runs, runs_csv,
                      table_csv, table_latex, table_markdown)

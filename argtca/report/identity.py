@@ -23,9 +23,11 @@ import functools
 import hashlib
 import json
 import math
+from pathlib import Path
 from typing import Any, Dict, Tuple
 
-from ..engine.run_folder import NON_RESULT_KEYS, flatten_cfg
+from ..engine.run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
+                                 flatten_cfg)
 
 # Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
 # SEED is one (it draws the views) but is the axis the report averages over, never part of a
@@ -54,11 +56,24 @@ RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.
                        "TTA.STREAM.", "TRAINER.ZERO.", "TRAINER.MTA.", "TRAINER.RTPT.",
                        "TRAINER.TPS.", "TRAINER.TDA.", "TRAINER.DMN.",
                        "TRAINER.BOOSTADAPTER.", "TRAINER.DPE.")
-# keys only the fingerprint has (not config keys): the test set, the device type and the sha256
+# keys only the fingerprint has (not config keys): the test set, the device type, the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
+# and the module that provides a selector or method when it is not argtca's own
+# (PROVIDER.SELECTOR / PROVIDER.METHOD: "<module> (<file>)", a plug-in that may override a
+# built-in name: another experiment)
 FILE_HASH_PREFIX = "FILE_SHA256."
-FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX)
-FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", "STREAM.ORDER_SHA256")
+PROVIDER_PREFIX = "PROVIDER."
+FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX, PROVIDER_PREFIX)
+FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", STREAM_ORDER_KEY)
+
+# the input files (FILE_SHA256.<role>) that belong to a dataset: its split and class-name files,
+# its attribute file and the vocabularies a GAT is trained on (chosen per target dataset); they
+# differ between datasets by nature. Every other role (the weights, CoOp's context checkpoint,
+# plug-in modules, and any role not listed here) is the same for every dataset of a row.
+DATASET_FILE_ROLES = ("SPLIT_FILE",)
+DATASET_FILE_ROLE_PREFIXES = ("DATASET.", "TRAINER.ARGTCA.GAT.TRAIN_ON.")
+GLOBAL_FILE_ROLES = ("MODEL.PRETRAINED", "TTA.CTX_CHECKPOINT")
+GLOBAL_FILE_ROLE_PREFIXES = ("PLUGIN.",)
 
 # rows differing in one of these are different experiments: never ranked against each other
 PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")
@@ -66,7 +81,8 @@ PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "
 DATASET_KEYS = frozenset({"DATASET.ROOT", "DATASET.NAME", "DATASET.ATTRIBUTE_FILE",
                           "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE"})
 # keys the display label already names (method, selector)
-LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR"})
+LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR", "PROVIDER.SELECTOR",
+                        "PROVIDER.METHOD"})
 # short names in row labels and table headers (others: the key's last part, lower case)
 SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
                "DATASET.ATTRIBUTE_FILE": "attributes", "DATASET.ROOT": "data root",
@@ -83,11 +99,23 @@ def is_result_key(key: str) -> bool:
                                            or key.startswith(RESULT_KEY_PREFIXES))
 
 
+def is_dataset_file_role(role: str) -> bool:
+    """An input file role (FILE_SHA256.<role>) that is a dataset's own file."""
+    return role in DATASET_FILE_ROLES or role.startswith(DATASET_FILE_ROLE_PREFIXES)
+
+
+def is_classified_file_role(role: str) -> bool:
+    return is_dataset_file_role(role) or role in GLOBAL_FILE_ROLES or role.startswith(
+        GLOBAL_FILE_ROLE_PREFIXES)
+
+
 def is_dataset_key(key: str) -> bool:
+    """A key whose value differs between datasets by nature (the dataset's name, files, test set
+    and, for a fixed stream seed, the stream order over its test set): compared between runs of
+    one dataset only, never splitting a row across datasets."""
     if key.startswith(FILE_HASH_PREFIX):   # the content of a dataset's file is the dataset's
-        role = key[len(FILE_HASH_PREFIX):]
-        return role in DATASET_KEYS or role.startswith("DATASET.")
-    return key in DATASET_KEYS or key.startswith("TEST_SET.")
+        return is_dataset_file_role(key[len(FILE_HASH_PREFIX):])
+    return key in DATASET_KEYS or key.startswith("TEST_SET.") or key == STREAM_ORDER_KEY
 
 
 def is_hash_key(key: str) -> bool:
@@ -100,6 +128,55 @@ def default_settings() -> Dict[str, Any]:
     return flatten_cfg(get_cfg_default())
 
 
+# each method's own defaults (its paper's protocol: views, selection, AugMix, ...), stated in
+# configs/trainers/<method>.yaml over argtca/config/defaults.py
+TRAINER_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "trainers"
+# keys whose "auto" the run resolves before it is fingerprinted (trainers/base.py resolve_auto)
+AUTO_KEYS = ("TTA.ENGINE", "TTA.COMPILE")
+
+
+DATASET_CONFIGS = TRAINER_CONFIGS.parent / "datasets"
+
+
+def _alnum(s: str) -> str:
+    return "".join(ch for ch in str(s).lower() if ch.isalnum())
+
+
+@functools.lru_cache(maxsize=None)
+def method_defaults(method: str, dataset: str = "") -> Dict[str, Any]:
+    """The settings a method runs with on a dataset unless the user changes them, merged as the
+    scripts merge them: argtca's defaults, ``configs/datasets/<dataset>.yaml`` (e.g. the demo's
+    input size), then ``configs/trainers/<method>.yaml`` (those that exist)."""
+    from ..config import get_cfg_default
+    cfg = get_cfg_default()
+    files = [p for p in sorted(DATASET_CONFIGS.glob("*.yaml"))
+             if dataset and _alnum(p.stem) == _alnum(dataset)]
+    files.append(TRAINER_CONFIGS / f"{method}.yaml")
+    for path in files:
+        if path.is_file():
+            try:
+                cfg.merge_from_file(str(path))
+            except Exception:   # noqa: BLE001 (a damaged copy: the defaults are still right)
+                pass
+    return json.loads(json.dumps(flatten_cfg(cfg), default=str))
+
+
+def auto_value(key: str, settings: Dict[str, Any], features: bool) -> Any:
+    """What ``auto`` resolves ``key`` (:data:`AUTO_KEYS`) to for a run of these settings
+    (argtca/engine/auto.py); ``features``: a training-free or online method (features engine)."""
+    from ..engine.auto import compile_pays
+    cuda = str(settings.get("RUN.DEVICE_TYPE")) == "cuda"
+    if key == "TTA.ENGINE":
+        return "features" if features else ("fast" if cuda else "reference")
+    if key == "TTA.COMPILE":
+        if str(settings.get("TTA.ENGINE")) not in ("fast", "features") or not cuda:
+            return "off"
+        n = settings.get("TEST_SET.N_IMAGES")
+        return "on" if isinstance(n, int) and compile_pays(n, str(
+            settings.get("TTA.VIEWS_DEVICE"))) else "off"
+    return None
+
+
 def config_default(key: str) -> Any:
     """argtca/config/defaults.py's default of a flat key (None for keys it does not have)."""
     return default_settings().get(key)
@@ -107,13 +184,15 @@ def config_default(key: str) -> Any:
 
 def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:
     """A run's identity: argtca's defaults, then the summary's overrides, then its fingerprint
-    (``config.json``; older run folders may lack it or some of its keys), without the seed and
-    the keys that cannot change a number."""
+    (``config.json``; older run folders may lack it or some of its keys), without the seed (and
+    the stream order it draws: run_folder.seed_axis_keys) and the keys that cannot change a
+    number."""
     out = dict(default_settings())
     out.update(overrides)
     out.update(config)
-    return {k: _plain(v) for k, v in sorted(out.items())
-            if k != "SEED" and k not in NON_RESULT_KEYS}
+    # the seed, and the stream order drawn from it, are the axis a cell averages over
+    return {k: _plain(v) for k, v in sorted(experiment_settings(out).items())
+            if k not in NON_RESULT_KEYS}
 
 
 def _plain(v: Any) -> Any:

@@ -12,9 +12,11 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .identity import (LABEL_KEYS, PROTOCOL_KEYS, canonical, config_default, fmt_value,
-                       is_dataset_key, is_hash_key, protocol_of, same_value, settings_of,
-                       short_hash, short_name)
+from .identity import (AUTO_KEYS, LABEL_KEYS, PROTOCOL_KEYS, PROVIDER_PREFIX, auto_value,
+                       canonical, config_default, fmt_value, is_dataset_key, is_hash_key,
+                       method_defaults, protocol_of, same_value, settings_of, short_hash,
+                       short_name)
+from .records import ReportError, load_records, record_metrics, summary_disagreement
 
 MISSING = "–"
 # the families of methods, in the order a table shows them (its rows are grouped so)
@@ -49,10 +51,6 @@ DATASET_ALIASES = {"pets": "oxfordpets", "cars": "stanfordcars", "flowers": "oxf
 REQUIRED_SUMMARY_KEYS = ("method", "dataset", "seed", "accuracy", "ece")
 
 
-class ReportError(ValueError):
-    """Bad report input; the message names the file, the value and the fix."""
-
-
 def _warn(msg: str) -> None:
     print(f"report: warning: {msg}", file=sys.stderr)
 
@@ -67,6 +65,18 @@ def _dataset_rank(key: str) -> int:
     return DATASET_ORDER.index(k) if k in DATASET_ORDER else len(DATASET_ORDER)
 
 
+def plugin_label(label: str, providers: Dict[str, str]) -> str:
+    """``label`` naming the plug-in modules that provided its selector or method, inside its
+    last parentheses when it ends with some: "ArgTCA (div)" -> "ArgTCA (div, plug-in
+    mypkg.sel)"."""
+    if not providers:
+        return label
+    mods = ", ".join(f"plug-in {m}" for _, m in sorted(providers.items()))
+    if label.endswith(")") and "(" in label:
+        return f"{label[:-1]}, {mods})"
+    return f"{label} ({mods})"
+
+
 # ----------------------------------------------------------------------------- runs
 @dataclass
 class Run:
@@ -76,6 +86,9 @@ class Run:
     variant: Tuple[Tuple[str, Any], ...] = ()      # set by group_runs
     _records: Any = field(default=None, repr=False)
     _settings: Optional[Dict[str, Any]] = field(default=None, repr=False)
+    # the run's metrics as its records give them (records.record_metrics); the summary's own
+    # numbers are never shown (a folder whose summary disagrees is left out)
+    metrics: Dict[str, float] = field(default_factory=dict, repr=False)
 
     @property
     def method(self) -> str:
@@ -98,10 +111,17 @@ class Run:
     @property
     def base_label(self) -> str:
         lab = self.summary.get("label")
-        if lab:
-            return str(lab)
-        base = DEFAULT_LABELS.get(self.method, self.method)
-        return f"{base} ({self.selector})" if self.selector else base
+        if not lab:
+            base = DEFAULT_LABELS.get(self.method, self.method)
+            lab = f"{base} ({self.selector})" if self.selector else base
+        return plugin_label(str(lab), self.providers)
+
+    @property
+    def providers(self) -> Dict[str, str]:
+        """"SELECTOR"/"METHOD" -> the module of a plug-in that provided it (none for argtca's
+        own): its runs are another experiment than the built-in's of the same name."""
+        return {k[len(PROVIDER_PREFIX):]: str(v).split(" (", 1)[0]
+                for k, v in self.settings.items() if k.startswith(PROVIDER_PREFIX) and v}
 
     @property
     def label(self) -> str:
@@ -139,7 +159,14 @@ class Run:
         defaults. A folder without ``config.json`` (written before fingerprints) is read from its
         summary alone; its test set is then unknown."""
         if self._settings is None:
-            self._settings = settings_of(_read_config(self.path), self.overrides)
+            config = _read_config(self.path)
+            # a folder written before the fingerprint named the provider: the summary's record
+            # of the selector that ran (trainers/argtca.py)
+            prov = self.summary.get("selector_provider")
+            key = PROVIDER_PREFIX + "SELECTOR"
+            if key not in config and isinstance(prov, dict) and prov.get("builtin") is False:
+                config[key] = f"{prov.get('module', '?')} ({prov.get('file', '?')})"
+            self._settings = settings_of(config, self.overrides)
         return self._settings
 
     @property
@@ -153,9 +180,29 @@ class Run:
     def protocol(self) -> Tuple[Tuple[str, str], ...]:
         return protocol_of(self.settings)
 
+    def default(self, key: str) -> Any:
+        """The value ``key`` has when the user sets nothing: the method's own default on this
+        dataset (:func:`argtca.report.identity.method_defaults`)."""
+        d = method_defaults(self.method, self.dataset_key)
+        return d[key] if key in d else config_default(key)
+
+    def auto_resolved(self, key: str) -> bool:
+        """Whether the run's value of ``key`` is what its default "auto" resolves to."""
+        return (key in AUTO_KEYS and str(self.default(key)).lower() == "auto"
+                and same_value(self.settings.get(key), auto_value(
+                    key, self.settings, self.summary.get("family") in ("online",
+                                                                       "training-free"))))
+
+    def user_set(self, key: str) -> bool:
+        """Whether the run's value of ``key`` is not its method's default (nor what "auto"
+        resolved)."""
+        return (self.default(key) is not None
+                and not same_value(self.settings.get(key), self.default(key))
+                and not self.auto_resolved(key))
+
     def metric(self, name: str) -> float:
-        v = self.summary.get(name)
-        return float(v) if v is not None else math.nan
+        """The metric as the run's records give it (NaN when they cannot: no records read)."""
+        return float(self.metrics.get(name, math.nan))
 
     def records(self) -> Optional[Dict[str, np.ndarray]]:
         if self._records is None:
@@ -267,8 +314,20 @@ def _read_run(d: Path) -> Tuple[Optional[Run], Optional[RunProblem]]:
         if k != n:
             return None, RunProblem(d, "incomplete", f"summary.json covers {n} images but "
                                     f"records.jsonl holds {k}; {again}")
-    run = Run(d, summary)
-    run._records = records if records is not None else False
+    if records is None or not len(records["conf"]):
+        what = "no records.jsonl" if records is None else "records.jsonl holds no record"
+        return None, RunProblem(d, "broken", f"{what}: the report reads a run's numbers from its "
+                                "records; run the same command again to make them, or delete "
+                                "this run folder")
+    metrics = record_metrics(records)
+    wrong = summary_disagreement(summary, metrics)
+    if wrong:
+        return None, RunProblem(d, "broken", f"summary.json disagrees with records.jsonl ("
+                                f"{'; '.join(wrong)}): edited, or another run's; run the same "
+                                "command again to rewrite it from the records, or delete this "
+                                "run folder")
+    run = Run(d, summary, metrics=metrics)
+    run._records = records
     return run, None
 
 
@@ -318,47 +377,6 @@ def find_runs(paths: Iterable, problems: Optional[List[RunProblem]] = None) -> L
     return runs
 
 
-def load_records(path) -> Dict[str, np.ndarray]:
-    """``records.jsonl`` -> arrays ``conf``, ``pred``, ``label``, ``correct`` and, when every
-    line has them, ``index``, ``p_label`` and ``brier``. An unterminated last line (a run killed
-    mid-write) is ignored; any other bad line is an error naming it."""
-    path = Path(path)
-    cols: Dict[str, list] = {k: [] for k in ("conf", "pred", "label", "index", "p_label",
-                                             "brier")}
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        raise ReportError(f"{path}: cannot be read ({e.strerror})") from None
-    lines = text.split("\n")
-    for ln, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            r = json.loads(line)
-            vals = [r[k] for k in ("conf", "pred", "label")]
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in vals):
-                raise TypeError(f"non-numeric value in {vals}")
-        except (json.JSONDecodeError, KeyError, TypeError) as e:
-            if ln == len(lines):   # torn last line of a killed run
-                continue
-            raise ReportError(f"{path}:{ln}: bad record ({e!r}); each line must be a JSON "
-                              "object with conf, pred and label") from e
-        for k, v in zip(("conf", "pred", "label"), vals):
-            cols[k].append(v)
-        for k in ("index", "p_label", "brier"):
-            cols[k].append(r.get(k))
-    out = {"conf": np.asarray(cols["conf"], dtype=np.float64),
-           "pred": np.asarray(cols["pred"], dtype=np.int64),
-           "label": np.asarray(cols["label"], dtype=np.int64)}
-    out["correct"] = out["pred"] == out["label"]
-    if cols["index"] and all(isinstance(v, int) for v in cols["index"]):
-        out["index"] = np.asarray(cols["index"], dtype=np.int64)
-    for k in ("p_label", "brier"):
-        if cols[k] and all(v is not None for v in cols[k]):
-            out[k] = np.asarray(cols[k], dtype=np.float64)
-    return out
-
-
 def duplicate_error(what: str, a: Run, b: Run) -> ReportError:
     return ReportError(f"{what}: two run folders claim the same method, dataset, seed and "
                        f"settings: {a.path} and {b.path}; delete or move one of them (or pass "
@@ -401,7 +419,7 @@ def _assign_variants(runs: Sequence[Run]) -> None:
     cell). Per display label: a protocol key (split, subset, backbone, weights) that differs
     anywhere in the report, a key that differs between runs of the label, or a dataset key
     (attribute file, test set, ...) that differs between runs of the label on one dataset is
-    appended as ``[key=value]``, except where the run has the config default (so the default
+    appended as ``[key=value]``, except where the run has its method's default (so the default
     run keeps its plain label). Should two settings still read alike, a short hash of the
     settings tells them apart."""
     runs = list(runs)
@@ -430,7 +448,7 @@ def _assign_variants(runs: Sequence[Run]) -> None:
                           key=lambda k: (k not in PROTOCOL_KEYS, k))
             r.variant = tuple(
                 (k, shown[k][canonical({"v": r.settings.get(k)})]) for k in keys
-                if not same_value(r.settings.get(k), config_default(k)))
+                if not same_value(r.settings.get(k), r.default(k)))
     # the safety net: one label + dataset = one set of settings
     cells: Dict[Tuple[str, str], Dict[str, List[Run]]] = {}
     for r in runs:

@@ -10,15 +10,10 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .identity import (LABEL_KEYS, PROTOCOL_KEYS, config_default, fmt_value, is_dataset_key,
-                       real_weights, same_value, short_name)
+from .header import table_header
+from .identity import PROTOCOL_KEYS, short_name
 from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
                    _method_sort_key, duplicate_error)
-
-AGGREGATION = ("Cells: the mean over seeds of each run's metric (with --std: ± the sample "
-               "standard deviation over seeds); the reliability diagrams draw the records of "
-               "every seed pooled, and their ECE titles are the same per-seed means.")
-
 
 # ----------------------------------------------------------------------------- cells
 @dataclass
@@ -181,133 +176,9 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
     groups = {r.label: r.group for r in runs}
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
                         decimals, _seed_stds(labels, datasets, cells, metrics), show_std,
-                        table_header(runs, labels, datasets), len(set(protocol.values())),
+                        table_header(runs, labels, datasets, show_std),
+                        len(set(protocol.values())),
                         groups)
-
-
-def _fmt_key(k: str, v) -> str:
-    return f"{k}={fmt_value(v)}"
-
-
-def not_real_reasons(runs: Sequence[Run]) -> List[str]:
-    """Why these runs cannot be compared with published numbers (empty when they can be)."""
-    from .reference import full_test_size
-    why: List[str] = []
-    weights = sorted({str(r.settings.get("MODEL.PRETRAINED")) for r in runs
-                      if not real_weights(r.settings.get("MODEL.PRETRAINED"))})
-    if weights:
-        why.append(f"weights {', '.join(weights)} (not CLIP's published weights: set "
-                   f"MODEL.PRETRAINED openai or a weights file)")
-    subset = sorted({int(r.settings.get("DATASET.NUM_IMAGES", -1)) for r in runs
-                     if int(r.settings.get("DATASET.NUM_IMAGES", -1) or -1) > 0})
-    if subset:
-        why.append(f"DATASET.NUM_IMAGES {', '.join(map(str, subset))} (a subset of the "
-                   f"test split)")
-    splits = sorted({str(r.settings.get("DATASET.SPLIT")) for r in runs} - {"test"})
-    if splits:
-        why.append(f"split {', '.join(splits)} (published numbers are on the test split)")
-    demo = sorted({r.dataset for r in runs if str(r.dataset_key).lower() == "demo"})
-    if demo:
-        why.append("the embedded demo dataset (synthetic images, a tiny CLIP)")
-    short = sorted({f"{r.dataset} {r.summary.get('n')} of {full_test_size(r.dataset_key)}"
-                    for r in runs if full_test_size(r.dataset_key) and isinstance(
-                        r.summary.get("n"), int) and r.summary["n"] != full_test_size(
-                        r.dataset_key) and not subset})
-    if short:
-        why.append(f"test sets of another size than the published split ({'; '.join(short)} "
-                   f"images: other data or split files)")
-    return why
-
-
-def table_header(runs: Sequence[Run], labels: Sequence[str],
-                 datasets: Sequence[Tuple[str, str]]) -> List[str]:
-    """Lines above the table: what every run shares (split, images per dataset, views, backbone,
-    weights, every other non-default key), the settings only some rows have, how cells are
-    aggregated, and a warning when the table is no real result (demo, subset, other weights)."""
-    if not runs:
-        return []
-    lines = []
-
-    def shared(k):
-        v = runs[0].settings.get(k)
-        return v if all(same_value(r.settings.get(k), v) for r in runs[1:]) else _VARIES
-
-    main = [("DATASET.SPLIT", "split"), ("TTA.N_VIEWS", "views"),
-            ("MODEL.BACKBONE.NAME", "backbone"), ("MODEL.PRETRAINED", "weights"),
-            ("RUN.DEVICE_TYPE", "device")]
-    parts = []
-    varies = []
-    for k, name in main:
-        v = shared(k)
-        if v is _VARIES:
-            varies.append(name)
-        elif v is not None:
-            parts.append(f"{name} {fmt_value(v)}")
-    names = dict(datasets)
-    sizes = []
-    for dk, _ in datasets:
-        ns = sorted({r.summary.get("n") for r in runs if r.dataset_key == dk
-                     and isinstance(r.summary.get("n"), int)})
-        sizes.append(f"{names[dk]} {'/'.join(map(str, ns)) or '?'}")
-    parts.append("test images: " + ", ".join(sizes))
-    lines.append("Every run: " + " · ".join(parts) + ".")
-    if varies:
-        lines.append(f"Differ between rows (named in the row labels): {', '.join(varies)}.")
-    shown = {k for k, _ in main} | LABEL_KEYS
-    keys = sorted(set().union(*(r.settings for r in runs)))
-    common = [k for k in keys if k not in shown and not is_dataset_key(k)
-              and shared(k) is not _VARIES and not same_value(shared(k), config_default(k))
-              and config_default(k) is not None]
-    if common:
-        lines.append("Non-default settings of every run: "
-                     + ", ".join(_fmt_key(k, shared(k)) for k in common) + ".")
-    per_row = []
-    for lab in labels:
-        rs = [r for r in runs if r.label == lab]
-        if not rs:
-            continue
-        variant = {k for r in rs for k, _ in r.variant}
-        own = [k for k in keys if k not in shown and k not in common and k not in variant
-               and not is_dataset_key(k) and config_default(k) is not None
-               and all(same_value(r.settings.get(k), rs[0].settings.get(k)) for r in rs)
-               and not same_value(rs[0].settings.get(k), config_default(k))]
-        if own:
-            per_row.append(f"{lab}: " + ", ".join(_fmt_key(k, rs[0].settings.get(k))
-                                                  for k in own))
-    if per_row:
-        lines.append("Non-default settings of some rows only: " + "; ".join(per_row) + ".")
-    stream = stream_note(runs)
-    if stream:
-        lines.append(stream)
-    lines.append(AGGREGATION)
-    why = not_real_reasons(runs)
-    if why:
-        lines.append("**Not comparable with published numbers**: " + "; ".join(why) + ".")
-    return lines
-
-
-_VARIES = object()
-
-
-def stream_note(runs: Sequence[Run]) -> str:
-    """What the online rows saw: one stream over the test set, in which order (their numbers
-    depend on it)."""
-    online = [r for r in runs if r.online]
-    if not online:
-        return ""
-    orders = set()
-    for r in online:
-        order = str(r.settings.get("TTA.STREAM.ORDER", config_default("TTA.STREAM.ORDER")))
-        seed = r.settings.get("TTA.STREAM.SEED", config_default("TTA.STREAM.SEED"))
-        if order == "index":
-            orders.add("the split file's order")
-        elif seed is None or int(seed) < 0:
-            orders.add("shuffled by each run's seed")
-        else:
-            orders.add(f"shuffled by stream seed {int(seed)}")
-    return ("Rows marked (online) carry their state from image to image over one stream of the "
-            "test set (one process, no torchrun split); stream order: "
-            + "; ".join(sorted(orders)) + " (TTA.STREAM). Their numbers depend on that order.")
 
 
 def _seed_stds(labels, datasets, cells, metrics) -> Dict[Tuple[str, str, str], float]:
@@ -376,7 +247,7 @@ def table_markdown(t: ResultsTable) -> str:
     lines += ["| " + " | ".join(head) + " |",
              "|" + "|".join([":---", ":---"] + ["---:"] * len(t.columns)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in _table_rows(t, "md")]
-    lines += ["", f"Acc, ECE, AdaECE and MCE in %. Per column, best (**bold**) and second best "
+    lines += ["", f"{_units_note(t)} Per column, best (**bold**) and second best "
                   f"(<u>underlined</u>) = {_direction_note(t)}{_protocol_note(t)}. Average = "
                   f"mean over the "
                   f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
@@ -386,6 +257,19 @@ def table_markdown(t: ResultsTable) -> str:
                       "marks compare the means. Average's std: over seeds, of each seed's "
                       "mean over the datasets."]
     return "\n".join(lines).rstrip() + "\n"
+
+
+def _units_note(t: ResultsTable) -> str:
+    """The units of the metrics the table shows (and only those)."""
+    pct = [METRICS[m][0] for m in t.metrics if m in ("accuracy", "ece", "adaece", "mce")]
+    other = [METRICS[m][0] for m in t.metrics if m in ("nll", "brier")]
+    parts = []
+    if pct:
+        names = pct[0] if len(pct) == 1 else ", ".join(pct[:-1]) + " and " + pct[-1]
+        parts.append(f"{names} in %")
+    if other:
+        parts.append(" and ".join(other) + " per image (mean)")
+    return "; ".join(parts) + "."
 
 
 def _protocol_note(t: ResultsTable) -> str:

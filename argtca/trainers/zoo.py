@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from argtca.config import ConfigError
-from argtca.engine.run_folder import RunFolderError, write_records
+from argtca.engine.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
 from argtca.trainers.attributes import GraphAttributes
 from argtca.trainers.base import TestTimeTrainer
@@ -177,8 +177,10 @@ class StreamTrainer(FeatureTrainer):
 
     def fingerprint(self) -> Dict[str, object]:
         fp = super().fingerprint()
-        if "STREAM.ORDER_SHA256" not in fp:
-            fp["STREAM.ORDER_SHA256"] = order_sha256(self.order)
+        # in config.json (a resume refuses another order); with the default TTA.STREAM.SEED the
+        # order follows the seed and stays out of the experiment's hash (run_folder.seed_axis_keys)
+        if STREAM_ORDER_KEY not in fp:
+            fp[STREAM_ORDER_KEY] = order_sha256(self.order)
             self._fingerprint = dict(sorted(fp.items()))
         return self._fingerprint
 

@@ -3,8 +3,8 @@ import io
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
+from run_records import write_summary
 
 from argtca import report
 from argtca.report import (ReportError, ablation_table, attribute_table, build_table, find_runs,
@@ -16,26 +16,16 @@ DATASETS = {"caltech101": "Caltech101", "imagenet": "ImageNet"}
 
 
 def write_run(root: Path, method, dataset_key, seed, acc, ece, selector=None, overrides=None,
-              n_records=60, phase1=None, sub=None):
+              n_records=200, phase1=None, sub=None):
+    """A finished run folder: records whose accuracy and ECE are ``acc`` and ``ece`` (to the
+    nearest k/n_records) and a summary of the numbers they give."""
     label = f"ArgTCA ({selector})" if method == "argtca" else LABELS[method]
     d = root / (sub or f"{method}/{dataset_key}/{selector or ''}/seed{seed}")
     d.mkdir(parents=True)
     summary = {"method": method, "selector": selector, "label": label, "trainer": method,
                "dataset": DATASETS[dataset_key], "dataset_key": dataset_key, "seed": seed,
-               "n": n_records, "accuracy": acc, "ece": ece, "adaece": ece + 0.5,
-               "mce": 3 * ece, "nll": 1.0, "brier": 0.4, "backbone": "ViT-B/16",
-               "config_hash": "x", "overrides": overrides or {}}
-    (d / "summary.json").write_text(json.dumps(summary))
-    rng = np.random.default_rng(seed * 7 + len(str(d)))
-    with open(d / "records.jsonl", "w") as f:
-        for i in range(n_records):
-            conf = float(rng.uniform(0.2, 1.0))
-            label_ = int(rng.integers(0, 5))
-            pred = label_ if rng.uniform() < conf else (label_ + 1) % 5
-            f.write(json.dumps({"index": i, "path": f"img{i}.jpg", "label": label_,
-                                "pred": pred, "conf": conf,
-                                "p_label": conf if pred == label_ else 0.1,
-                                "brier": 0.3}) + "\n")
+               "backbone": "ViT-B/16", "config_hash": "x", "overrides": overrides or {}}
+    write_summary(d, summary, n_records, acc, ece)
     if phase1 is not None:
         (d / "phase1.json").write_text(json.dumps({"selected": phase1}))
     return d
@@ -237,8 +227,9 @@ def test_bad_record_line_names_file(tmp_path):
     d = write_run(tmp_path, "tpt", "imagenet", 1, 50.0, 5.0)
     with open(d / "records.jsonl", "a") as f:
         f.write('{"conf": 0.5}\n')
-    with pytest.raises(ReportError, match=r"records.jsonl:61"):
-        find_runs([tmp_path])[0].records()
+    # read when the run is found (its numbers come from the records): the folder is left out
+    with pytest.raises(ReportError, match=r"records.jsonl:201: bad record"):
+        find_runs([tmp_path])
 
 
 def test_radar_fallback_and_single_dataset_cli(tmp_path):
@@ -277,12 +268,15 @@ if (out / "summary.json").exists():
               file=sys.stderr)
         sys.exit(2)
     sys.exit(0)
-# a recognisable value per run: ece = 1 + number of overrides, acc = 50 + len(str(out))
+# a recognisable value per run: one right answer, ece = 1 + number of overrides
 out.mkdir(parents=True, exist_ok=True)
+conf = 1 - (1.0 + len(ov)) / 100
+(out / "records.jsonl").write_text(json.dumps({"index": 0, "label": 0, "pred": 0,
+                                               "conf": conf}) + "\n")
 (out / "summary.json").write_text(json.dumps({
     "method": method, "selector": sel, "label": f"ArgTCA ({sel})" if sel else what.upper(),
     "dataset": "Caltech101", "dataset_key": ds, "seed": seed, "n": 1,
-    "accuracy": 50.0 + len(str(out)), "ece": 1.0 + len(ov), "overrides": ov}))
+    "accuracy": 100.0, "ece": 1.0 + len(ov), "overrides": ov}))
 '''
 
 
@@ -319,10 +313,9 @@ def test_ablation_script_with_stub_runs(tmp_path):
     # starts it, and the run reuses it as it is
     pre = repo / "output/argtca/caltech101/div/seed1"
     pre.mkdir(parents=True)
-    (pre / "summary.json").write_text(json.dumps({
+    write_summary(pre, {
         "method": "argtca", "selector": "div", "label": "ArgTCA (div)", "dataset": "Caltech101",
-        "dataset_key": "caltech101", "seed": 1, "accuracy": 70.0, "ece": 2.0,
-        "overrides": {"TTA.N_VIEWS": 8.0}}))
+        "dataset_key": "caltech101", "seed": 1, "overrides": {"TTA.N_VIEWS": 8.0}}, 10, 70.0, 2.0)
     p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8")
     assert p.returncode == 0, p.stderr
     # the scripts may print absolute output paths (resolved against the caller's folder)

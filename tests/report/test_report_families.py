@@ -3,6 +3,8 @@ online rows and say which stream order they saw."""
 import json
 from pathlib import Path
 
+from run_records import write_summary
+
 from argtca.report import build_table, find_runs, group_runs, table_markdown
 from argtca.report.tables import table_latex
 
@@ -15,10 +17,10 @@ def _run(root: Path, sub: str, method: str, label: str, acc: float, family=None,
     cfg.update(config or {})
     (d / "config.json").write_text(json.dumps(cfg))
     summary = {"method": method, "selector": None, "label": label, "dataset": "Caltech101",
-               "dataset_key": "caltech101", "seed": 1, "n": 60, "accuracy": acc, "ece": 5.0}
+               "dataset_key": "caltech101", "seed": 1}
     if family:
         summary["family"] = family
-    (d / "summary.json").write_text(json.dumps(summary))
+    write_summary(d, summary, 60, acc, 5.0)
 
 
 def _table(root):
@@ -38,7 +40,7 @@ def test_rows_are_grouped_by_family_and_online_rows_say_their_order(tmp_path):
     rows = [ln.split("|")[1].strip() for ln in md.splitlines() if ln.startswith("| ")]
     assert rows == ["Method", "*TPT family*", "TPT", "", "R-TPT", "", "*Training-free*", "ZERO",
                     "", "*Online*", "TDA (online)", ""]
-    assert "stream order: shuffled by each run's seed (TTA.STREAM)" in md
+    assert "stream order: shuffled by each seed (TTA.STREAM)" in md
     tex = table_latex(t)
     # one rule between rows of a family, a double one between families
     assert tex.count("\\midrule\\midrule") == 2

@@ -68,8 +68,8 @@ def _config(d, n):
 
 def test_interrupted_and_incomplete_runs_are_listed(tmp_path):
     root = tmp_path / "runs"
-    good = write_run(root, "tpt", "imagenet", 1, 52.0, 9.0, n_records=60)
-    _config(good, 60)
+    good = write_run(root, "tpt", "imagenet", 1, 52.0, 9.0, n_records=50)
+    _config(good, 50)
     # killed after 20 of 60 images: records, no summary
     killed = write_run(root, "ctpt", "imagenet", 1, 1.0, 1.0, n_records=20, sub="killed")
     (killed / "summary.json").unlink()

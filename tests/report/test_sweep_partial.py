@@ -1,13 +1,13 @@
 """A sweep with a failed point: the point stays on its line as a gap (NaN), sweep.md says
 **failed**, the legend names it; through `python -m argtca.experiments sweep` too."""
 import importlib
-import json
 
 import numpy as np
 
 from argtca.experiments.plan import Outcome, Presence
 from argtca.report import find_runs, sweep_points
 from argtca.report.cli import make_sweep_report
+from run_records import write_summary
 from test_report import write_run
 
 tables = importlib.import_module("argtca.experiments.tables")
@@ -62,15 +62,12 @@ def test_experiments_sweep_passes_its_failed_points_to_the_report(tmp_path, monk
             acc, ece = VALS.get((a, b), (50.0, 5.0))
             s.out = s.out_root / f"a{a}_b{b}"   # the folder the real run would pick
             s.out.mkdir(parents=True)
-            (s.out / "summary.json").write_text(json.dumps({
+            write_summary(s.out, {
                 "method": "argtca", "selector": s.selector, "label": "ArgTCA (div)",
                 "trainer": "argtca", "dataset": "Caltech101", "dataset_key": s.dataset,
-                "seed": s.seed, "n": 1, "accuracy": acc, "ece": ece, "backbone": "ViT-B/16",
-                "config_hash": "x", "overrides": {"TRAINER.ARGTCA.ALPHA": a,
-                                                  "TRAINER.ARGTCA.BETA": b}}))
-            (s.out / "records.jsonl").write_text(json.dumps({
-                "index": 0, "path": "a.jpg", "label": 0, "pred": 0, "conf": 0.9,
-                "p_label": 0.9, "brier": 0.01}) + "\n")
+                "seed": s.seed, "backbone": "ViT-B/16", "config_hash": "x",
+                "overrides": {"TRAINER.ARGTCA.ALPHA": a, "TRAINER.ARGTCA.BETA": b}},
+                100, acc, ece)
             out.append(Outcome(s, 0, 0.0))
         return out
 
