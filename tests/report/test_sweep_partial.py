@@ -51,7 +51,7 @@ def test_a_failed_point_stays_on_its_line(tmp_path):
 
 def test_experiments_sweep_passes_its_failed_points_to_the_report(tmp_path, monkeypatch,
                                                                    capsys):
-    def execute(specs, root, plugins=(), tag="", quiet=False):
+    def execute(specs, root, plugins=(), tag="", quiet=False, **kw):
         out = []
         for s in specs:
             ov = dict(zip(s.overrides[::2], s.overrides[1::2]))
@@ -72,7 +72,7 @@ def test_experiments_sweep_passes_its_failed_points_to_the_report(tmp_path, monk
         return out
 
     monkeypatch.setattr(tables, "execute", execute)
-    monkeypatch.setattr(tables, "_present", lambda ds, *a: [Presence(ds[0], True)])
+    monkeypatch.setattr(tables, "_present", lambda ds, *a, **k: [Presence(ds[0], True)])
     rc = tables.sweep(["caltech101"], selectors=["div"], alphas=["5", "10", "20", "40"],
                       betas=["15", "35"], out_root=tmp_path / "out",
                       report_dir=tmp_path / "rep")
