@@ -83,28 +83,75 @@ def method_tables() -> Iterator[Tuple[str, Table]]:
             yield node, table
 
 
-def _check_method_tables(cfg, num, errors) -> None:
-    """Each registered method's table (:func:`method_tables`) on the configuration ``cfg``."""
-    seen = set()
-    for node_path, table in method_tables():
-        node = _get(cfg, node_path)
-        if node is _MISSING:
+# the ranges of the keys every method shares (those that depend on whether the method tunes
+# prompts are in check_cfg_values)
+SHARED_RANGES = {
+    "DATASET.NUM_IMAGES": Range(lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True),
+    "TTA.WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
+    "TTA.N_CTX": Range(lambda v: v >= 1, ">= 1", True),
+    "TTA.CTX_CHECKPOINT_EPOCH": Range(lambda v: v >= 0, ">= 0 (0: model-best, else the last "
+                                      "saved)", True),
+    "TTA.LOSS_SCALE": Range(lambda v: v > 0, "> 0"),
+    "TTA.BATCH_IMAGES": Range(lambda v: v >= 1, ">= 1", True),
+    "TTA.FAST.IMAGE_CHUNK": Range(lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for "
+                                  "BATCH_IMAGES x N_VIEWS (at most 2048)", True),
+    "TTA.FAST.TEXT_TOKENS": Range(lambda v: v >= 1, ">= 1", True),
+    "DATALOADER.NUM_WORKERS": Range(lambda v: v >= -1, ">= 0 (0 loads in the main process), or "
+                                    "-1 for what the machine has", True),
+    "DATALOADER.PREFETCH": Range(lambda v: v >= 1, ">= 1", True),
+    "DATALOADER.MAIN_THREADS": Range(lambda v: v >= -1, ">= 1 threads, 0 for torch's default, "
+                                     "or -1 for 1 on CUDA with loader workers", True),
+    "TTA.STREAM.SEED": Range(lambda v: v >= -1, ">= 0, or -1 for the run's SEED", True),
+    "TTA.STREAM.CHECKPOINT_IMAGES": Range(lambda v: v >= 1, ">= 1", True),
+}
+
+
+def _pixel_errors(cfg) -> list:
+    errors = []
+    for key in ("INPUT.PIXEL_MEAN", "INPUT.PIXEL_STD"):
+        v = _get(cfg, key)
+        if v is _MISSING:
             continue
-        for rel, check in table.items():
-            key = f"{node_path}.{rel}"
+        vals = list(v) if isinstance(v, (list, tuple)) else [v]
+        ok = len(vals) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                    and math.isfinite(x) for x in vals)
+        if ok and key.endswith("STD"):
+            ok = min(vals) > 0
+        if not ok:
+            each = ", each > 0" if key.endswith("STD") else ""
+            errors.append(f"{key}={v!r} (allowed: 3 finite numbers{each})")
+    return errors
+
+
+def _check_table(cfg, node_path: str, table: Table, num, errors, seen=None) -> None:
+    """``table``'s checks of the keys under ``node_path`` ("" for full keys) of ``cfg``; a key in
+    ``seen`` is skipped (checked already)."""
+    node = _get(cfg, node_path) if node_path else cfg
+    if node is _MISSING:
+        return
+    for rel, check in table.items():
+        key = f"{node_path}.{rel}" if node_path else rel
+        if seen is not None:
             if key in seen:
                 continue
             seen.add(key)
-            v = _get(cfg, key)
-            if v is _MISSING:
-                continue
-            if isinstance(check, tuple):
-                if v not in check:
-                    errors.append(f"{key}={v!r} (allowed: {', '.join(check)})")
-                continue
-            allowed = check.allowed(node, node_path) if callable(check.allowed) else check.allowed
-            ok = (lambda x: check.ok(x, node)) if check.uses_node else check.ok
-            num(key, ok, allowed, check.integer)
+        v = _get(cfg, key)
+        if v is _MISSING:
+            continue
+        if isinstance(check, tuple):
+            if v not in check:
+                errors.append(f"{key}={v!r} (allowed: {', '.join(check)})")
+            continue
+        allowed = check.allowed(node, node_path) if callable(check.allowed) else check.allowed
+        ok = (lambda x, check=check: check.ok(x, node)) if check.uses_node else check.ok
+        num(key, ok, allowed, check.integer)
+
+
+def _check_method_tables(cfg, num, errors) -> None:
+    """Each registered method's table (:func:`method_tables`) on the configuration ``cfg``."""
+    seen: set = set()
+    for node_path, table in method_tables():
+        _check_table(cfg, node_path, table, num, errors, seen)
 
 
 def check_cfg_values(cfg, tunes=None) -> None:
@@ -147,20 +194,7 @@ def check_cfg_values(cfg, tunes=None) -> None:
             and str(aug).strip().lower() not in _AUGMIX):
         errors.append(f"TTA.AUGMIX={aug!r} (allowed: auto, on, off)")
 
-    num("DATASET.NUM_IMAGES", lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)
-    for key in ("INPUT.PIXEL_MEAN", "INPUT.PIXEL_STD"):
-        v = _get(cfg, key)
-        if v is _MISSING:
-            continue
-        vals = list(v) if isinstance(v, (list, tuple)) else [v]
-        ok = len(vals) == 3 and all(isinstance(x, (int, float)) and not isinstance(x, bool)
-                                    and math.isfinite(x) for x in vals)
-        if ok and key.endswith("STD"):
-            ok = min(vals) > 0
-        if not ok:
-            each = ", each > 0" if key.endswith("STD") else ""
-            errors.append(f"{key}={v!r} (allowed: 3 finite numbers{each})")
-
+    errors += _pixel_errors(cfg)
     num("TTA.N_VIEWS", (lambda v: v >= 2) if tunes else (lambda v: v >= 1),
         ">= 2 for tuned methods (view 0 plus augmented views to select from)" if tunes else ">= 1",
         True)
@@ -175,23 +209,7 @@ def check_cfg_values(cfg, tunes=None) -> None:
             or str(aug).strip().lower() not in ("off", "false", "0")):
         num("TTA.AUGMIX_SEVERITY", lambda v: v > 0.1, "> 0.1 (AugMix levels are drawn from "
             "U(0.1, severity)); TPT: 1")
-    num("TTA.WEIGHT_DECAY", lambda v: v >= 0, ">= 0")
-    num("TTA.N_CTX", lambda v: v >= 1, ">= 1", True)
-    num("TTA.CTX_CHECKPOINT_EPOCH", lambda v: v >= 0, ">= 0 (0: model-best, else the last saved)",
-        True)
-    num("TTA.LOSS_SCALE", lambda v: v > 0, "> 0")
-    num("TTA.BATCH_IMAGES", lambda v: v >= 1, ">= 1", True)
-    num("TTA.FAST.IMAGE_CHUNK", lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for BATCH_IMAGES "
-        "x N_VIEWS (at most 2048)", True)
-    num("TTA.FAST.TEXT_TOKENS", lambda v: v >= 1, ">= 1", True)
-    num("DATALOADER.NUM_WORKERS", lambda v: v >= -1, ">= 0 (0 loads in the main process), or -1 "
-        "for what the machine has", True)
-    num("DATALOADER.PREFETCH", lambda v: v >= 1, ">= 1", True)
-    num("DATALOADER.MAIN_THREADS", lambda v: v >= -1, ">= 1 threads, 0 for torch's default, or "
-        "-1 for 1 on CUDA with loader workers", True)
-
-    num("TTA.STREAM.SEED", lambda v: v >= -1, ">= 0, or -1 for the run's SEED", True)
-    num("TTA.STREAM.CHECKPOINT_IMAGES", lambda v: v >= 1, ">= 1", True)
+    _check_table(cfg, "", SHARED_RANGES, num, errors)
     _check_method_tables(cfg, num, errors)
     if errors:
         raise ConfigError("configuration value out of range: " + "; ".join(errors)

@@ -116,6 +116,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m argtca.trainers.catalogue",
                                 description="Print the registered methods' keys.")
     p.add_argument("--family", choices=list(FAMILIES), help="only this family's methods")
+    p.add_argument("--exclude-family", choices=list(FAMILIES), help="all but this family's")
     p.add_argument("--set", choices=["paper", "zoo", "all", "baselines"],
                    help="table1's method set")
     p.add_argument("--sep", default=" ", help="separator (default: a space)")
@@ -126,6 +127,8 @@ def main(argv=None) -> int:
             print(f"{m.method:14} {m.family_title:14} {m.label}")
         return 0
     names = method_sets()[args.set] if args.set else method_names(args.family)
+    if args.exclude_family:
+        names = [n for n in names if n not in method_names(args.exclude_family)]
     print(args.sep.join(names))
     return 0
 
