@@ -25,3 +25,7 @@ def repo_dir() -> Path:
     """The folder above the package: the checkout for a source tree, site-packages for an
     installed package (the scripts/ and docs/ exist only in a checkout)."""
     return PACKAGE.parent
+
+
+if __name__ == "__main__":    # python -m argtca.config.paths: where the configs are
+    print(configs_dir())
