@@ -136,3 +136,63 @@ def test_check_cfg_values_stopped_growing():
     assert fn.end_lineno - fn.lineno + 1 <= 80
     body = ast.get_source_segment(src, fn)
     assert not [n for n in _names()[1] if n in body]          # no method's node in it
+
+
+def test_the_features_engine_goes_with_adapter_methods_in_one_place():
+    from argtca.engine.auto import resolve_auto, settle_engine
+    cfg = get_cfg_default()
+    assert settle_engine(cfg, adapter=True, label="TDA") == "features"    # auto picks it
+    out, _ = resolve_auto(cfg, "cpu", 10, adapter=True, label="TDA")
+    assert out.TTA.ENGINE == "features"
+    assert resolve_auto(cfg, "cpu", 10)[0].TTA.ENGINE == "reference"
+    cfg.TTA.ENGINE = "fast"
+    with pytest.raises(ConfigError, match=r"TTA.ENGINE='fast': TDA tunes no prompt and runs "
+                       r"on the features engine; leave TTA.ENGINE auto"):
+        settle_engine(cfg, adapter=True, label="TDA")
+    cfg.TTA.ENGINE = "features"
+    with pytest.raises(ConfigError, match=r"TTA.ENGINE=features runs the training-free and "
+                       r"online methods; TPT tunes prompts"):
+        resolve_auto(cfg, "cpu", 10, adapter=False, label="TPT")
+
+
+def test_official_values_are_resolved_in_one_helper():
+    from argtca.adapters.boostadapter import BoostAdapter
+    from argtca.adapters.dmn import DMNAdapter
+    from argtca.adapters.dpe import DPE
+    from argtca.adapters.tda import TDAAdapter
+    cfg = get_cfg_default()
+    cfg.DATASET.NAME = "Caltech101"
+    # the official configs/caltech101.yaml of each method (values from the adapters' PRESETS
+    # docstrings: TDA 5/5, BoostAdapter 5/5/2, DPE 15/5/6e-4/0.2, DMN's searched weight 0.3)
+    assert TDAAdapter.preset_values(cfg.TRAINER.TDA, cfg) == {"POS_ALPHA": 5.0, "POS_BETA": 5.0}
+    assert BoostAdapter.preset_values(cfg.TRAINER.BOOSTADAPTER, cfg) == {
+        "ALPHA": 5.0, "BETA": 5.0, "DELTA": 2}
+    assert DPE.preset_values(cfg.TRAINER.DPE, cfg) == {
+        "ALPHA": 15.0, "BETA": 5.0, "LR_TEXT": 6e-4, "LR_IMAGE": 6e-4, "ALIGN": 0.2}
+    assert DMNAdapter.resolved_presets(cfg.TRAINER.DMN, cfg) == {"MEMORY_WEIGHT": 0.3}
+    # a given value wins and keeps its key's type; only the -1 keys are "resolved"
+    cfg.TRAINER.BOOSTADAPTER.DELTA = 0
+    cfg.TRAINER.BOOSTADAPTER.ALPHA = 1.5
+    got = BoostAdapter.preset_values(cfg.TRAINER.BOOSTADAPTER, cfg)
+    assert got == {"ALPHA": 1.5, "BETA": 5.0, "DELTA": 0} and isinstance(got["DELTA"], int)
+    assert BoostAdapter.resolved_presets(cfg.TRAINER.BOOSTADAPTER, cfg) == {"BETA": 5.0}
+    cfg.DATASET.NAME = "MyImageFolder"                   # no official config: ImageNet's row
+    assert TDAAdapter.preset_values(cfg.TRAINER.TDA, cfg) == {"POS_ALPHA": 2.0, "POS_BETA": 5.0}
+
+
+def test_a_run_records_its_family_and_the_official_values_it_used(tmp_path):
+    import json
+
+    from argtca.trainers.zoo import DMN
+    from conftest import tiny_cfg
+    from helpers_data import make_caltech
+    data = make_caltech(tmp_path / "data", per_class=2)
+    cfg = tiny_cfg(**{"DATASET.NAME": "Caltech101", "DATASET.ROOT": str(data),
+                      "TTA.N_VIEWS": 2, "OUTPUT_ROOT": str(tmp_path / "out")})
+    cfg.freeze()
+    t = DMN(cfg)
+    t.test()
+    summary = json.loads((Path(t.output_dir()) / "summary.json").read_text())
+    # DMN's weight searched for Caltech101 by the official script: 0.3 (adapters/dmn.py)
+    assert summary["official_values"] == {"TRAINER.DMN.MEMORY_WEIGHT": 0.3}
+    assert summary["family"] == "online" and summary["label"] == "DMN-ZS (online)"
