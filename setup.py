@@ -4,9 +4,14 @@ setup(
     name="argtca",
     version="0.1.0",
     description="Calibrated test-time adaptation of CLIP: ArgTCA, TCA, TPT, C-TPT, O-TPT, A-TPT",
-    packages=find_packages(include=["argtca", "argtca.*"]),
+    # configs/ (the trainers' and datasets' YAMLs) stays at the top of the checkout, where the
+    # scripts and docs name it; an installed package carries it as argtca/configs
+    # (argtca/config/paths.py resolves either)
+    packages=find_packages(include=["argtca", "argtca.*"]) + ["argtca.configs"],
+    package_dir={"argtca.configs": "configs"},
     package_data={"argtca": ["demo/assets/*", "models/model_configs/*.json",
-                            "report/reference/*.csv"]},
+                            "report/reference/*.csv"],
+                  "argtca.configs": ["datasets/*.yaml", "trainers/*.yaml"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[

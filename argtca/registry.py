@@ -70,6 +70,11 @@ class Registry:
     def registered_names(self) -> List[str]:
         return sorted(self._names.values(), key=str.lower)
 
+    def registered_objects(self) -> List[Any]:
+        """The registered objects in the order they were first registered (the order a
+        catalogue of them lists them in)."""
+        return list(self._obj_map.values())
+
     def __repr__(self) -> str:
         return f"Registry({self._name!r}, {self.registered_names()})"
 

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Dict
 
-from argtca.config import METHOD_TO_TRAINER, ConfigError, check_cfg_values, get_cfg_default
+from argtca.config import ConfigError, check_cfg_values, get_cfg_default
 from argtca.errors import print_bad_input
 from argtca.registry import TRAINER_REGISTRY
 
@@ -31,8 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(OUTPUT_ROOT, default output): <root>/<method>/<dataset>/<hash8>/seed<N>")
     p.add_argument("--dataset-config-file", default="", help="configs/datasets/<name>.yaml")
     p.add_argument("--config-file", default="", help="configs/trainers/<method>.yaml")
-    p.add_argument("--trainer", default="", help="trainer name (ZeroshotCLIP, TPT, CTPT, OTPT, "
-                   "ATPT, TCA, ArgTCA) or method (zeroshot, tpt, ...)")
+    p.add_argument("--trainer", default="", help="a registered trainer (e.g. TPT) or method key "
+                   "(e.g. tpt); python -m argtca.trainers.catalogue --table lists them")
     p.add_argument("--backbone", default="", help="MODEL.BACKBONE.NAME, e.g. ViT-B/16")
     p.add_argument("--seed", type=int, default=None, help="SEED (views of image i depend on it)")
     p.add_argument("--eval-only", action="store_true", help="accepted for CoOp compatibility")
@@ -99,6 +99,7 @@ def setup_cfg(args):
     """The run configuration: defaults, the YAML files, the flags, then ``KEY VALUE`` overrides;
     every problem (missing/malformed file, unknown key, wrong type, value out of range) is one
     :class:`ConfigError` line naming where it came from."""
+    from argtca.trainers.catalogue import trainer_name   # registers the trainers and their checks
     cfg = get_cfg_default()
     _check_file(args.dataset_config_file, "--dataset-config-file")
     _check_file(args.config_file, "--config-file")
@@ -115,7 +116,7 @@ def setup_cfg(args):
     if args.seed is not None:
         cfg.SEED = args.seed
     if args.trainer:
-        cfg.TRAINER.NAME = METHOD_TO_TRAINER.get(args.trainer.lower(), args.trainer)
+        cfg.TRAINER.NAME = trainer_name(args.trainer)
     if args.backbone:
         cfg.MODEL.BACKBONE.NAME = args.backbone
     opts = list(args.opts)

@@ -1,10 +1,8 @@
 #!/usr/bin/env bash
 # Usage: bash scripts/baseline.sh DATASET METHOD [KEY VALUE ...]
 #   DATASET: a file stem of configs/datasets (caltech101, oxford_pets, ..., demo)
-#   METHOD:  zeroshot | tpt | ctpt | otpt | atpt | rtpt | tca       (prompt tuning: TPT family)
-#            zero | mta | tps                                      (training-free, episodic)
-#            tda | dmn | boostadapter | dpe                        (online: one seeded stream)
-#            zeroshot_ts | tpt_ts                                  (temperature scaling)
+#   METHOD:  a registered method's key but ArgTCA's (scripts/argtca.sh); the list, by family:
+#            python -m argtca.trainers.catalogue --table
 # Data root from $DATA (not needed for demo); seed from $SEED (default 1).
 # Output: $OUTPUT_DIR (a folder of other settings is refused), else python's default run folder
 # under output/ of the folder you run the command in (printed at the end). Relative paths
@@ -15,7 +13,7 @@ if [ $# -lt 2 ]; then
   echo "usage: bash scripts/baseline.sh DATASET METHOD [KEY VALUE ...]" >&2; exit 2
 fi
 DATASET=$1; METHOD=$2; shift 2
-METHODS="zeroshot tpt ctpt otpt atpt rtpt tca zero mta tps tda dmn boostadapter dpe zeroshot_ts tpt_ts"
+METHODS="$("$PY" -m argtca.trainers.catalogue --exclude-family argtca)"
 case " $METHODS " in *" $METHOD "*) ;; *)
   echo "error: METHOD must be one of $METHODS (got '$METHOD'); ArgTCA: scripts/argtca.sh" >&2; exit 2;;
 esac

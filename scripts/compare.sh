@@ -22,8 +22,10 @@ if [ "$#" -lt 1 ]; then
 fi
 . "$(dirname "${BASH_SOURCE[0]}")/_common.sh"
 read_opts compare.sh
-methods="zeroshot,tpt,ctpt,otpt,atpt,rtpt,tca,zero,mta,tps,tda,dmn,boostadapter,dpe"
-for sel in div disc ${EXTRA_SELECTORS:-}; do methods+=",argtca-$sel"; done
+# every method of Table 1 (ArgTCA with the paper's selectors div and disc), from the trainers'
+# declarations (python -m argtca.trainers.catalogue)
+methods="$("$PY" -m argtca.trainers.catalogue --set all --sep ,)"
+for sel in ${EXTRA_SELECTORS:-}; do methods+=",argtca-$sel"; done
 ROOT="$(abs_path "${OUT_ROOT:-output}")"
 names=()
 for a in "$@"; do

@@ -27,3 +27,35 @@ def test_data_files_the_code_reads_are_package_data():
             if p.is_file() and p.suffix in (".csv", ".json", ".pt")]
     missing = [f for f in data if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
     assert data and not missing, missing
+
+
+def _setup_literal(name):
+    src = (REPO / "setup.py").read_text()
+    start = src.index(f"{name}=")
+    return eval(src[start + len(name) + 1:src.index("}", start) + 1])   # the literal
+
+
+def test_configs_are_shipped_in_the_package():
+    # configs/ stays the source at the top of the checkout; a wheel carries it as argtca/configs
+    assert _setup_literal("package_dir") == {"argtca.configs": "configs"}
+    patterns = _setup_literal("package_data")["argtca.configs"]
+    files = [p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*")
+             if p.is_file()]
+    missing = [f for f in files if not any(fnmatch.fnmatch(f, pat) for pat in patterns)]
+    assert files and not missing, missing
+
+
+def test_configs_are_resolved_in_one_place(tmp_path, monkeypatch):
+    from argtca.bench import zoo
+    from argtca.config import paths
+    from argtca.experiments import plan, select_attributes
+    assert paths.configs_dir() == REPO / "configs"              # a checkout: its own folder
+    assert plan.CONFIGS == zoo.CONFIGS == paths.configs_dir()
+    assert select_attributes._CONFIGS == str(paths.configs_dir())
+    # an installed package: its own copy, wherever site-packages is
+    (tmp_path / "site" / "argtca" / "configs" / "trainers").mkdir(parents=True)
+    monkeypatch.setattr(paths, "PACKAGE", tmp_path / "site" / "argtca")
+    assert paths.configs_dir() == tmp_path / "site" / "argtca" / "configs"
+    spelling = [p.relative_to(REPO).as_posix() for p in (REPO / "argtca").rglob("*.py")
+                if '"configs"' in p.read_text() or "parents[2]" in p.read_text()]
+    assert spelling == ["argtca/config/paths.py"]

@@ -15,9 +15,14 @@ from typing import Any, Dict
 
 import torch
 
+from argtca.config.checks import Range, Table
 from argtca.engine.objectives import select_confident, view_entropy
 
-__all__ = ["Adapter", "OnlineAdapter", "confident_mask", "view_entropy", "select_confident"]
+__all__ = ["Adapter", "OnlineAdapter", "confident_mask", "view_entropy", "select_confident",
+           "Range", "OFFICIAL"]
+
+# the text of a range that also takes -1 for the official per-dataset value (``presets``)
+OFFICIAL = "or -1 for the official value of the dataset"
 
 
 def confident_mask(logits: torch.Tensor, p: float) -> torch.Tensor:
@@ -31,6 +36,15 @@ class Adapter:
     """``adapter(img [B, V, E]) -> probs [B, K]``, episodic: each image alone."""
 
     online = False
+    # the value checks of the method's config node TRAINER.<NAME>: key -> Range or the allowed
+    # spellings (argtca/config/checks.py loops over every registered method's table)
+    cfg_ranges: Table = {}
+    # "-1 = the official per-dataset value": DATASET.NAME -> the official row (a tuple, or one
+    # number), the row datasets without an official config take, and node key -> its place in
+    # the row
+    presets: Dict[str, Any] = {}
+    default_preset = "ImageNet"
+    preset_keys: Dict[str, int] = {}
 
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         self.node = node                      # the method's TRAINER.<NAME> config node
@@ -38,6 +52,28 @@ class Adapter:
         self.text = text.float()              # [K, E], unit rows
         self.logit_scale = float(logit_scale)
         self.selection_p = float(cfg.TTA.SELECTION_P)
+
+    @classmethod
+    def preset_values(cls, node, cfg) -> Dict[str, Any]:
+        """Node key -> the value the run uses, for each of ``preset_keys``: as configured, or, for
+        a negative value (-1), the official value for ``DATASET.NAME`` (``presets``; other datasets
+        take ``default_preset``'s row). A configured value keeps the type of the key's default
+        (an int stays an int)."""
+        name = str(cfg.DATASET.NAME)
+        row = cls.presets.get(name, cls.presets.get(cls.default_preset))
+        row = row if isinstance(row, (tuple, list)) else (row,)
+        out: Dict[str, Any] = {}
+        for key, place in cls.preset_keys.items():
+            v = node[key]
+            given = int(v) if isinstance(v, int) and not isinstance(v, bool) else float(v)
+            out[key] = row[place] if given < 0 else given
+        return out
+
+    @classmethod
+    def resolved_presets(cls, node, cfg) -> Dict[str, Any]:
+        """The keys left at -1 and the official values they resolved to (for summary.json)."""
+        values = cls.preset_values(node, cfg)
+        return {k: v for k, v in values.items() if float(node[k]) < 0}
 
     @classmethod
     def needs_views(cls, node, cfg) -> bool:

@@ -28,7 +28,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from argtca.adapters.base import OnlineAdapter, view_entropy
+from argtca.adapters.base import OFFICIAL, OnlineAdapter, Range, view_entropy
 from argtca.adapters.cache import (cache_logits, entries, fifo_push, new_cache, priority_push,
                                    widen)
 from argtca.engine.objectives import avg_entropy
@@ -45,7 +45,6 @@ PRESETS: Dict[str, Tuple[float, float, int]] = {
     "ImageNet": (2.0, 5.0, 1), "ImageNetA": (2.0, 5.0, 3), "ImageNetR": (1.0, 8.0, 3),
     "ImageNetSketch": (2.363, 7.45, 1), "ImageNetV2": (1.0, 8.0, 1),
 }
-DEFAULT_PRESET = "ImageNet"
 
 
 def imagenet_family(dataset_name: str) -> bool:
@@ -83,12 +82,24 @@ def image_summary(logits: torch.Tensor, img: torch.Tensor, mode: str, p: float):
 class BoostAdapter(OnlineAdapter):
     """Historical cache + per-image boosting samples + negative cache (module docstring)."""
 
+    presets, preset_keys = PRESETS, {"ALPHA": 0, "BETA": 1, "DELTA": 2}
+    cfg_ranges = {
+        "ALPHA": Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}"),
+        "BETA": Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}"),
+        "DELTA": Range(lambda v: v >= -1, f">= 0, {OFFICIAL}", True),
+        "SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
+        "NEG_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
+        "NEG_ALPHA": Range(lambda v: v >= 0, ">= 0"),
+        "NEG_BETA": Range(lambda v: v >= 0, ">= 0"),
+        **{f"NEG_{k}": Range(lambda v: 0 <= v <= 1, "[0, 1]")
+           for k in ("ENTROPY_LOWER", "ENTROPY_UPPER", "MASK_LOWER", "MASK_UPPER")},
+        "HISTORY_VIEWS": ("auto", "original", "confident"),
+    }
+
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         name = str(cfg.DATASET.NAME)
-        alpha, beta, delta = PRESETS.get(name, PRESETS[DEFAULT_PRESET])
-        self.alpha = alpha if float(node.ALPHA) < 0 else float(node.ALPHA)
-        self.beta = beta if float(node.BETA) < 0 else float(node.BETA)
-        self.delta = delta if int(node.DELTA) < 0 else int(node.DELTA)
+        given = self.preset_values(node, cfg)
+        self.alpha, self.beta, self.delta = given["ALPHA"], given["BETA"], given["DELTA"]
         self.history_views = resolve_views(node.HISTORY_VIEWS, name, imagenet_family(name))
         super().__init__(node, cfg, text, logit_scale)
 

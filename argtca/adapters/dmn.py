@@ -34,7 +34,7 @@ from typing import Dict
 import torch
 import torch.nn.functional as F
 
-from argtca.adapters.base import OnlineAdapter
+from argtca.adapters.base import OnlineAdapter, Range
 from argtca.registry import ADAPTER_REGISTRY
 
 __all__ = ["DMNAdapter", "PRESETS"]
@@ -48,19 +48,24 @@ PRESETS: Dict[str, float] = {
     "FGVCAircraft": 1.0, "EuroSAT": 0.3, "ImageNetA": 3.0, "ImageNetV2": 1.0, "ImageNetR": 0.3,
     "ImageNetSketch": 1.0,
 }
-DEFAULT_PRESET = "ImageNet"
 
 
 @ADAPTER_REGISTRY.register(name="dmn")
 class DMNAdapter(OnlineAdapter):
     """DMN-ZS's dynamic memory over the stream (``TRAINER.DMN``)."""
 
+    presets, preset_keys = PRESETS, {"MEMORY_WEIGHT": 0}
+    cfg_ranges = {
+        "MEMORY_SIZE": Range(lambda v: v >= 1, ">= 1 (DMN: 50)", True),
+        "BETA": Range(lambda v: v >= 0, ">= 0 (DMN: 5.5)"),
+        "MEMORY_WEIGHT": Range(lambda v: v >= 0 or v == -1,
+                               ">= 0, or -1 for the official per-dataset value"),
+    }
+
     def __init__(self, node, cfg, text, logit_scale):
         self.memory_size = int(node.MEMORY_SIZE)
         self.beta = float(node.BETA)
-        w = float(node.MEMORY_WEIGHT)
-        self.memory_weight = (PRESETS.get(str(cfg.DATASET.NAME), PRESETS[DEFAULT_PRESET])
-                              if w < 0 else w)
+        self.memory_weight = self.preset_values(node, cfg)["MEMORY_WEIGHT"]
         super().__init__(node, cfg, text, logit_scale)
 
     def reset(self) -> None:

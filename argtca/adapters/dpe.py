@@ -34,7 +34,7 @@ from typing import Dict, Tuple
 import torch
 import torch.nn.functional as F
 
-from argtca.adapters.base import OnlineAdapter, view_entropy
+from argtca.adapters.base import OFFICIAL, OnlineAdapter, Range, view_entropy
 from argtca.adapters.boostadapter import image_summary, imagenet_family, resolve_views
 from argtca.adapters.cache import affinity_weights, filled, new_cache, priority_push
 from argtca.registry import ADAPTER_REGISTRY
@@ -52,7 +52,6 @@ PRESETS: Dict[str, Tuple[float, float, float, float]] = {
     "ImageNetR": (3.0, 8.0, 6e-4, 0.0), "ImageNetSketch": (7.0, 7.45, 6e-4, 0.2),
     "ImageNetV2": (3.0, 8.0, 5e-4, 0.5),
 }
-DEFAULT_PRESET = "ImageNet"
 
 
 def info_nce(query: torch.Tensor, positive: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -71,6 +70,21 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
 class DPE(OnlineAdapter):
     """Evolving textual and visual prototypes with per-image residuals (module docstring)."""
 
+    presets = PRESETS
+    preset_keys = {"ALPHA": 0, "BETA": 1, "LR_TEXT": 2, "LR_IMAGE": 2, "ALIGN": 3}
+    cfg_ranges = {
+        **{k: Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}")
+           for k in ("ALPHA", "BETA", "LR_TEXT", "LR_IMAGE", "ALIGN")},
+        "SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
+        "STEPS": Range(lambda v: v >= 0, ">= 0 (official: 1)", True),
+        "ADAM_EPS": Range(lambda v: v > 0, "> 0"),
+        "WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
+        "INFONCE_T": Range(lambda v: v > 0, "> 0"),
+        "EVOLVE_ENTROPY": Range(lambda v: v >= 0, ">= 0 (0: the text never evolves)"),
+        "VIEWS": ("auto", "original", "confident"),
+        "PREDICT_VIEWS": ("auto", "original", "confident"),
+    }
+
     @classmethod
     def needs_views(cls, node, cfg) -> bool:
         name = str(cfg.DATASET.NAME)
@@ -79,13 +93,10 @@ class DPE(OnlineAdapter):
 
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         name = str(cfg.DATASET.NAME)
-        alpha, beta, lr, align = PRESETS.get(name, PRESETS[DEFAULT_PRESET])
-
-        def given(value, preset):   # -1: the official value for the dataset
-            return preset if float(value) < 0 else float(value)
-        self.alpha, self.beta = given(node.ALPHA, alpha), given(node.BETA, beta)
-        self.lr_text, self.lr_image = given(node.LR_TEXT, lr), given(node.LR_IMAGE, lr)
-        self.align = given(node.ALIGN, align)
+        given = self.preset_values(node, cfg)
+        self.alpha, self.beta = given["ALPHA"], given["BETA"]
+        self.lr_text, self.lr_image = given["LR_TEXT"], given["LR_IMAGE"]
+        self.align = given["ALIGN"]
         self.views = resolve_views(node.VIEWS, name, imagenet_family(name))
         self.predict_views = resolve_views(node.PREDICT_VIEWS, name, name == "ImageNetA")
         super().__init__(node, cfg, text, logit_scale)

@@ -28,13 +28,21 @@ from __future__ import annotations
 
 import torch
 
-from argtca.adapters.base import Adapter
+from argtca.adapters.base import Adapter, Range
 from argtca.registry import ADAPTER_REGISTRY
 
 
 @ADAPTER_REGISTRY.register(name="mta")
 class MTA(Adapter):
     """``mta(img [B, V, E]) -> probs [B, K]``: softmax of the logits of the views' inlier mode."""
+
+    cfg_ranges = {
+        "LAMBDA_Y": Range(lambda v: v > 0, "> 0 (MTA: 0.2)"),
+        "LAMBDA_Q": Range(lambda v: v >= 0, ">= 0 (MTA: 4)"),
+        "MAX_ITER": Range(lambda v: v >= 1, ">= 1 (MTA: 5)", True),
+        "TOL": Range(lambda v: v >= 0, ">= 0 (MTA: 1e-6)"),
+        "BANDWIDTH_P": Range(lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)"),
+    }
 
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)

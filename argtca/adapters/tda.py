@@ -40,7 +40,7 @@ from typing import Dict, Tuple
 
 import torch
 
-from argtca.adapters.base import OnlineAdapter, select_confident, view_entropy
+from argtca.adapters.base import OnlineAdapter, Range, select_confident, view_entropy
 from argtca.adapters.cache import cache_logits, new_cache, priority_push
 from argtca.engine.objectives import avg_entropy
 from argtca.registry import ADAPTER_REGISTRY
@@ -56,7 +56,6 @@ PRESETS: Dict[str, Tuple[float, float]] = {
     "UCF101": (3.0, 8.0), "ImageNet": (2.0, 5.0), "ImageNetA": (2.0, 5.0),
     "ImageNetR": (1.0, 8.0), "ImageNetSketch": (2.363, 7.45), "ImageNetV2": (1.0, 8.0),
 }
-DEFAULT_PRESET = "ImageNet"
 # the datasets the official runner gives 64 views (get_ood_preprocess): "A", "V", "R", "S"
 CONFIDENT_VIEWS = ("ImageNetA", "ImageNetV2", "ImageNetR", "ImageNetSketch")
 
@@ -64,6 +63,26 @@ CONFIDENT_VIEWS = ("ImageNetA", "ImageNetV2", "ImageNetR", "ImageNetSketch")
 @ADAPTER_REGISTRY.register(name="tda")
 class TDAAdapter(OnlineAdapter):
     """TDA's positive and negative caches over the stream (``TRAINER.TDA``)."""
+
+    presets, preset_keys = PRESETS, {"POS_ALPHA": 0, "POS_BETA": 1}
+    cfg_ranges = {
+        "POS_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
+        "POS_ALPHA": Range(lambda v: v >= 0 or v == -1,
+                           ">= 0, or -1 for the official per-dataset value"),
+        "POS_BETA": Range(lambda v: v >= 0 or v == -1,
+                          ">= 0, or -1 for the official per-dataset value"),
+        "NEG_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
+        "NEG_ALPHA": Range(lambda v: v >= 0, ">= 0"),
+        "NEG_BETA": Range(lambda v: v >= 0, ">= 0"),
+        **{f"NEG_{k}_{end}": (
+            Range(lambda v: v >= 0, ">= 0") if end == "LOWER" else Range(
+                lambda v, node, k=k: not isinstance(node[f"NEG_{k}_LOWER"], (int, float))
+                or v > node[f"NEG_{k}_LOWER"],
+                lambda node, path, k=k: f"> {path}.NEG_{k}_LOWER={node[f'NEG_{k}_LOWER']!r}",
+                uses_node=True))
+           for k in ("ENTROPY", "MASK") for end in ("LOWER", "UPPER")},
+        "VIEWS": ("auto", "original", "confident"),
+    }
 
     @staticmethod
     def resolve_views(node, cfg) -> str:
@@ -79,10 +98,8 @@ class TDAAdapter(OnlineAdapter):
     def __init__(self, node, cfg, text, logit_scale):
         self.pos_enabled = bool(node.POS_ENABLED)
         self.pos_capacity = int(node.POS_SHOT_CAPACITY)
-        name = str(cfg.DATASET.NAME)
-        alpha, beta = PRESETS.get(name, PRESETS[DEFAULT_PRESET])
-        self.pos_alpha = alpha if float(node.POS_ALPHA) < 0 else float(node.POS_ALPHA)
-        self.pos_beta = beta if float(node.POS_BETA) < 0 else float(node.POS_BETA)
+        given = self.preset_values(node, cfg)
+        self.pos_alpha, self.pos_beta = given["POS_ALPHA"], given["POS_BETA"]
         self.views = self.resolve_views(node, cfg)
         self.neg_enabled = bool(node.NEG_ENABLED)
         self.neg_capacity = int(node.NEG_SHOT_CAPACITY)

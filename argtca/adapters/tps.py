@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from argtca.adapters.base import Adapter
+from argtca.adapters.base import Adapter, Range
 from argtca.engine.objectives import avg_entropy, select_confident
 from argtca.registry import ADAPTER_REGISTRY
 
@@ -23,6 +23,12 @@ from argtca.registry import ADAPTER_REGISTRY
 class TPS(Adapter):
     """``TRAINER.TPS``: LR, STEPS, WEIGHT_DECAY (AdamW), PER_CLASS (a shift per class, or one
     shared by all classes)."""
+
+    cfg_ranges = {
+        "LR": Range(lambda v: v > 0, "> 0 (TPS: 5e-3)"),
+        "STEPS": Range(lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True),
+        "WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
+    }
 
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)

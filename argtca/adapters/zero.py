@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from argtca.adapters.base import Adapter, view_entropy
+from argtca.adapters.base import Adapter, Range, view_entropy
 from argtca.registry import ADAPTER_REGISTRY
 
 OUTPUTS = ("vote", "onehot")
@@ -40,6 +40,11 @@ OUTPUTS = ("vote", "onehot")
 @ADAPTER_REGISTRY.register(name="zero")
 class Zero(Adapter):
     """``zero(img [B, V, E]) -> probs [B, K]``: the confident views' vote, batched over images."""
+
+    cfg_ranges = {
+        "OUTPUT": ("vote", "onehot"),
+        "TEMPERATURE": Range(lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)"),
+    }
 
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)

@@ -195,9 +195,10 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1")
+    from argtca.config.paths import configs_dir
     args = ["--root", data["root"], "--dataset-config-file",
-            os.path.join(here, "configs", "datasets", "caltech101.yaml"),
-            "--config-file", os.path.join(here, "configs", "trainers", "tca.yaml"),
+            str(configs_dir() / "datasets" / "caltech101.yaml"),
+            "--config-file", str(configs_dir() / "trainers" / "tca.yaml"),
             "--backbone", backbone, "MODEL.PRETRAINED", "random",
             "DATASET.ATTRIBUTE_FILE", data["attributes"], "TTA.VIEWS_DEVICE", views,
             "TTA.AUGMIX", "on"] + list(extra or [])

@@ -24,9 +24,11 @@ from typing import Dict, List
 import torch
 
 from argtca.bench.data import make_synthetic_coop
-from argtca.experiments.plan import CONFIGS
+from argtca.config.paths import configs_dir
+from argtca.trainers.catalogue import zoo_methods
 
-METHODS = ["zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe"]
+CONFIGS = configs_dir()
+METHODS = zoo_methods()
 
 
 def parse_args(argv=None):

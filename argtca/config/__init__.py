@@ -3,5 +3,4 @@
 on top of the defaults; unknown keys are errors."""
 from argtca.config.checks import (CFG_CHOICES, ConfigError,  # noqa: F401
                                   check_cfg_values)
-from argtca.config.defaults import (METHOD_TO_TRAINER, SWITCH_KEYS,  # noqa: F401
-                                    get_cfg_default)
+from argtca.config.defaults import SWITCH_KEYS, get_cfg_default  # noqa: F401

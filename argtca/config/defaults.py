@@ -373,12 +373,3 @@ _C.TRAINER.DPE.PREDICT_VIEWS = "auto"   # the final prediction's feature: "origi
 def get_cfg_default() -> CN:
     return _C.clone()
 
-
-METHOD_TO_TRAINER = {
-    "zeroshot": "ZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
-    "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA",
-    "argtcazeroshotclip": "ZeroshotCLIP",   # its name under Dassl (CoOp owns ZeroshotCLIP)
-    "zeroshot_ts": "ZeroshotTS", "tpt_ts": "TPTTS",
-    "zero": "ZERO", "mta": "MTA", "rtpt": "RTPT", "tps": "TPS",
-    "tda": "TDA", "dmn": "DMN", "boostadapter": "BoostAdapter", "dpe": "DPE",
-}

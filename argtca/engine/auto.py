@@ -2,7 +2,9 @@
 
 ``TTA.ENGINE auto``         fast engine on CUDA, reference engine on the CPU. The fast engine equals
                             the reference on the CPU to 1e-5 and on CUDA up to fp16 near-ties;
-                            ``TTA.ENGINE reference`` keeps the reference.
+                            ``TTA.ENGINE reference`` keeps the reference. A method that tunes no
+                            prompt (an adapter's rule on frozen features) runs on the features
+                            engine and only there (:func:`settle_engine`).
 ``TTA.COMPILE auto``        ``torch.compile`` of the fast engine's towers only when the run is long
                             enough to pay the compilation back: images x estimated saving per
                             image > estimated compile time (constants below). With CPU views the
@@ -24,7 +26,13 @@ from __future__ import annotations
 import contextlib
 from typing import Iterator, List, Tuple
 
+from argtca.config import ConfigError
 from argtca.utils.host import auto_workers, usable_cpus
+
+# the one place an engine's name decides anything: the engine of the adapter methods, and the
+# engines whose towers torch.compile can compile
+ADAPTER_ENGINE = "features"
+COMPILING_ENGINES = ("fast", ADAPTER_ENGINE)
 
 # Compiling the towers pays only past COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE test images (about
 # 57,000): the seconds torch.compile adds to a run, and the seconds it saves per image, for
@@ -88,13 +96,31 @@ def canonical_names(cfg) -> dict:
     return out
 
 
-def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str]]:
+def settle_engine(cfg, adapter: bool, label: str) -> str:
+    """``TTA.ENGINE`` for a method: an adapter method (``adapter``) runs on the features engine,
+    which "auto" picks for it; a prompt-tuning method on any other. A mismatch is a
+    :class:`ConfigError` naming the method ``label``. Returns the engine ("auto": the device
+    decides)."""
+    engine = str(cfg.TTA.ENGINE).lower()
+    if adapter and engine not in ("auto", ADAPTER_ENGINE):
+        raise ConfigError(f"TTA.ENGINE={cfg.TTA.ENGINE!r}: {label} tunes no prompt and runs on "
+                          f"the features engine; leave TTA.ENGINE auto")
+    if not adapter and engine == ADAPTER_ENGINE:
+        raise ConfigError(f"TTA.ENGINE=features runs the training-free and online methods; "
+                          f"{label} tunes prompts: use TTA.ENGINE auto, fast or reference")
+    return ADAPTER_ENGINE if adapter else engine
+
+
+def resolve_auto(cfg, device_type: str, n_images: int, adapter: bool = False,
+                 label: str = "this method") -> Tuple[object, List[str]]:
     """``cfg`` with its "auto" values replaced (a frozen clone when anything changed) and one log
-    line per choice made."""
+    line per choice made. ``adapter``: the method tunes no prompt (:func:`settle_engine`)."""
     lines = []
     changes = {}
     cuda = str(device_type) == "cuda"
-    engine = str(cfg.TTA.ENGINE).lower()
+    engine = settle_engine(cfg, adapter, label)
+    if engine != str(cfg.TTA.ENGINE).lower():
+        changes[("TTA", "ENGINE")] = engine
     if engine == "auto":
         engine = "fast" if cuda else "reference"
         changes[("TTA", "ENGINE")] = engine
@@ -103,7 +129,7 @@ def resolve_auto(cfg, device_type: str, n_images: int) -> Tuple[object, List[str
     comp = cfg.TTA.get("COMPILE", "off")
     comp = ("on" if comp else "off") if isinstance(comp, bool) else str(comp).lower()
     if comp == "auto":
-        if engine not in ("fast", "features") or not cuda:
+        if engine not in COMPILING_ENGINES or not cuda:
             comp, why = "off", "the fast and features engines compile on CUDA only"
         else:
             views = str(cfg.TTA.VIEWS_DEVICE).lower()

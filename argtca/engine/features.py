@@ -36,18 +36,16 @@ def class_text(t0: torch.Tensor, n_classes: int) -> torch.Tensor:
 class FeatureEngine(FastEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]`` for an adapter method.
     ``adapter``: a callable ``text [K, E] -> Adapter``, called once the class features exist
-    (:meth:`prepare`); ``n_classes``: K (the text encoder may hold several prompts a class)."""
+    (:meth:`prepare`; an adapter method's trainer passes it, argtca/engine/auto.py
+    :func:`settle_engine` keeps the other methods off this engine); ``n_classes``: K (the text
+    encoder may hold several prompts a class)."""
 
     batched = True
 
     def __init__(self, model, text_encoder, objective, cfg, device, *,
+                 adapter: Callable[[torch.Tensor], object],
                  n_images: Optional[int] = None,
-                 adapter: Optional[Callable[[torch.Tensor], object]] = None,
                  n_classes: Optional[int] = None):
-        if adapter is None:
-            raise ValueError("TTA.ENGINE features runs the training-free and online methods "
-                             "(their trainers build it); the prompt-tuning methods use "
-                             "TTA.ENGINE fast or reference")
         c = cfg.clone()
         c.defrost()
         c.TTA.STEPS = 0          # no prompt step: the fast engine keeps no graph, builds no Jᵀ

@@ -115,10 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     t1 = sub.add_parser("table1", help="every method on every present dataset, over seeds")
     common(t1, "1,2,3")
-    t1.add_argument("--methods", default="", help="comma-separated methods (default all: "
-                    "zeroshot,tpt,ctpt,otpt,atpt,rtpt,tca, the training-free zero,mta,tps, the "
-                    "online tda,dmn,boostadapter,dpe, argtca-div,argtca-disc; any "
-                    "argtca-SELECTOR); 'paper' = the ArgTCA paper's rows, 'zoo' = the others")
+    t1.add_argument("--methods", default="", help="comma-separated methods (default all: every "
+                    "registered method, ArgTCA as argtca-div,argtca-disc; any argtca-SELECTOR; "
+                    "python -m argtca.trainers.catalogue --table lists them); 'paper' = the "
+                    "ArgTCA paper's rows, 'zoo' = the others")
     t1.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="tuned.yaml of the tune command: the baselines' weights")
     t1.add_argument("--plan", action="store_true",
@@ -156,8 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a method's grid, e.g. TRAINER.CTPT.LAMBDA=25,50 (repeat; a method "
                     "named here gets only the keys given; default grids in argtca/experiments/"
                     "tune.py)")
-    tu.add_argument("--methods", default="", help="baselines to tune (default "
-                    "ctpt,otpt,atpt,tca)")
+    tu.add_argument("--methods", default="", help="baselines to tune (default: those with a "
+                    "default grid in argtca/experiments/tune.py)")
     tu.add_argument("--write", default=None, metavar="YAML",
                     help="where to write the chosen values (default <report-dir>/tuned.yaml)")
     tu.add_argument("--allow-partial", action="store_true",

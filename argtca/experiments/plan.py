@@ -21,18 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-REPO = Path(__file__).resolve().parents[2]
-CONFIGS = REPO / "configs"
+from ..config.paths import configs_dir, repo_dir
+from ..trainers.catalogue import method_sets
 
-# Table 1's rows, grouped as the report groups them (argtca/report/runs.py METHOD_GROUPS): the
-# paper's rows, then the field's training-free and online methods
-PAPER_METHODS = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca", "argtca-div", "argtca-disc"]
-ZOO_METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe"]
-METHODS = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "rtpt", "tca", "zero", "mta", "tps", "tda",
-           "dmn", "boostadapter", "dpe", "argtca-div", "argtca-disc"]
-# names that stand for a list in --methods
-METHOD_SETS = {"paper": PAPER_METHODS, "zoo": ZOO_METHODS, "all": METHODS}
-BASELINES = ["zeroshot", "tpt", "ctpt", "otpt", "atpt", "tca"]
+REPO = repo_dir()
+CONFIGS = configs_dir()
+
+# Table 1's rows in the report's order of families, from the trainers' declarations
+# (argtca/trainers/catalogue.py): the paper's rows, then the field's training-free and online
+# methods; the names that stand for a list in --methods
+METHOD_SETS = method_sets()
+PAPER_METHODS, ZOO_METHODS, METHODS = (METHOD_SETS[k] for k in ("paper", "zoo", "all"))
+BASELINES = METHOD_SETS["baselines"]
 # the ArgTCA paper's Table 1: nine fine-grained sets (configs/datasets keys), in its order
 TABLE1_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101",
                    "fgvc_aircraft", "dtd", "eurosat", "ucf101"]

@@ -19,11 +19,12 @@ import os
 import sys
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
+from argtca.config.paths import configs_dir
 from argtca.errors import print_bad_input
 
 __all__ = ["comparison_table", "build_cfg", "main"]
 
-_REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_CONFIGS = str(configs_dir())
 
 
 def comparison_table(classes: Sequence[str], selections: Mapping[str, Mapping[str, Sequence[str]]],
@@ -46,7 +47,7 @@ def comparison_table(classes: Sequence[str], selections: Mapping[str, Mapping[st
 def _dataset_yaml(name: str) -> Optional[str]:
     if name.endswith((".yaml", ".yml")) and os.path.isfile(name):
         return name
-    folder = os.path.join(_REPO, "configs", "datasets")
+    folder = os.path.join(_CONFIGS, "datasets")
     if os.path.isdir(folder):
         for f in sorted(os.listdir(folder)):
             if os.path.splitext(f)[0].lower() == name.lower():
@@ -57,7 +58,7 @@ def _dataset_yaml(name: str) -> Optional[str]:
 def build_cfg(dataset: str, opts: Sequence[str]):
     from argtca.config import get_cfg_default
     cfg = get_cfg_default()
-    trainer_yaml = os.path.join(_REPO, "configs", "trainers", "argtca.yaml")
+    trainer_yaml = os.path.join(_CONFIGS, "trainers", "argtca.yaml")
     if os.path.isfile(trainer_yaml):
         cfg.merge_from_file(trainer_yaml)
     path = _dataset_yaml(dataset)

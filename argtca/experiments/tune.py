@@ -28,7 +28,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .plan import (ExperimentError, RunSpec, check_opts, check_presence, execute,
+from ..trainers.catalogue import catalogue
+from .plan import (BASELINES, ExperimentError, RunSpec, check_opts, check_presence, execute,
                    failure_lines, presence_lines, value_for)
 
 # Each baseline's own weights and the default grid (the paper's value is in each grid).
@@ -39,8 +40,8 @@ DEFAULT_GRID: Dict[str, List[str]] = {
     "TRAINER.TCA.ALPHA": ["5", "10", "20"],
     "TRAINER.TCA.BETA": ["15", "25", "35", "50"],
 }
-NODE_TO_METHOD = {"CTPT": "ctpt", "OTPT": "otpt", "ATPT": "atpt", "TCA": "tca", "TPT": "tpt",
-                  "ZEROSHOTCLIP": "zeroshot"}
+# a baseline's config node -> its method key (the trainers' declarations)
+NODE_TO_METHOD = {m.node.split(".", 1)[1]: m.method for m in catalogue() if m.method in BASELINES}
 
 
 def parse_grid(items: Sequence[str]) -> Dict[str, List[str]]:

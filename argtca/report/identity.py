@@ -48,14 +48,10 @@ RESULT_KEYS = frozenset({
 })
 # whole nodes whose every key is a method's or the input pipeline's hyper-parameter, or (fast
 # engine) sets floating-point paths: fp16 copies, TF32, chunk sizes, compiled kernels round
-# differently, so the fingerprint keeps such runs apart and the report does too
-RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.ZEROSHOTCLIP.", "TRAINER.TPT.",
-                       "TRAINER.TS.", "TRAINER.CTPT.", "TRAINER.OTPT.", "TRAINER.ATPT.",
-                       "TRAINER.TCA.", "TRAINER.ARGTCA.",
-                       # the training-free and online methods, and the online stream's order
-                       "TTA.STREAM.", "TRAINER.ZERO.", "TRAINER.MTA.", "TRAINER.RTPT.",
-                       "TRAINER.TPS.", "TRAINER.TDA.", "TRAINER.DMN.",
-                       "TRAINER.BOOSTADAPTER.", "TRAINER.DPE.")
+# differently, so the fingerprint keeps such runs apart and the report does too. TRAINER.: every
+# method's node (a plug-in's too), the keys that change no number being in NON_RESULT_KEYS;
+# TTA.STREAM.: the online stream's order
+RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.", "TTA.STREAM.")
 # keys only the fingerprint has (not config keys): the test set, the device type, the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
 # and the module that provides a selector or method when it is not argtca's own

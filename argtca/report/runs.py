@@ -2,6 +2,7 @@
 unfinished ones apart (listed and skipped, never fatal for the other runs)."""
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -12,6 +13,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from ..config.methods import FAMILIES
 from .identity import (AUTO_KEYS, LABEL_KEYS, PROTOCOL_KEYS, PROVIDER_PREFIX, auto_value,
                        canonical, config_default, fmt_value, is_dataset_key, is_hash_key,
                        method_defaults, protocol_of, same_value, settings_of, short_hash,
@@ -19,22 +21,7 @@ from .identity import (AUTO_KEYS, LABEL_KEYS, PROTOCOL_KEYS, PROVIDER_PREFIX, au
 from .records import ReportError, load_records, record_metrics, summary_disagreement
 
 MISSING = "–"
-# the families of methods, in the order a table shows them (its rows are grouped so)
-METHOD_GROUPS = [
-    ("Zero-shot", ["zeroshot", "zeroshot_ts"]),
-    ("TPT family", ["tpt", "tpt_ts", "ctpt", "otpt", "atpt", "rtpt", "tca"]),
-    ("Training-free", ["zero", "mta", "tps"]),
-    ("Online", ["tda", "dmn", "boostadapter", "dpe"]),
-    ("ArgTCA", ["argtca"]),
-]
-METHOD_ORDER = [m for _, ms in METHOD_GROUPS for m in ms]
-METHOD_GROUP = {m: g for g, ms in METHOD_GROUPS for m in ms}
 SELECTOR_ORDER = ["tca", "div", "disc", "joint", "random"]
-DEFAULT_LABELS = {"zeroshot": "CLIP", "tpt": "TPT", "ctpt": "C-TPT", "otpt": "O-TPT",
-                  "atpt": "A-TPT", "tca": "TCA", "argtca": "ArgTCA", "rtpt": "R-TPT",
-                  "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA (online)",
-                  "dmn": "DMN-ZS (online)", "boostadapter": "BoostAdapter (online)",
-                  "dpe": "DPE (online)"}
 METRICS = {  # name -> (display, higher is better)
     "accuracy": ("Acc", True), "ece": ("ECE", False), "adaece": ("AdaECE", False),
     "mce": ("MCE", False), "nll": ("NLL", False), "brier": ("Brier", False),
@@ -95,13 +82,21 @@ class Run:
         return str(self.summary["method"]).lower()
 
     @property
+    def family(self) -> str:
+        """The method's family as its run wrote it (summary.json, from the trainer's
+        declaration); for summaries written before that, the installed method's declaration."""
+        fam = self.summary.get("family")
+        return str(fam) if fam else declared_methods().get(self.method, {}).get("family", "")
+
+    @property
     def group(self) -> str:
-        """The method's family (:data:`METHOD_GROUPS`); "Other" for a method not listed."""
-        return METHOD_GROUP.get(self.method, "Other")
+        """The title of the method's family (argtca/config/methods.py FAMILIES); "Other" for a
+        family not listed."""
+        return FAMILIES.get(self.family, "Other")
 
     @property
     def online(self) -> bool:
-        return self.summary.get("family") == "online"
+        return self.family == "online"
 
     @property
     def selector(self) -> Optional[str]:
@@ -112,7 +107,7 @@ class Run:
     def base_label(self) -> str:
         lab = self.summary.get("label")
         if not lab:
-            base = DEFAULT_LABELS.get(self.method, self.method)
+            base = declared_methods().get(self.method, {}).get("label", self.method)
             lab = f"{base} ({self.selector})" if self.selector else base
         return plugin_label(str(lab), self.providers)
 
@@ -471,9 +466,23 @@ def _value_key(v: Any):
         else (1, 0.0, str(v))
 
 
+@functools.lru_cache(maxsize=1)
+def declared_methods() -> Dict[str, Dict[str, Any]]:
+    """method key -> its declaration (label, family, rank in table order), read from the installed
+    trainers (argtca/trainers/catalogue.py) only where a summary does not say (its row order, and
+    summaries written before they carried the family); empty where the trainers cannot load."""
+    try:
+        from ..trainers.catalogue import catalogue
+    except ImportError:    # pragma: no cover - a report without torch: rows keep the summaries'
+        return {}
+    return {m.method: {"label": m.label, "family": m.family, "rank": i}
+            for i, m in enumerate(catalogue())}
+
+
 def _method_sort_key(run: Run):
-    m = run.method
-    mr = METHOD_ORDER.index(m) if m in METHOD_ORDER else len(METHOD_ORDER)
+    families = list(FAMILIES)
+    fam = families.index(run.family) if run.family in families else len(families)
+    mr = (fam, declared_methods().get(run.method, {}).get("rank", len(declared_methods())))
     s = run.selector or ""
     # a method's plain row first, then its rows with attributes chosen by a selector
     sr = -1 if not s else (SELECTOR_ORDER.index(s) if s in SELECTOR_ORDER

@@ -126,10 +126,14 @@ def _remove_made(made: List[str], settings_dir: str) -> None:
 
 class TestTimeTrainer:
     """Base trainer. Subclasses set ``method``, ``label``, ``objective_name`` and may override
-    ``prompt_suffixes`` (class prompts by default) and ``check_cfg``."""
+    ``prompt_suffixes`` (class prompts by default) and ``check_cfg``. A method is declared once,
+    by its registered class (argtca/trainers/catalogue.py lists them): also its ``family`` (a key
+    of argtca/config/methods.py FAMILIES, written to summary.json for the report), ``paper``
+    (a row of the paper's Table 1) and ``cfg_ranges`` (its config node's value checks)."""
 
     method = "tpt"
     label = "TPT"
+    family = "tpt-family"
     objective_name = "tpt"
     tunes = True
     # build_model writes files other torchrun ranks read (ArgTCA's Phase-1 cache, a fitted
@@ -155,17 +159,15 @@ class TestTimeTrainer:
         """Replace the configuration's "auto" values (engine, compilation, loader workers) by what
         they resolve to here, before anything is fingerprinted (argtca/engine/auto.py)."""
         from argtca.engine.auto import resolve_auto
-        if str(self.cfg.TTA.ENGINE).lower() == "features" and not getattr(self, "adapter_name", ""):
-            from argtca.config import ConfigError
-            raise ConfigError(f"TTA.ENGINE=features runs the training-free and online methods; "
-                              f"{self.label} tunes prompts: use TTA.ENGINE auto, fast or reference")
         if (str(self.cfg.TTA.get("PROMPTS", "class")) != "class"
                 and not getattr(self, "adapter_name", "")):
             from argtca.config import ConfigError
             raise ConfigError(f"TTA.PROMPTS={self.cfg.TTA.PROMPTS!r} is for the training-free and "
                               f"online methods; {self.label} builds its own prompts (TCA and "
                               f"ArgTCA use attribute prompts by design): leave TTA.PROMPTS class")
-        self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test))
+        self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
+                                       adapter=bool(getattr(self, "adapter_name", "")),
+                                       label=self.label)
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)
 
@@ -479,6 +481,7 @@ class TestTimeTrainer:
         flat = flatten_cfg(self.cfg)
         summary = {
             "method": self.method, "selector": self.selector, "label": self.display_label,
+            "family": self.family,
             "trainer": type(self).__name__, "dataset": self.dataset.name,
             "dataset_key": self.dataset.key or self.dataset.name.lower(),
             "seed": int(self.cfg.SEED),

@@ -4,6 +4,7 @@ from __future__ import annotations
 import os
 from typing import List
 
+from argtca.config.checks import Range
 from argtca.engine.objectives import alpha_beta_for
 from argtca.utils.io import write_json
 from argtca.registry import TRAINER_REGISTRY
@@ -15,6 +16,8 @@ from argtca.trainers.base import TestTimeTrainer
 class ZeroshotCLIP(TestTimeTrainer):
     """Zero-shot CLIP with "a photo of a {class}." (the reference row; nothing is tuned)."""
     method, label, objective_name, tunes = "zeroshot", "Zero-shot CLIP", "none", False
+    family, paper = "zero-shot", True
+    aliases = ("ArgtcaZeroshotCLIP",)   # its name under Dassl (CoOp owns ZeroshotCLIP)
 
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
         template = self.node.TEMPLATE
@@ -27,22 +30,29 @@ class ZeroshotCLIP(TestTimeTrainer):
 
 @TRAINER_REGISTRY.register()
 class TPT(TestTimeTrainer):
-    method, label, objective_name = "tpt", "TPT", "tpt"
+    method, label, objective_name, paper = "tpt", "TPT", "tpt", True
+
+
+LAMBDA = Range(lambda v: v >= 0, ">= 0 (the sign is part of the objective)")
 
 
 @TRAINER_REGISTRY.register()
 class CTPT(TestTimeTrainer):
-    method, label, objective_name = "ctpt", "C-TPT", "ctpt"
+    method, label, objective_name, paper = "ctpt", "C-TPT", "ctpt", True
+    cfg_ranges = {"LAMBDA": LAMBDA}
 
 
 @TRAINER_REGISTRY.register()
 class OTPT(TestTimeTrainer):
-    method, label, objective_name = "otpt", "O-TPT", "otpt"
+    method, label, objective_name, paper = "otpt", "O-TPT", "otpt", True
+    cfg_ranges = {"LAMBDA": LAMBDA}
 
 
 @TRAINER_REGISTRY.register()
 class ATPT(TestTimeTrainer):
-    method, label, objective_name = "atpt", "A-TPT", "atpt"
+    method, label, objective_name, paper = "atpt", "A-TPT", "atpt", True
+    cfg_ranges = {"LAMBDA": LAMBDA,
+                  "TAU": Range(lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT")}
 
 
 @TRAINER_REGISTRY.register()
@@ -50,6 +60,8 @@ class RTPT(TestTimeTrainer):
     """R-TPT: TPT's prompt step on the pointwise entropy, then the reliability-weighted ensemble
     of all views (argtca/engine/objectives.py ``rtpt``)."""
     method, label, objective_name = "rtpt", "R-TPT", "rtpt"
+    cfg_ranges = {"TOP_K": Range(lambda v: v >= 1, ">= 1 (R-TPT: 20)", True),
+                  "TEMPERATURE": Range(lambda v: v > 0, "> 0 (R-TPT: 0.01)")}
 
 
 def resolve_alpha_beta(cfg, node_name: str):
@@ -83,11 +95,14 @@ def resolve_alpha_beta(cfg, node_name: str):
 class TCA(AttributeFile, TestTimeTrainer):
     """TCA: one prompt "a photo of a {attribute} {class}." per chosen attribute (M' per class),
     the first M' of the attribute file in file order (the TCA ranking)."""
-    method, label, objective_name = "tca", "TCA", "tca"
+    method, label, objective_name, paper = "tca", "TCA", "tca", True
+    cfg_ranges = {"NUM_ATTRIBUTES": Range(lambda v: v >= 1, ">= 1", True),
+                  "ALPHA": Range(lambda v: v >= 0, ">= 0"),
+                  "BETA": Range(lambda v: v >= 0, ">= 0"),
+                  "ENTROPY_INPUT": ("prob", "logprob")}
 
     def check_cfg(self, cfg) -> None:
-        if int(self.node.NUM_ATTRIBUTES) < 1:
-            raise ValueError(f"TRAINER.{type(self).__name__.upper()}.NUM_ATTRIBUTES must be >= 1")
+        # NUM_ATTRIBUTES >= 1 is in cfg_ranges, checked before this hook
         self.cfg, line = resolve_alpha_beta(cfg, type(self).__name__.upper())
         if line and self.cfg.get("VERBOSE", True):
             print(f"argtca: {line}", flush=True)

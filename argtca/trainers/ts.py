@@ -27,6 +27,7 @@ from typing import Dict, List
 
 import torch
 
+from argtca.config.checks import Range
 from argtca.engine.run_folder import (RunFolderError, check_derived, config_hash, has_records,
                                      record_derived, result_fingerprint)
 from argtca.utils.io import read_json_object, write_json
@@ -100,6 +101,11 @@ class TemperatureScaled:
 
     base_node = ""
     shared_build = True   # temperature.json: rank 0 fits T, the others read it
+    rows = ()             # a reference row on request, in none of table1's method sets
+    cfg_node_ranges = {"TRAINER.TS": {
+        "FIT": ("val", "fixed"), "FIT_ON": ("method", "zeroshot"),
+        "T": Range(lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)"),
+        "VAL_IMAGES": Range(lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)}}
 
     @property
     def node(self):

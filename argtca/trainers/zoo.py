@@ -41,6 +41,13 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
     objective_name = "none"
     tunes = False        # no prompt step (TPS tunes its shifts inside its adapter)
     online = False
+    family = "training-free"
+
+    @classmethod
+    def cfg_ranges(cls):
+        """The value checks of this trainer's node: its adapter's table (argtca/adapters/)."""
+        import argtca.adapters  # noqa: F401  (registration)
+        return ADAPTER_REGISTRY.get(cls.adapter_name).cfg_ranges if cls.adapter_name else {}
 
     @property
     def attribute_prompts(self) -> bool:
@@ -95,19 +102,6 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
         cfg.freeze()
         return cfg
 
-    def resolve_auto(self) -> None:
-        engine = str(self.cfg.TTA.ENGINE).lower()
-        if engine not in ("auto", "features"):
-            raise ConfigError(f"TTA.ENGINE={self.cfg.TTA.ENGINE!r}: {self.label} tunes no prompt "
-                              f"and runs on the features engine; leave TTA.ENGINE auto")
-        if engine == "auto":
-            cfg = self.cfg.clone()
-            cfg.defrost()
-            cfg.TTA.ENGINE = "features"
-            cfg.freeze()
-            self.cfg = cfg
-        super().resolve_auto()
-
     @property
     def adapter_cls(self):
         import argtca.adapters  # noqa: F401  (registration)
@@ -123,7 +117,10 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
         return {"adapter": make, "n_classes": len(self.classnames)}
 
     def summary_extra(self) -> Dict[str, object]:
-        return {"family": "online" if self.online else "training-free"}
+        """The keys left at -1 and the official per-dataset values the adapter used."""
+        node = f"TRAINER.{type(self).__name__.upper()}"
+        used = self.adapter_cls.resolved_presets(self.node, self.cfg)
+        return {"official_values": {f"{node}.{k}": v for k, v in used.items()}} if used else {}
 
 
 # ------------------------------------------------------------------------------------ streams
@@ -148,6 +145,7 @@ class StreamTrainer(FeatureTrainer):
     """An online method: one stream over the test set in a seeded order, state carried."""
 
     online = True
+    family = "online"
 
     @property
     def display_label(self) -> str:

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from argtca.adapters.zero import Zero
+import argtca.trainers  # noqa: F401  (registers the methods and their value checks)
 from argtca.config import ConfigError, check_cfg_values, get_cfg_default
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -43,7 +43,8 @@ def test_defaults_and_shipped_configs_pass():
 
 def test_choices_match_the_code():
     from argtca.graph.nodes import EDGE_MODES
-    assert set(CFG_CHOICES["TRAINER.ARGTCA.EDGES"]) == set(EDGE_MODES)
+    from argtca.trainers.argtca import ArgTCA
+    assert set(ArgTCA.cfg_ranges["EDGES"]) == set(EDGE_MODES)
     assert get_cfg_default().DATASET.CHECK_IMAGES in CFG_CHOICES["DATASET.CHECK_IMAGES"]
 
 

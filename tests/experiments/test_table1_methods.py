@@ -4,7 +4,7 @@ import re
 
 from argtca.experiments.__main__ import main
 from argtca.experiments.plan import METHODS, PAPER_METHODS, ZOO_METHODS
-from argtca.report.runs import METHOD_ORDER
+from argtca.trainers.catalogue import method_names
 
 
 def _would_run(capsys, *methods, tmp_path):
@@ -23,4 +23,4 @@ def test_default_rows_are_every_family_and_the_names_expand(capsys, tmp_path):
     assert _would_run(capsys, "zoo", "tda", tmp_path=tmp_path) == ZOO_METHODS
     # the default order is the report's order of families
     plain = [m.split("-")[0] for m in METHODS]
-    assert plain == sorted(plain, key=METHOD_ORDER.index)
+    assert plain == sorted(plain, key=method_names().index)
