@@ -23,9 +23,9 @@ import functools
 import hashlib
 import json
 import math
-from pathlib import Path
 from typing import Any, Dict, Tuple
 
+from ..config.paths import configs_dir
 from ..engine.run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
                                  flatten_cfg)
 
@@ -126,7 +126,7 @@ def default_settings() -> Dict[str, Any]:
 
 # each method's own defaults (its paper's protocol: views, selection, AugMix, ...), stated in
 # configs/trainers/<method>.yaml over argtca/config/defaults.py
-TRAINER_CONFIGS = Path(__file__).resolve().parents[2] / "configs" / "trainers"
+TRAINER_CONFIGS = configs_dir() / "trainers"
 # keys whose "auto" the run resolves before it is fingerprinted (trainers/base.py resolve_auto)
 AUTO_KEYS = ("TTA.ENGINE", "TTA.COMPILE")
 
