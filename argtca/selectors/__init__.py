@@ -83,6 +83,14 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> List[str]:
             registered = {id(SELECTOR_REGISTRY.get(n))
                           for n in SELECTOR_REGISTRY.registered_names()}
             if id(obj) not in registered:
+                if ep.name in SELECTOR_REGISTRY:   # a taken name is replaced only on purpose
+                    dist = getattr(getattr(ep, "dist", None), "name", "?")
+                    raise PluginError(
+                        f"selector entry point {ep.name} = {ep.value} (group {group}, package "
+                        f"{dist}) takes the name of the registered selector {ep.name!r}; "
+                        f"rename the entry point, or register the function in its module with "
+                        f"@SELECTOR_REGISTRY.register(name={ep.name!r}, override=True) to replace "
+                        f"it on purpose (runs then record the package as its provider)")
                 SELECTOR_REGISTRY.register(obj, name=ep.name)
         names.append(ep.name)
     return names

@@ -167,3 +167,22 @@ def test_a_method_registered_over_a_built_in_is_its_provider(tmp_path):
     assert "\n" not in msg and "method tpt (trainer TPT)" in msg and here in msg
     assert "argtca (built-in)" in msg
     assert (out / "records.jsonl").read_bytes() == kept
+
+
+def test_a_function_entry_point_named_like_a_built_in_is_one_clear_error(tmp_path, monkeypatch):
+    from argtca.selectors import PluginError, load_entry_points
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "zz_fn_div.py").write_text("def other(emb, node_class, attrs, m_prime, **kw):\n"
+                                       "    return {}\n")
+    info = site / "zz_fn_div-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: zz-fn-div\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[zz.test.selectors]\ndiv = zz_fn_div:other\n")
+    monkeypatch.syspath_prepend(str(site))
+    with pytest.raises(PluginError) as e:
+        load_entry_points("zz.test.selectors")
+    msg = str(e.value)
+    assert msg.startswith("selector entry point div = zz_fn_div:other (group zz.test.selectors, "
+                          "package zz-fn-div) takes the name of the registered selector 'div'")
+    assert "override=True" in msg
