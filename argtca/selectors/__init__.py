@@ -20,7 +20,9 @@ Traits, declared when registering: ``needs_graph=False`` for a selector that doe
 (it is then called with ``emb=None`` and Phase 1 neither encodes the nodes nor trains the GAT;
 default True) and ``repeats=True`` for one that may choose a node twice. A name already taken (a
 built-in's, say) is an error unless the registration asks for it with ``override=True``; the run's
-phase1.json and summary.json then name the module and file that provided it.
+phase1.json and summary.json then name the module and file that provided it, and its fingerprint
+holds ``PROVIDER.SELECTOR`` and that file's sha256 (argtca/trainers/providers.py): a resume under
+another provider is refused, and its runs are another experiment.
 
 Three ways to add a selector (README, "Selectors"):
 
