@@ -44,6 +44,35 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_args(argv):
+    """The command line; a flag written among or after the ``KEY VALUE`` overrides (e.g.
+    ``... TTA.STEPS 1 --output-dir out``, or a script's extra arguments) is taken as that flag.
+    argparse's REMAINDER would swallow it as a config key ("unknown key --output-dir"). Only a
+    word in a KEY position is looked at, so a value such as ``TTA.STREAM.SEED -1`` stays a value;
+    after a bare ``--`` everything is an override."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    opts = list(args.opts)
+    if not opts or opts[0] == "--":
+        return args
+    flags = {s: a for a in parser._actions for s in a.option_strings}
+    moved, kept, i = [], [], 0
+    while i < len(opts):
+        word = opts[i]
+        action = flags.get(word.split("=", 1)[0]) if word.startswith("-") else None
+        if action is None:
+            kept += opts[i:i + 2]
+            i += 2
+            continue
+        n = 1 + (0 if action.nargs == 0 or "=" in word else 1)
+        moved += opts[i:i + n]
+        i += n
+    if not moved:
+        return args
+    head = list(argv)[:len(argv) - len(opts)]
+    return parser.parse_args(head + moved + kept)
+
+
 def _check_file(path: str, what: str) -> None:
     if path and not os.path.isfile(path):
         raise ConfigError(f"{what} not found: {path} (see configs/ for the available files)")
@@ -193,7 +222,7 @@ def _os_error_line(e: OSError, trainer, argv) -> str:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     debug = bool(os.environ.get("ARGTCA_DEBUG"))
     from argtca.utils.console import quiet_third_party_warnings
     quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on

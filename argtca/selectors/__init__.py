@@ -20,7 +20,9 @@ Traits, declared when registering: ``needs_graph=False`` for a selector that doe
 (it is then called with ``emb=None`` and Phase 1 neither encodes the nodes nor trains the GAT;
 default True) and ``repeats=True`` for one that may choose a node twice. A name already taken (a
 built-in's, say) is an error unless the registration asks for it with ``override=True``; the run's
-phase1.json and summary.json then name the module and file that provided it.
+phase1.json and summary.json then name the module and file that provided it, and its fingerprint
+holds ``PROVIDER.SELECTOR`` and that file's sha256 (argtca/trainers/providers.py): a resume under
+another provider is refused, and its runs are another experiment.
 
 Three ways to add a selector (README, "Selectors"):
 
@@ -83,6 +85,14 @@ def load_entry_points(group: str = ENTRY_POINT_GROUP) -> List[str]:
             registered = {id(SELECTOR_REGISTRY.get(n))
                           for n in SELECTOR_REGISTRY.registered_names()}
             if id(obj) not in registered:
+                if ep.name in SELECTOR_REGISTRY:   # a taken name is replaced only on purpose
+                    dist = getattr(getattr(ep, "dist", None), "name", "?")
+                    raise PluginError(
+                        f"selector entry point {ep.name} = {ep.value} (group {group}, package "
+                        f"{dist}) takes the name of the registered selector {ep.name!r}; "
+                        f"rename the entry point, or register the function in its module with "
+                        f"@SELECTOR_REGISTRY.register(name={ep.name!r}, override=True) to replace "
+                        f"it on purpose (runs then record the package as its provider)")
                 SELECTOR_REGISTRY.register(obj, name=ep.name)
         names.append(ep.name)
     return names

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import torch
 
@@ -299,7 +299,21 @@ class TestTimeTrainer:
             files["DATASET.ATTRIBUTE_FILE"] = str(attributes)
         for name, path in sorted(self.plugin_files.items()):
             files[f"PLUGIN.{name}"] = path
+        # the code of every plug-in that runs (an entry point's module, a trainer, selector or
+        # adapter registered over a built-in): its source file by content, like a --plugin file
+        seen = {os.path.realpath(p) for p in files.values()}
+        for kind, (module, file) in sorted(self.providers().items()):
+            if file and os.path.isfile(file) and os.path.realpath(file) not in seen:
+                files[f"PLUGIN.{module}"] = file
+                seen.add(os.path.realpath(file))
         return files
+
+    def providers(self) -> Dict[str, Tuple[str, str]]:
+        """kind -> (module, source file) of this run's code that is not argtca's own
+        (argtca/trainers/providers.py): it enters the fingerprint as ``PROVIDER.<kind>`` and its
+        file as ``FILE_SHA256.PLUGIN.<module>``."""
+        from argtca.trainers.providers import run_providers
+        return run_providers(self)
 
     def fingerprint(self) -> Dict[str, object]:
         """The run fingerprint (config.json): result-defining keys, the test set, the device
@@ -314,8 +328,17 @@ class TestTimeTrainer:
                 except OSError as e:
                     raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
             self.input_paths = paths
-            self._fingerprint = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
+            fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
+            from argtca.trainers.providers import provider_keys
+            fp.update(provider_keys(self.providers()))
+            self._fingerprint = dict(sorted(fp.items()))
         return self._fingerprint
+
+    def check_providers(self, out_dir: str) -> None:
+        """Records made by another provider of a selector, method, adapter or objective: one line
+        naming it and both providers (argtca/trainers/providers.py)."""
+        from argtca.trainers.providers import check_providers
+        check_providers(self, out_dir)
 
     def output_dir(self) -> str:
         """``--output-dir`` when given (another run's settings there are refused); otherwise
@@ -367,6 +390,7 @@ class TestTimeTrainer:
 
         cfg = self.cfg
         fp = self.fingerprint()   # config + test set + device + input file contents
+        self.check_providers(out_dir)
         check_or_write_fingerprint(out_dir, fp, self.input_paths)
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)

@@ -24,6 +24,8 @@ from argtca.engine.run_folder import STREAM_ORDER_KEY, RunFolderError, write_rec
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
 from argtca.trainers.attributes import GraphAttributes
 from argtca.trainers.base import TestTimeTrainer
+from argtca.trainers.stream_state import (STATE_FIX, STATE_FORMAT, read_stream_state,
+                                          state_structure_problem)
 from argtca.utils.io import write_json
 
 STATE_FILE = "stream_state.pt"
@@ -199,16 +201,9 @@ class StreamTrainer(FeatureTrainer):
         self._resume_state = None
         position = 0
         if os.path.isfile(state_path):
-            try:
-                ckpt = torch.load(state_path, map_location="cpu", weights_only=True)
-            except Exception as e:   # noqa: BLE001 (a torn or foreign file: say which)
-                raise RunFolderError(f"{state_path}: cannot read the stream state ({e}); delete "
-                                     f"{out_dir} to start the stream over") from None
-            if ckpt.get("order_sha256") != info["sha256"]:
-                raise RunFolderError(f"{state_path}: saved for another stream order; delete "
-                                     f"{out_dir} to start over")
-            position = int(ckpt["position"])
-            self._resume_state = ckpt["state"]
+            position, self._resume_state = read_stream_state(
+                state_path, self.fingerprint(), self.adapter_name, len(self.order), out_dir,
+                info["sha256"])
         pos = self._position
         kept = [r for r in records if pos[r["index"]] < position]
         if len(kept) != position:
@@ -216,12 +211,11 @@ class StreamTrainer(FeatureTrainer):
                 f"{os.path.join(out_dir, 'records.jsonl')}: {len(kept)} records before the "
                 f"stream state's position {position}; the records and {STATE_FILE} disagree: "
                 f"delete {out_dir} to start the stream over")
-        if len(kept) != len(records):
-            print(f"argtca: {len(records) - len(kept)} records after the last stream checkpoint "
-                  f"(image {position} of the stream) are made again, from the saved state",
-                  flush=True)
-            kept.sort(key=lambda r: pos[r["index"]])
-            write_records(os.path.join(out_dir, "records.jsonl"), kept)
+        # the records after the checkpoint are dropped from the file once the state is restored
+        # (before_loop): a state refused there leaves records.jsonl as it was
+        self._drop = len(records) - len(kept)
+        kept.sort(key=lambda r: pos[r["index"]])
+        self._kept = kept
         self._saved_position = position
         return kept
 
@@ -234,9 +228,21 @@ class StreamTrainer(FeatureTrainer):
         if not getattr(adapter, "online", False):
             raise TypeError(f"{type(self).__name__}: adapter {self.adapter_name!r} is not online")
         if self._resume_state is not None:
+            path = os.path.join(self._out_dir, STATE_FILE)
+            problem = state_structure_problem(self._resume_state, adapter.state_dict())
+            if problem:
+                raise RunFolderError(
+                    f"{path}: not a state of {self.label}'s adapter ({problem}); "
+                    f"{STATE_FIX.format(out_dir=self._out_dir)}")
             adapter.load_state_dict(self._resume_state)
             print(f"argtca: stream resumed at image {self._saved_position} of "
                   f"{len(self.order)} from {STATE_FILE}", flush=True)
+        if self._drop:
+            print(f"argtca: {self._drop} records after the last stream checkpoint "
+                  f"(image {self._saved_position} of the stream) are made again, from the saved "
+                  f"state", flush=True)
+            write_records(os.path.join(self._out_dir, "records.jsonl"), self._kept)
+            self._drop = 0
 
     def make_records(self, batch, probs) -> List[dict]:
         recs = super().make_records(batch, probs)
@@ -252,8 +258,11 @@ class StreamTrainer(FeatureTrainer):
     def save_state(self, position: int) -> None:
         path = os.path.join(self._out_dir, STATE_FILE)
         tmp = path + ".tmp"
-        torch.save({"position": int(position), "order_sha256": order_sha256(self.order),
-                    "state": self.engine.adapter.state_dict()}, tmp)
+        fp = json.dumps(self.fingerprint(), sort_keys=True, default=str)
+        # plain values and tensors only: read back with weights_only=True
+        torch.save({"format": STATE_FORMAT, "position": int(position),
+                    "order_sha256": order_sha256(self.order), "adapter": self.adapter_name,
+                    "fingerprint": fp, "state": self.engine.adapter.state_dict()}, tmp)
         os.replace(tmp, path)
         self._saved_position = position
 

@@ -1,22 +1,40 @@
 """sha256 of the files a run reads, computed once per file version.
 
 A run names its inputs (weights, attribute file, split file, plug-ins, ...) by the content of
-each file, not by its path, so a file replaced at the same path is seen. Hashing 600 MB of weights
-takes seconds, so a hash is kept per (real path, size, mtime): in this process, and on disk in
-``$ARGTCA_CACHE/file-hashes.json`` (default ``~/.cache/argtca``) for the next run. A file rewritten
-with the same size within the file system's mtime resolution would be missed; every tool that
-replaces a file (cp, mv, a download) changes its mtime."""
+each file, not by its path, so a file replaced at the same path is seen. A hash is kept per file
+version, in this process and on disk in ``$ARGTCA_CACHE/file-hashes.json`` (default
+``~/.cache/argtca``) for the next run, and a file version is its real path, device, inode, size,
+mtime and **ctime** (nanoseconds). The mtime alone is not enough: ``touch -r``, ``cp -p`` and
+``tar``/``unzip`` restore it, so a same-size file rewritten, copied over or swapped with ``mv``
+keeps (path, size, mtime). The ctime cannot be set by any user tool: every write, ``cp -p`` and
+rename sets it to the current time, and ``mv`` also brings another inode to the path.
+
+Why a cache rather than hashing at every run or resume: ``python benchmarks/hash_cost.py`` on the
+development machine (2 CPUs, virtual disk) took 0.52 s for 600 MiB from the page cache and
+0.5-1.6 s with its pages dropped (about 1.2 GB/s, OpenSSL's sha256), against 0.03 ms for a cached
+lookup. Every run of a sweep, every resume and the launcher's survey of a plan hash the weights,
+so seconds per 600 MB file per run, paid again on network disks at their read speed; the stat
+key above is as safe as a rehash against anything but a clock set back on purpose.
+
+File-system timestamps tick at a coarse clock (a few ms on Linux), so a file changed right after
+it was hashed could keep even its ctime; a hash is therefore not kept while the file's ctime is
+within :data:`RACY_SECONDS` of now (as git does for its index): such a file is hashed again.
+"""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import time
 from typing import Dict, Tuple
 
-__all__ = ["file_sha256", "hash_cache_path"]
+__all__ = ["file_sha256", "hash_cache_path", "RACY_SECONDS"]
 
-_MEMO: Dict[Tuple[str, int, int], str] = {}
+Key = Tuple[int, int, int, int, int]   # device, inode, size, mtime_ns, ctime_ns
+_MEMO: Dict[Tuple[str, Key], str] = {}
 _CHUNK = 1 << 20
+# a file changed less than this long ago is not cached (timestamps may not have ticked since)
+RACY_SECONDS = 2.0
 
 
 def hash_cache_path() -> str:
@@ -24,7 +42,7 @@ def hash_cache_path() -> str:
     return os.path.join(root, "file-hashes.json")
 
 
-def _read_disk_cache(path: str) -> Dict[str, str]:
+def _read_disk_cache(path: str) -> Dict[str, object]:
     try:
         with open(path) as f:
             data = json.load(f)
@@ -33,20 +51,38 @@ def _read_disk_cache(path: str) -> Dict[str, str]:
     return data if isinstance(data, dict) else {}
 
 
-def _disk_key(real: str, size: int, mtime_ns: int) -> str:
-    return f"{real}|{size}|{mtime_ns}"
+def _stat_key(st: os.stat_result) -> Key:
+    return (int(st.st_dev), int(st.st_ino), int(st.st_size), int(st.st_mtime_ns),
+            int(st.st_ctime_ns))
 
 
-def _remember_on_disk(key: str, digest: str) -> None:
+def _disk_version(key: Key) -> str:
+    return ":".join(str(x) for x in key)
+
+
+def _cached_on_disk(real: str, key: Key):
+    """The sha256 the on-disk cache holds for this version of ``real``, else None. Entries are
+    ``{real path: {"version": "dev:ino:size:mtime_ns:ctime_ns", "sha256": hex}}``; anything else
+    (an older cache's "path|size|mtime" keys) is never matched."""
+    entry = _read_disk_cache(hash_cache_path()).get(real)
+    if isinstance(entry, dict) and entry.get("version") == _disk_version(key):
+        digest = entry.get("sha256")
+        if isinstance(digest, str) and len(digest) == 64:
+            return digest
+    return None
+
+
+def _remember_on_disk(real: str, key: Key, digest: str) -> None:
     """Add one entry to the on-disk cache (atomic replace; a lost race only loses an entry)."""
     path = hash_cache_path()
     data = _read_disk_cache(path)
-    if data.get(key) == digest:
+    entry = {"version": _disk_version(key), "sha256": digest}
+    if data.get(real) == entry:
         return
-    real = key.rsplit("|", 2)[0]
-    # one entry per file: older versions of it are never asked for again
-    data = {k: v for k, v in data.items() if k.rsplit("|", 2)[0] != real}
-    data[key] = digest
+    # one entry per file (older versions of it are never asked for again); entries of the
+    # older "path|size|mtime" format go
+    data = {k: v for k, v in data.items() if isinstance(v, dict) and k != real}
+    data[real] = entry
     tmp = f"{path}.{os.getpid()}.tmp"
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -60,26 +96,29 @@ def _remember_on_disk(key: str, digest: str) -> None:
             pass
 
 
+def _sha256(real: str) -> str:
+    h = hashlib.sha256()
+    with open(real, "rb") as f:
+        for chunk in iter(lambda: f.read(_CHUNK), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def file_sha256(path: str) -> str:
     """The sha256 (hex) of the file at ``path``; OSError (naming the file) when it is unreadable."""
     real = os.path.realpath(os.path.expanduser(str(path)))
     st = os.stat(real)
-    key = (real, int(st.st_size), int(st.st_mtime_ns))
-    digest = _MEMO.get(key)
+    key = _stat_key(st)
+    digest = _MEMO.get((real, key))
     if digest is not None:
         return digest
-    dkey = _disk_key(*key)
-    digest = _read_disk_cache(hash_cache_path()).get(dkey)
-    if not (isinstance(digest, str) and len(digest) == 64):
-        h = hashlib.sha256()
-        with open(real, "rb") as f:
-            for chunk in iter(lambda: f.read(_CHUNK), b""):
-                h.update(chunk)
-        digest = h.hexdigest()
-        # the file may have changed while it was read: keep the hash only if it did not
-        st2 = os.stat(real)
-        if (st2.st_size, st2.st_mtime_ns) != (st.st_size, st.st_mtime_ns):
+    digest = _cached_on_disk(real, key)
+    if digest is None:
+        digest = _sha256(real)
+        # keep the hash only if the file did not change while it was read, and changed long
+        # enough ago that a change now would show in its timestamps
+        if _stat_key(os.stat(real)) != key or time.time() - st.st_ctime_ns / 1e9 < RACY_SECONDS:
             return digest
-        _remember_on_disk(dkey, digest)
-    _MEMO[key] = digest
+        _remember_on_disk(real, key, digest)
+    _MEMO[(real, key)] = digest
     return digest

@@ -270,14 +270,15 @@ def test_a_folder_from_before_input_hashes_is_upgraded(data, tmp_path):
     assert json.loads((out / "config.json").read_text()) == fp
 
 
-def test_file_hash_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
+def test_file_hash_is_cached_by_file_version(tmp_path, monkeypatch):
     from argtca.utils import hashing
+    monkeypatch.setattr(hashing, "RACY_SECONDS", 0.0)   # a file just written is cached too
     p = tmp_path / "w.bin"
     p.write_bytes(b"a" * 1000)
     want = hashlib.sha256(b"a" * 1000).hexdigest()
     assert hashing.file_sha256(str(p)) == want
     disk = json.loads(Path(hashing.hash_cache_path()).read_text())
-    assert want in disk.values()
+    assert disk[str(p.resolve())]["sha256"] == want
     hashing._MEMO.clear()   # a new process: the on-disk cache answers, the file is not read
 
     class NoHash:
@@ -286,11 +287,12 @@ def test_file_hash_is_cached_by_path_size_and_mtime(tmp_path, monkeypatch):
     monkeypatch.setattr(hashing.hashlib, "sha256", NoHash)
     assert hashing.file_sha256(str(p)) == want
     monkeypatch.undo()
+    monkeypatch.setattr(hashing, "RACY_SECONDS", 0.0)
     p.write_bytes(b"b" * 1000)                  # same size, new content and mtime
     os.utime(p, ns=(p.stat().st_atime_ns, p.stat().st_mtime_ns + 10 ** 9))
     assert hashing.file_sha256(str(p)) == hashlib.sha256(b"b" * 1000).hexdigest()
     disk = json.loads(Path(hashing.hash_cache_path()).read_text())
-    assert len([k for k in disk if k.startswith(str(p.resolve()) + "|")]) == 1
+    assert disk[str(p.resolve())]["sha256"] == hashlib.sha256(b"b" * 1000).hexdigest()
 
 
 # ------------------------------------------------------------------------- derived: temperature

@@ -1,0 +1,185 @@
+"""An online method's ``stream_state.pt`` is resumed only by the run that saved it
+(argtca/trainers/stream_state.py), for every online method: a state copied from another
+experiment (other hyper-parameters, another cache capacity, other CLIP weights, another method)
+is refused naming the file and the keys that differ; a bare tensor, a dict without position or
+state, an empty or foreign adapter state, a state from before fingerprints, and a pickle that
+would call ``os.system`` are each one error line; every refusal leaves records.jsonl as it was."""
+import json
+import os
+import pickle
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+
+from argtca.run import main
+from argtca.trainers.zoo import StreamTrainer
+from helpers_data import make_caltech
+
+REPO = Path(__file__).resolve().parents[2]
+TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
+        "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
+        "VERBOSE", "False", "TTA.N_VIEWS", "4", "TTA.BATCH_IMAGES", "2",
+        "TTA.STREAM.CHECKPOINT_IMAGES", "4"]
+# method: (config file, trainer name, a hyper-parameter of another experiment)
+METHODS = {"tda": ("tda", "TDA", ["TRAINER.TDA.POS_SHOT_CAPACITY", "4"]),
+           "dmn": ("dmn", "DMN", ["TRAINER.DMN.MEMORY_SIZE", "40"]),
+           "boostadapter": ("boostadapter", "BoostAdapter",
+                            ["TRAINER.BOOSTADAPTER.SHOT_CAPACITY", "4"]),
+           "dpe": ("dpe", "DPE", ["TRAINER.DPE.LR_TEXT", "0.0003"])}
+DONOR = {"tda": "dmn", "dmn": "tda", "boostadapter": "dmn", "dpe": "dmn"}   # another structure
+STOP_AT = 6   # records written when the run is interrupted; the state was saved at 4
+
+
+def _argv(data, method, out, *extra):
+    return ["--root", str(data), "--seed", "1", "--output-dir", str(out),
+            "--dataset-config-file", str(REPO / "configs/datasets/caltech101.yaml"),
+            "--config-file", str(REPO / f"configs/trainers/{METHODS[method][0]}.yaml"),
+            *TINY, *extra]
+
+
+def _interrupted(data, method, out, *extra):
+    """A run of ``method`` stopped (Ctrl-C) after STOP_AT images, its state saved at 4."""
+    orig = StreamTrainer.after_batch
+
+    def after_batch(self, records):
+        orig(self, records)
+        if len(records) >= STOP_AT:
+            raise KeyboardInterrupt
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(StreamTrainer, "after_batch", after_batch)
+        assert main(_argv(data, method, out, *extra)) == 130
+    assert len((out / "records.jsonl").read_text().splitlines()) == STOP_AT
+    assert torch.load(out / "stream_state.pt", weights_only=True)["position"] == 4
+    return out
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """Per method: this experiment's interrupted run and another experiment's."""
+    root = tmp_path_factory.mktemp("state")
+    data = make_caltech(root / "data", per_class=4)   # 12 images, 3 classes
+    torch.set_num_threads(1)
+    out = {"data": data}
+    for m, (_, _, other) in METHODS.items():
+        out[m] = _interrupted(data, m, root / m / "own")
+        out[m, "other"] = _interrupted(data, m, root / m / "other", *other)
+    return out
+
+
+def _copy(runs, method, tmp_path):
+    dst = tmp_path / "run"
+    shutil.copytree(runs[method], dst)
+    return dst
+
+
+def _resume_refused(runs, method, out, capsys, *extra):
+    records = (out / "records.jsonl").read_bytes()
+    capsys.readouterr()
+    assert main(_argv(runs["data"], method, out, *extra)) == 2
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert len(err) == 1, err
+    assert err[0].startswith(f"error: {out / 'stream_state.pt'}: ")
+    assert f"delete {out} to start the stream over" in err[0]
+    assert (out / "records.jsonl").read_bytes() == records   # the finished records are kept
+    return err[0]
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_own_state_resumes_to_the_end(runs, method, tmp_path):
+    out = _copy(runs, method, tmp_path)
+    assert main(_argv(runs["data"], method, out)) == 0
+    recs = [json.loads(x) for x in (out / "records.jsonl").read_text().splitlines()]
+    assert [r["stream_pos"] for r in recs] == list(range(12))
+    saved = torch.load(out / "stream_state.pt", weights_only=True)
+    assert saved["position"] == 12 and saved["adapter"] == method
+    assert json.loads(saved["fingerprint"]) == json.loads((out / "config.json").read_text())
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_state_of_other_hyper_parameters_is_refused(runs, method, tmp_path, capsys):
+    out = _copy(runs, method, tmp_path)
+    shutil.copy2(runs[method, "other"] / "stream_state.pt", out / "stream_state.pt")
+    key, value = METHODS[method][2]
+    err = _resume_refused(runs, method, out, capsys)
+    assert "saved by another experiment" in err
+    assert f"{key}: " in err and value in err
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_state_of_other_clip_weights_is_refused(runs, method, tmp_path, capsys):
+    weights = tmp_path / "w.pt"
+    from argtca.models.clip import load_clip
+    from conftest import tiny_cfg
+    torch.manual_seed(0)
+    torch.save(load_clip(tiny_cfg())[0].state_dict(), weights)
+    out = _interrupted(runs["data"], method, tmp_path / "w", "MODEL.PRETRAINED", str(weights))
+    torch.manual_seed(1)
+    torch.save(load_clip(tiny_cfg())[0].state_dict(), tmp_path / "w2.pt")
+    other = _interrupted(runs["data"], method, tmp_path / "w2", "MODEL.PRETRAINED",
+                         str(tmp_path / "w2.pt"))
+    shutil.copy2(other / "stream_state.pt", out / "stream_state.pt")
+    err = _resume_refused(runs, method, out, capsys, "MODEL.PRETRAINED", str(weights))
+    assert "FILE_SHA256.MODEL.PRETRAINED" in err and "saved by another experiment" in err
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_another_methods_state_is_refused(runs, method, tmp_path, capsys):
+    out = _copy(runs, method, tmp_path)
+    shutil.copy2(runs[DONOR[method]] / "stream_state.pt", out / "stream_state.pt")
+    err = _resume_refused(runs, method, out, capsys)
+    assert "saved by another experiment" in err and "TRAINER.NAME" in err
+    # the same state relabelled with this run's fingerprint and adapter: its tensors are not
+    # this adapter's
+    own = torch.load(runs[method] / "stream_state.pt", weights_only=True)
+    donor = torch.load(runs[DONOR[method]] / "stream_state.pt", weights_only=True)
+    torch.save(dict(own, state=donor["state"]), out / "stream_state.pt")
+    err = _resume_refused(runs, method, out, capsys)
+    assert "not a state of" in err and "adapter" in err
+
+
+def _own(runs, method):
+    return torch.load(runs[method] / "stream_state.pt", weights_only=True)
+
+
+class _System:
+    def __reduce__(self):
+        return (os.system, ("echo pwned > pwned.txt",))
+
+
+BAD = {
+    "bare tensor": (lambda own: torch.zeros(3), "holds a Tensor, not a stream state"),
+    "no position": (lambda own: {k: v for k, v in own.items() if k != "position"},
+                    "no position"),
+    "no state": (lambda own: {k: v for k, v in own.items() if k != "state"}, "no state"),
+    "neither": (lambda own: {"order_sha256": own["order_sha256"]}, "no position and no state"),
+    "empty adapter state": (lambda own: dict(own, state={}), "the adapter state is empty"),
+    "position out of range": (lambda own: dict(own, position=99), "position 99"),
+    "no fingerprint": (lambda own: {k: v for k, v in own.items() if k != "fingerprint"},
+                       "without the fingerprint of its run"),
+    "os.system pickle": (lambda own: dict(own, state=_System()),
+                         "refused, nothing in it was loaded: it asks to import"),
+}
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+@pytest.mark.parametrize("kind", list(BAD))
+def test_a_bad_state_file_is_one_line(runs, method, kind, tmp_path, capsys, monkeypatch):
+    make, says = BAD[kind]
+    out = _copy(runs, method, tmp_path)
+    obj = make(_own(runs, method))
+    if kind == "os.system pickle":   # a plain pickle too, not only torch's zip format
+        with open(out / "stream_state.pt", "wb") as f:
+            pickle.dump(obj, f, protocol=2)
+    else:
+        torch.save(obj, out / "stream_state.pt")
+    monkeypatch.chdir(tmp_path)
+    err = _resume_refused(runs, method, out, capsys)
+    assert says in err, err
+    assert not (tmp_path / "pwned.txt").exists()
+    if kind == "os.system pickle":   # torch's own format holding the same object
+        torch.save(obj, out / "stream_state.pt")
+        assert says in _resume_refused(runs, method, out, capsys)
+        assert not (tmp_path / "pwned.txt").exists()
