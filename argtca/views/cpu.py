@@ -29,7 +29,8 @@ from argtca.datasets.images import open_rgb, to_rgb
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
            "FastViewGenerator",
            "augmix_enabled", "build_view_generator", "TestTimeDataset", "collate_views",
-           "LoadFailure", "CheckedLoader", "make_loader", "build_test_loader"]
+           "LoadFailure", "CheckedLoader", "make_loader", "build_test_loader",
+           "build_item_loader"]
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -162,16 +163,16 @@ class ViewGenerator:
     DTYPES = (torch.float32, torch.float16)   # the dtypes __call__ writes directly
 
     def __call__(self, img: Image.Image, seed: int, index: int,
-                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                 dtype: torch.dtype = torch.float32,
+                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The views, bit-identical to :meth:`random_view` view by view (TPT's pipeline), made
         with less work (:mod:`argtca.views.exact`); ``dtype`` float16 rounds each float32 view
-        once, the same values as ``.to(float16)`` of the float32 views."""
-        if dtype not in self.DTYPES:
-            raise ValueError(f"{type(self).__name__}: dtype {dtype} not supported; use "
-                             f"torch.float32 or torch.float16")
+        once, the same values as ``.to(float16)`` of the float32 views. ``out``: a tensor
+        [n_views, 3, size, size] of ``dtype`` to write them into (a loader worker's shared
+        memory), else a new one."""
+        views = self._out(dtype, out)
         if img.mode != "RGB":
             img = to_rgb(img)   # 16-bit, float and transparent images scaled/composited correctly
-        views = torch.empty(self.n_views, 3, self.size, self.size, dtype=dtype)
         mixer = self._mixer()
         mixer.plain_into(views[0], self.base_crop(img))
         if self.n_views > 1:
@@ -185,6 +186,18 @@ class ViewGenerator:
                 chains = [apply_chain_exact(crop, chain) for chain in plan.chains]
                 mixer.augmix_into(views[v], crop, chains, plan)
         return views
+
+    def _out(self, dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
+        if dtype not in self.DTYPES:
+            raise ValueError(f"{type(self).__name__}: dtype {dtype} not supported; use "
+                             f"torch.float32 or torch.float16")
+        shape = (self.n_views, 3, self.size, self.size)
+        if out is None:
+            return torch.empty(shape, dtype=dtype)
+        if tuple(out.shape) != shape or out.dtype != dtype or not out.is_contiguous():
+            raise ValueError(f"{type(self).__name__}: out must be a contiguous {dtype} tensor "
+                             f"{list(shape)}, got {out.dtype} {list(out.shape)}")
+        return out
 
     def _mixer(self) -> ExactMixer:
         # per generator and process (a DataLoader worker builds its own on first use)
@@ -253,19 +266,23 @@ class FastViewGenerator(ViewGenerator):
         return out
 
     def __call__(self, img: Image.Image, seed: int, index: int,
-                 dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                 dtype: torch.dtype = torch.float32,
+                 out: Optional[torch.Tensor] = None) -> torch.Tensor:
         """The views in ``dtype`` (float32, or float16 as the loader sends them under amp: each
-        view computed in float32 and rounded once, the same values as ``.to(float16)``)."""
-        if dtype not in self.DTYPES:
-            raise ValueError(f"FastViewGenerator: dtype {dtype} not supported; use torch.float32 "
-                             f"or torch.float16")
+        view computed in float32 and rounded once, the same values as ``.to(float16)``), written
+        into ``out`` when given (as :meth:`ViewGenerator.__call__`)."""
+        if out is None:
+            self._out(dtype, None)   # checks the dtype
+            # numpy asks the kernel for transparent huge pages on large arrays, torch.empty does
+            # not (dev box: 727 -> 216 first-touch page faults per image of 64 fp32 views)
+            views = torch.from_numpy(np.empty((self.n_views, 3, self.size, self.size),
+                                              dtype=np.float32 if dtype == torch.float32
+                                              else np.float16))
+        else:
+            views = self._out(dtype, out)
+        out = views.numpy()   # shares memory: every view is written in place
         if img.mode != "RGB":
             img = to_rgb(img)
-        # numpy asks the kernel for transparent huge pages on large arrays, torch.empty does not
-        # (dev box: 727 -> 216 first-touch page faults per image of 64 fp32 views)
-        out = np.empty((self.n_views, 3, self.size, self.size),
-                       dtype=np.float32 if dtype == torch.float32 else np.float16)
-        views = torch.from_numpy(out)   # shares memory: every view is written in place
         views[0] = self.base_view(img)
         if self.n_views == 1:
             return views
@@ -353,12 +370,24 @@ class TestTimeDataset(Dataset):
     def __getitem__(self, k: int) -> Dict[str, Any]:
         index, datum, img = self.load(k)
         if self.out_dtype in getattr(self.view_gen, "DTYPES", ()):   # writes the dtype itself
-            views = self.view_gen(img, self.seed, index, dtype=self.out_dtype)
+            vg = self.view_gen
+            out = None
+            if get_worker_info() is not None:
+                # in a loader worker, straight into shared memory: the item then goes to the
+                # main process without a copy (pickling an ordinary tensor copies it there)
+                out = _shared_empty((vg.n_views, 3, vg.size, vg.size), self.out_dtype)
+            views = vg(img, self.seed, index, dtype=self.out_dtype, out=out)
         else:
             views = self.view_gen(img, self.seed, index)
         if views.dtype != self.out_dtype:
             views = views.to(self.out_dtype)
         return {"index": index, "views": views, "label": int(datum.label), "path": datum.impath}
+
+
+def _shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor in shared memory (as torch's default_collate makes in workers)."""
+    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
+    return torch.empty(0, dtype=dtype).new(storage).view(*shape)
 
 
 def _stack_shared(tensors: List[torch.Tensor]) -> torch.Tensor:
@@ -481,6 +510,35 @@ def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int =
                          pin_memory=pin_memory,
                          prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
                          persistent_workers=num_workers > 0, drop_last=False)
+
+
+def _item(x):
+    """``collate_fn`` of the item loader: each item as the dataset made it (no batch)."""
+    return x
+
+
+def build_item_loader(dataset: TestTimeDataset, num_workers: int, pin_memory: bool = False,
+                      prefetch: int = 4) -> CheckedLoader:
+    """Sequential loader of single items (``dict(index, views, label, path)``, no batch
+    dimension), for a consumer that groups them into batches itself
+    (:class:`argtca.views.loader.ViewsLoader`): every worker makes whole images, so all of them
+    work on the first batch and none idles at the end of the pass, as they do when each makes a
+    whole batch of ``TTA.BATCH_IMAGES``. Prefetch depth (items per worker) capped as
+    :func:`make_loader`; an unreadable file raises its one-line :class:`DataError`."""
+    vg = dataset.view_gen
+    per_image = vg.n_views * 3 * vg.size * vg.size * torch.empty(
+        0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
+    num_workers = int(num_workers)
+    if num_workers == -1:
+        from argtca.utils.host import auto_workers
+        num_workers = auto_workers()
+    if num_workers < 0:
+        raise ValueError(f"num_workers={num_workers} must be >= 0")
+    prefetch = capped_prefetch(prefetch, num_workers, per_image)
+    return CheckedLoader(_Guarded(dataset), batch_size=None, shuffle=False,
+                         num_workers=num_workers, collate_fn=_item, pin_memory=pin_memory,
+                         prefetch_factor=prefetch if num_workers > 0 else None,
+                         persistent_workers=num_workers > 0)
 
 
 def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,

@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from argtca.views.cpu import (FastViewGenerator, TestTimeDataset, build_test_loader,
+from argtca.views.cpu import (FastViewGenerator, TestTimeDataset, build_item_loader,
                               build_view_generator, make_loader)
 from argtca.views.gpu import GpuViewMaker
 from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
@@ -24,24 +24,33 @@ class ViewsLoader:
     """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
 
     On CUDA the next batch is copied (pinned memory, non-blocking, side stream) while the current
-    one is processed. GPU views are made on the compute stream; ``overlap``
-    (``TTA.FAST.VIEWS_OVERLAP``) makes them on the copy stream instead, so the views of batch n+1
-    are computed while batch n is tuned (same kernels, same numbers). Off by default: the loop is
-    bound by the host thread that launches both, so it gains nothing and costs memory
+    one is processed; with ``group`` (CPU views) the loader yields single images, each copied as
+    it comes into its batch, which is handed out once complete. GPU views are made on the compute
+    stream; ``overlap`` (``TTA.FAST.VIEWS_OVERLAP``) makes them on the copy stream instead, so the
+    views of batch n+1 are computed while batch n is tuned (same kernels, same numbers). Off by
+    default: the loop is bound by the host thread that launches both, so it gains nothing and costs
+    memory
     (``benchmarks/README.md#fast-engine-knobs``).
     """
 
     def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
-                 overlap: bool = False):
+                 overlap: bool = False, group: int = 0):
         self.loader = loader
         self.device = torch.device(device)
         self.maker = maker
         self.overlap = bool(overlap) and maker is not None
+        # group > 0: the loader yields single images (CPU views), grouped here into batches of
+        # `group`, each image copied to the device as it comes
+        self.group = int(group)
+        if self.group and maker is not None:
+            raise ValueError("ViewsLoader: group is for single-image (CPU views) loaders")
         # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
         self.seconds = {"workers": 0.0, "views": 0.0}
         self._started = None   # the DataLoader's iterator once start() ran
 
     def __len__(self) -> int:
+        if self.group:
+            return -(-len(self.loader) // self.group)
         return len(self.loader)
 
     def _to_device(self, batch: Dict[str, Any]) -> Dict[str, Any]:
@@ -83,7 +92,49 @@ class ViewsLoader:
         it, self._started = self._started, None
         return self._batches(iter(self.loader) if it is None else it)
 
+    def _grouped(self, it) -> Iterator[Dict[str, Any]]:
+        """Batches of ``group`` single images. On CUDA each image's views are copied (pinned,
+        non-blocking, side stream) into the batch's device tensor as soon as the image comes,
+        and a batch is handed out as soon as its last image is copied: the engine works on it
+        while the workers make the next images."""
+        cuda = self.device.type == "cuda"
+        stream = torch.cuda.Stream(self.device) if cuda else None
+        while True:
+            items, views = [], None
+            while len(items) < self.group:
+                try:
+                    b = self._next(it)
+                except StopIteration:
+                    break
+                if cuda:
+                    v = b["views"]
+                    with torch.cuda.stream(stream):
+                        if views is None:
+                            left = len(self.loader) - self._served
+                            views = torch.empty((min(self.group, left), *v.shape), dtype=v.dtype,
+                                                device=self.device)
+                        views[len(items)].copy_(v, non_blocking=True)
+                    self._served += 1
+                items.append(b)
+            if not items:
+                return
+            if cuda:
+                ev = torch.cuda.Event()
+                ev.record(stream)
+                current = torch.cuda.current_stream(self.device)
+                current.wait_event(ev)
+                views.record_stream(current)
+            else:
+                views = torch.stack([b["views"] for b in items])
+            yield {"index": torch.tensor([b["index"] for b in items], dtype=torch.long),
+                   "label": torch.tensor([b["label"] for b in items], dtype=torch.long),
+                   "path": [b["path"] for b in items], "views": views}
+
     def _batches(self, it) -> Iterator[Dict[str, Any]]:
+        if self.group:
+            self._served = 0
+            yield from self._grouped(it)
+            return
         if self.device.type != "cuda":
             while True:
                 try:
@@ -139,9 +190,11 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
             # rounds its input to fp16: rounding in the worker instead gives identical features
             # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
             ds.out_dtype = torch.float16
-        loader = build_test_loader(ds, int(num_workers), batch_images=batch_images,
-                                   pin_memory=pin, prefetch=prefetch)
-        return ViewsLoader(loader, device)
+        if int(batch_images) < 1:
+            raise ValueError(f"batch_images={batch_images} must be >= 1")
+        # single images, grouped into batches by ViewsLoader (all workers on every batch)
+        loader = build_item_loader(ds, int(num_workers), pin_memory=pin, prefetch=prefetch)
+        return ViewsLoader(loader, device, group=int(batch_images))
     ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
     # an unreadable file raises its one-line DataError here too, also from worker processes
     loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,

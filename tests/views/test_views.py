@@ -302,3 +302,48 @@ def test_prefetch_is_capped_by_the_bytes_of_waiting_views():
     ds.out_dtype = torch.float16
     assert build_test_loader(ds, 15, batch_images=16, prefetch=4).prefetch_factor == 1
     assert build_test_loader(ds, 2, batch_images=16, prefetch=4).prefetch_factor == 4
+
+
+class _WhoMade(TestTimeDataset):
+    """Items whose view 0 carries the id of the loader worker that made them."""
+
+    def __getitem__(self, k):
+        from torch.utils.data import get_worker_info
+        d = super().__getitem__(k)
+        d["views"][0].fill_(float(get_worker_info().id))
+        return d
+
+
+def test_cpu_views_loader_groups_single_images_from_every_worker(tmp_path):
+    """The CPU views loader's workers make single images (in shared memory) that the main
+    process groups into batches: every worker works on the first batch (formerly one worker
+    made a whole batch), and the batches are the same as made without workers."""
+    from argtca.views.cpu import build_item_loader
+    from argtca.views.loader import ViewsLoader
+    items = _items(tmp_path, n=6)   # 7 items, the last one the file of the first
+    vg = ViewGenerator(size=S, n_views=4, augmix=True)
+    ds = TestTimeDataset(items, vg, seed=3, indices=[6, 0, 5, 1, 4, 2, 3])
+    ref = list(ViewsLoader(build_item_loader(ds, 0), "cpu", group=3))
+    assert [b["index"].tolist() for b in ref] == [[6, 0, 5], [1, 4, 2], [3]]
+    for b in ref:
+        assert b["views"].shape == (len(b["path"]), 4, 3, S, S)
+        for j, k in enumerate(b["index"].tolist()):
+            assert torch.equal(b["views"][j], vg(Image.open(items[k].impath), 3, k))
+            assert b["label"][j] == items[k].label and b["path"][j] == items[k].impath
+    got = list(ViewsLoader(build_item_loader(ds, 2, prefetch=2), "cpu", group=3))
+    assert [b["index"].tolist() for b in got] == [[6, 0, 5], [1, 4, 2], [3]]
+    for a, b in zip(got, ref):
+        assert torch.equal(a["views"], b["views"])
+    who = _WhoMade(items, vg, seed=3)
+    first = next(iter(ViewsLoader(build_item_loader(who, 2, prefetch=2), "cpu", group=4)))
+    assert sorted(set(first["views"][:, 0].flatten().tolist())) == [0.0, 1.0]
+    # in a worker the views are written straight into shared memory (sent without a copy)
+    from torch.utils.data import _utils
+    assert not ds[0]["views"].is_shared()
+    _utils.worker._worker_info = _utils.worker.WorkerInfo(id=0, num_workers=1, seed=0,
+                                                          dataset=None)
+    try:
+        shared = ds[0]["views"]
+    finally:
+        _utils.worker._worker_info = None
+    assert shared.is_shared() and torch.equal(shared, ref[0]["views"][0])
