@@ -29,7 +29,7 @@ BASH = [b for b in all_blocks() if b.language == "bash"]
 def docs_env(tmp_path_factory):
     env = {k: v for k, v in os.environ.items()
            if k not in ("DATA", "PYTHON", "OUT_ROOT", "OPTS", "OUTPUT_DIR", "ATTRIBUTES", "SEED",
-                        "PLUGINS", "ARGTCA_MIRROR")}
+                        "PLUGINS", "ARGTCA_MIRROR", "FIXED_ALPHA", "FIXED_BETA")}
     env.update(PATH=os.path.join(HERE, "bin") + os.pathsep + env.get("PATH", ""),
                DOCS_PYTHON=sys.executable, DOCS_TINY=DOCS_TINY, ARGTCA_OFFLINE="1",
                PYTHONPATH=str(REPO) + (os.pathsep + env["PYTHONPATH"]
@@ -38,7 +38,9 @@ def docs_env(tmp_path_factory):
                ARGTCA_CACHE=os.environ.get("ARGTCA_CACHE")
                or str(tmp_path_factory.mktemp("argtca-cache")),
                ARGTCA_DOWNLOADS=str(tmp_path_factory.mktemp("downloads")),
-               OMP_NUM_THREADS="1")
+               OMP_NUM_THREADS="1",
+               # sweep.sh's own knobs (its header): one alpha and one beta point, not 4 + 4
+               ALPHAS="10", BETAS="50")
     return env
 
 
