@@ -26,6 +26,8 @@ import pytest
 
 from docs_text import DOC_FILES, REPO, all_blocks
 
+_DOCS = list(DOC_FILES)
+
 # a script -> the command it runs (module, subcommand); None: it takes KEY VALUE pairs only
 SCRIPT_COMMANDS: Dict[str, Optional[Tuple[str, Optional[str]]]] = {
     "table1.sh": ("argtca.experiments", "table1"), "compare.sh": ("argtca.experiments", "table1"),
@@ -99,6 +101,12 @@ def code_pieces() -> Iterator[Tuple[str, str]]:
         text = prose(path.read_text())
         for m in SPAN.finditer(text):
             yield f"{_rel(path)}:{text.count(chr(10), 0, m.start()) + 1}", m.group(1)
+    if DOC_FILES == _DOCS:   # the scripts' header comments are their docs (not in the self-test)
+        for path in sorted((REPO / "scripts").glob("*.sh")):
+            for i, line in enumerate(path.read_text().splitlines()[1:], 2):
+                if not line.startswith("#"):
+                    break
+                yield f"{_rel(path)}:{i}", line[1:]
 
 
 def _rel(path: Path) -> str:
