@@ -383,3 +383,20 @@ def test_the_checks_catch_drift(bad_doc, what, tmp_path, monkeypatch):
         except AssertionError as e:
             failures.append(str(e))
     assert any(what in f for f in failures), failures
+
+
+def test_json_blocks_and_the_attribute_file_example():
+    """Every ```json block parses; own-data.md's attribute-file example is read by the real
+    loader and is what the shipped demo file holds for those classes."""
+    import json
+    from argtca.attributes.files import load_attributes
+    blocks = [b for b in all_blocks() if b.language == "json"]
+    for b in blocks:
+        json.loads(b.source)
+    example = next(b for b in blocks if b.path.name == "own-data.md")
+    shown = json.loads(example.source)
+    demo = REPO / "argtca" / "demo" / "assets" / "demo_attributes.json"
+    shipped = json.loads(demo.read_text())
+    assert shown == {k: shipped[k] for k in shown}
+    loaded = load_attributes(str(demo), list(shown), num_required=10)
+    assert loaded == {k: v.split() for k, v in shown.items()}
