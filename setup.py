@@ -21,7 +21,8 @@ setup(
         "submitit>=1.5",
     ],
     extras_require={
-        "test": ["pytest", "ruff"],
+        # sybil: tests/docs parses README.md's and docs/*.md's code blocks with it
+        "test": ["pytest", "ruff", "sybil>=10"],
         # python -m argtca.attributes generate (any OpenAI-compatible chat endpoint)
         "llm": ["openai>=1.0"],
         # what Dassl.pytorch (GitHub only; README "Inside Dassl/CoOp") and CoOp's train.py import

@@ -5,7 +5,7 @@
 It registers argtca's trainers into Dassl (``TPT``, ``CTPT``, ``OTPT``, ``ATPT``, ``TCA``,
 ``ArgTCA`` and ``ArgtcaZeroshotCLIP``: CoOp owns ``ZeroshotCLIP``) and argtca's ``Demo`` dataset,
 and adds argtca's config keys to Dassl's defaults, so CoOp's ``extend_cfg`` needs no change. The
-CoOp datasets are CoOp's own classes. See the README section "Inside Dassl/CoOp" and
+CoOp datasets are CoOp's own classes. See docs/dassl.md and
 :mod:`argtca.dassl_plugin`.
 
 Without Dassl installed this module only provides ``extend_cfg`` and ``HAVE_DASSL = False``.

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ArgTCA ablation on one dataset, for the div and disc objectives:
-#   full        the default run           $OUT_ROOT/argtca/<dataset>/<selector>/seed<SEED>/ (shared
-#                                          with compare.sh)
+#   full        the default run           $OUT_ROOT/argtca/<dataset>/<selector>/seed<SEED>/ (not
+#               argtca.sh's or compare.sh's experiment folder argtca/<dataset>/<hash8>/: a report
+#               over both trees stops, naming the two folders of one run)
 #   zero edges  TRAINER.ARGTCA.EDGES none  $OUT_ROOT/ablation/<dataset>/edges_none_<selector>/seed<SEED>/
 #   raw EOS     TRAINER.ARGTCA.EMBEDDINGS raw
 #                                          $OUT_ROOT/ablation/<dataset>/raw_<selector>/seed<SEED>/

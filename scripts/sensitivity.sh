@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # The alpha/beta sensitivity figures: alpha in {5,10,20,40} at beta=35 and beta in
 # {15,25,35,50} at alpha=10, for ArgTCA-Div and -Disc on Caltech101, OxfordPets and DTD by default
-# (the present ones). Same run folders as scripts/sweep.sh (one dataset and selector at a time).
+# (the present ones). Each run in its experiment folder <out-root>/argtca/<dataset>/<hash8>/seed<N>
+# (scripts/sweep.sh, one dataset and selector at a time, names its own folders instead).
 #
 #   DATA=/path/to/data bash scripts/sensitivity.sh [DATASET ...] [--selectors div,disc]
 #       [--alphas 5,10,20,40] [--betas 15,25,35,50] [--seeds 1] [KEY VALUE ...]
 #   bash scripts/sensitivity.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8
 #
-# Report: <out-root>/report/sweep/{sweep_alpha.png,sweep_beta.png,sweep.md}.
+# Report: <out-root>/report/sweep-<hash of the runs>/{sweep_alpha.png,sweep_beta.png,sweep.md}.
 # Environment: DATA, OPTS, PYTHON.
 set -euo pipefail
 # Relative paths (--root, --out-root, --baseline-config, --write, $DATA, $OUT_ROOT, $PLUGINS, path

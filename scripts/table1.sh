@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Table 1: every method (the paper's eight rows -- zero-shot, TPT, C-TPT, O-TPT, A-TPT, TCA,
-# ArgTCA-Div, ArgTCA-Disc -- and the field's R-TPT, ZERO, MTA, TPS, TDA, DMN-ZS, BoostAdapter, DPE:
-# 16 in all) on every dataset whose data is present, over seeds, then the report (Acc and ECE per
-# dataset, the Average column, mean ± std over seeds, best and second marked; Markdown, CSV, LaTeX).
+# Table 1: the 16 methods (zero-shot, TPT, C-TPT, O-TPT, A-TPT, R-TPT, TCA, ZERO, MTA, TPS, the
+# online TDA, DMN-ZS, BoostAdapter, DPE, ArgTCA-Div, ArgTCA-Disc; --methods paper: the paper's
+# eight) on every dataset whose data is present, over seeds, then the report (Acc and ECE per
+# dataset, the Average column, one row per method with mean ± std over seeds, best and second
+# marked; Markdown, CSV, LaTeX). The online methods' stream order is shuffled by each seed.
 #
 #   DATA=/path/to/data bash scripts/table1.sh [DATASET ...] [--seeds 1,2,3] [--methods ...]
 #       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]

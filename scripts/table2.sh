@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Table 2 (ablations): full / zero edges / raw EOS / random selection, for ArgTCA-Div and -Disc,
-# on Caltech101, OxfordPets and DTD by default (the present ones). The same run folders as
-# scripts/ablation.sh and scripts/table1.sh (the "full" runs are Table 1's ArgTCA runs), and the
-# same Phase-1 store: the full graph and the zero-edge graph are each trained once per dataset.
+# on Caltech101, OxfordPets and DTD by default (the present ones). Each run in its experiment
+# folder <out-root>/argtca/<dataset>/<hash8>/seed<N>, the same as scripts/table1.sh's (the "full"
+# runs are Table 1's ArgTCA runs; scripts/ablation.sh names its own folders), and the same
+# Phase-1 store: the full graph and the zero-edge graph are each trained once per dataset.
 #
 #   DATA=/path/to/data bash scripts/table2.sh [DATASET ...] [--seeds 1] [--out-root output] [KEY VALUE ...]
 #   bash scripts/table2.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8
 #
-# Report: <out-root>/report/table2/ablation.md. Environment: DATA, OPTS, PYTHON.
+# Report: <out-root>/report/table2-<hash of the runs>/ablation.md. Environment: DATA, OPTS, PYTHON.
 set -euo pipefail
 # Relative paths (--root, --out-root, --baseline-config, --write, $DATA, $OUT_ROOT, $PLUGINS, path
 # values) are read from the folder you run the command in; the run folders and the report go to

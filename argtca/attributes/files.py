@@ -175,7 +175,7 @@ def attribute_file_for(cfg) -> str:
         pass
     key = "imagefolder" if name == "ImageFolder" else name
     make = (f"python -m argtca.attributes generate --dataset {key} --root $DATA --out "
-            f"attributes.json (README 'Your own data')")
+            f"attributes.json (docs/own-data.md)")
     if given:
         path = resolve_builtin(os.path.expanduser(given))
         if name == "ImageFolder" and not os.path.isfile(path):   # one's own file, not TCA's

@@ -81,7 +81,7 @@ SOURCES = {
     "ImageFolder": Source(
         "<class folder>/<images> (the root is the dataset: check it with --root /path/to/images)",
         manual="your own images: put each class's images in a sub-folder named after the class "
-               "(argtca/datasets/imagefolder.py; README 'Your own data')"),
+               "(argtca/datasets/imagefolder.py; docs/own-data.md)"),
 }
 
 

@@ -1,4 +1,4 @@
-"""The paper's experiments, one command each (README "The paper's experiments").
+"""The paper's experiments, one command each (docs/workflows.md#the-papers-experiments).
 
     python -m argtca.experiments table1 [DATASET ...] [--seeds 1,2,3] [--baseline-config F]
                                         [KEY VALUE ...]

@@ -372,7 +372,12 @@ def test_tune_grid_rule_and_config_for_table1(tree):
     assert rc == 2 and "holds a table report of other runs" in err and "--force" in err
 
 
-def test_table1_plan_and_default_datasets():
+def test_table1_plan_and_default_datasets(tmp_path, monkeypatch):
+    # only this test's folders: not the caller's output/ (a reader who ran the README has one)
+    # nor a data root of theirs
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("DATA", raising=False)
+    out_root = tmp_path / "out"
     from argtca.experiments import TABLE1_DATASETS
     from argtca.experiments.plan import TABLE1_EXTENSION, seconds_per_image
     assert TABLE1_DATASETS == ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers",
@@ -382,7 +387,8 @@ def test_table1_plan_and_default_datasets():
     # compiled line (143.5 img/s at K=101, 60.5 at K=1000) plus eager's cost at K=101
     assert 1 / seconds_per_image("tca", 101) == pytest.approx(104.1)
     assert seconds_per_image("argtca", 1000) == pytest.approx(1 / 60.5 + 1 / 104.1 - 1 / 143.5)
-    rc, out, err = _call(["table1", "--plan", "--seeds", "1,2", "--methods", "tpt,zeroshot"])
+    rc, out, err = _call(["table1", "--plan", "--seeds", "1,2", "--methods", "tpt,zeroshot",
+                          "--out-root", str(out_root)])
     assert rc == 0, err
     lines = out.splitlines()
     assert not any("imagenet" in x or "sun397" in x for x in lines)
@@ -393,8 +399,9 @@ def test_table1_plan_and_default_datasets():
     assert "[table1] 63846 test images per method and seed" in lines
     assert "benchmarks/README.md#current-numbers" in out and "BENCHMARKS.md" not in out
     assert "[table1] GPU time assumes TTA.VIEWS_DEVICE gpu; with the default CPU views" in out
-    assert not list(Path(".").glob("output/report/table1-*"))
-    rc, out, err = _call(["table1", "--plan", "--extended", "--seeds", "1"])
+    assert list(tmp_path.iterdir()) == []   # --plan writes nothing, no report folder either
+    rc, out, err = _call(["table1", "--plan", "--extended", "--seeds", "1",
+                          "--out-root", str(out_root)])
     assert rc == 0 and "[table1] imagenet" in out and "[table1] sun397" in out
 
 
