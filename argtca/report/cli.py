@@ -85,7 +85,8 @@ def default_report_dir(runs: Sequence[Run], mode: str = "table", parent=None,
     return Path(parent if parent is not None else DEFAULT_PARENT) / name
 
 
-MODE_FILES = {"table": "table.md", "sweep": "sweep.md", "ablation": "ablation.md"}
+MODE_FILES = {"table": "table.md", "sweep": "sweep.md", "ablation": "ablation.md",
+              "ood": "ood.md"}
 
 
 def claim_report_dir(out: Path, runs: Sequence[Run], mode: str, force: bool) -> None:
