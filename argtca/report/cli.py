@@ -5,6 +5,7 @@ folders.
     python -m argtca.report RUN_DIR --metrics accuracy,ece,aurc,eaurc   # + selective prediction
     python -m argtca.report output/sweep/caltech101 --out output/report/sweep_caltech101 --sweep
     python -m argtca.report output/argtca/dtd output/ablation/dtd --out REPORT --ablation
+    python -m argtca.report output/ --ood   # OOD runs (DATASET.OOD.NAME) vs their ID runs
 
 A RUN_DIR is a run folder (``summary.json``, ``records.jsonl``, argtca runs also
 ``phase1.json``) or any parent of run folders (searched recursively), so runs made on different
@@ -316,6 +317,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="cells of several seeds as mean ± std (and cells.csv)")
     ap.add_argument("--sweep", action="store_true", help="sensitivity plots (α, β) only")
     ap.add_argument("--ablation", action="store_true", help="ablation table only")
+    ap.add_argument("--ood", action="store_true", help="OOD detection: ood.md/ood.csv (AUROC, "
+                    "FPR95) of the OOD runs (DATASET.OOD.NAME) against their in-distribution "
+                    "runs, beside the in-distribution runs' table")
     a = ap.parse_args(argv)
     try:
         written: Dict[str, Path] = {}
@@ -323,7 +327,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             written.update(make_sweep_report(a.runs, a.out, a.force))
         if a.ablation:
             written.update(make_ablation_report(a.runs, a.out, a.decimals, a.force))
-        if not (a.sweep or a.ablation):
+        if a.ood:
+            from .ood import make_ood_report
+            metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
+            written.update(make_ood_report(a.runs, a.out, a.decimals, a.force, metrics=metrics))
+        elif not (a.sweep or a.ablation):
             metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
             written.update(make_report(a.runs, a.out, a.attributes_classes, metrics,
                                        a.n_bins, a.decimals, a.std, a.force))
@@ -334,7 +342,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"report: error: cannot write {e.filename or a.out}: {e.strerror or e}; choose "
               f"another --out", file=sys.stderr)
         return 2
-    for name in ("table.md", "ablation.md", "sweep.md"):
+    for name in ("table.md", "ablation.md", "sweep.md", "ood.md"):
         if name in written:
             print(Path(written[name]).read_text())
     if "skipped.md" in written:

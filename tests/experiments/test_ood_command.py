@@ -101,3 +101,12 @@ def test_second_call_rereads_every_run(ood_run, capsys):
 def test_bad_input_one_line(tmp_path, capsys):
     assert main(["ood", "demo", "--out-root", str(tmp_path)]) == 2
     assert "--ood" in capsys.readouterr().err
+
+
+def test_report_cli_pairs_the_same_runs_from_their_folders(ood_run, tmp_path):
+    """``python -m argtca.report OUT --ood`` finds the pairs from the folders alone (settings
+    and seed), and gives the command's numbers."""
+    from argtca.report.cli import main as report_main
+    base, _, _ = ood_run
+    assert report_main([str(base / "output"), "--ood", "--out", str(tmp_path / "r")]) == 0
+    assert (tmp_path / "r" / "ood.csv").read_text() == (base / "rep" / "ood.csv").read_text()
