@@ -24,6 +24,38 @@ Conventions (all percentages are ``x100``, as the papers report them):
 * **NLL** = mean(-log(max(p_label, eps))), ``eps = 1e-12``.
 * **Brier** = mean of the per-image ``sum_k (p_k - y_k)^2`` supplied by the caller.
 
+Selective prediction (Geifman & El-Yaniv 2017; Geifman et al., ICLR 2019), from the confidence
+and the correctness alone:
+
+* **risk-coverage curve**: the images sorted by confidence, highest first; at coverage ``k/n``
+  (the ``k`` most confident kept) the risk is the error rate of those ``k``.
+  Ties in confidence, deterministically and independently of the record order: a threshold on
+  the confidence cannot split a group of equal confidences, so within such a group of ``m``
+  images holding ``e`` errors, the ``j``-th image adds ``e/m`` errors (the cumulative errors are
+  interpolated linearly across the group). This is the exact mean of the curve over every order
+  of the tied images; without ties it is the usual curve.
+* **AURC** = mean of the risk over ``k = 1..n`` (the area under that curve, a right Riemann sum
+  over the ``n`` coverages, as Geifman et al.'s code computes it).
+* **E-AURC** = AURC minus the optimal AURC for the same accuracy: the AURC of a confidence that
+  puts every correct image first (risk 0 up to coverage ``1 - r``, then ``(k - (n - e)) / k``),
+  computed on the same ``n`` coverages, so a perfect ranking has E-AURC 0 exactly. Geifman et
+  al. write the optimum in its continuous form ``r + (1 - r) ln(1 - r)`` (``r`` = the error
+  rate), the limit of this sum for large ``n`` (the sum is larger by O(1/n)).
+
+OOD detection (MCM, Ming et al. 2022; the measures of Hendrycks et al.'s code that MCM uses), the
+in-distribution (ID) images positive, a higher score meaning "in-distribution":
+
+* **AUROC** = P(score_ID > score_OOD) + 1/2 P(score_ID = score_OOD) over every (ID, OOD) pair:
+  the Mann-Whitney U statistic over ``n_ID * n_OOD`` (average ranks for ties), which equals
+  the area under the ROC curve.
+* **FPR at 95% TPR**, MCM's rule (``fpr_and_fdr_at_recall``): the candidate thresholds ``t`` are
+  the distinct scores (ID and OOD) from the highest down to the lowest ID score; at each,
+  ``TPR(t)`` = share of ID scores ``>= t`` and ``FPR(t)`` = share of OOD scores ``>= t``. The
+  threshold whose TPR is nearest to 0.95 (``|TPR - 0.95|`` in float64, as the official code)
+  is chosen, the lowest such threshold on a tie (so every OOD image scored between two ID
+  images of the chosen TPR counts as a false positive); the FPR there is returned. The TPR may
+  thus fall a little below 95% (e.g. 14/15 beats 15/15).
+
 Inputs may be Python lists, NumPy arrays or torch tensors (any device).
 """
 from __future__ import annotations
@@ -33,7 +65,8 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 __all__ = ["compute_metrics", "reliability_bins", "expected_calibration_error",
-           "adaptive_ece", "bin_index", "bin_edges", "RunningCalibration", "NLL_EPS"]
+           "adaptive_ece", "bin_index", "bin_edges", "RunningCalibration", "NLL_EPS",
+           "risk_coverage", "aurc", "eaurc", "ood_auroc", "fpr_at_tpr"]
 
 NLL_EPS = 1e-12
 
@@ -216,3 +249,95 @@ class RunningCalibration:
 
     def __repr__(self) -> str:
         return f"RunningCalibration(n={self.n}, acc={self.accuracy:.2f}%, ece={self.ece:.2f}%)"
+
+
+# ----------------------------------------------------------------------------- selective
+def _sorted_errors(conf: Any, correct: Any):
+    """(n, cumulative errors at k = 1..n) of the images sorted by confidence, highest first,
+    ties spread evenly over their group (module docstring)."""
+    c = _as_conf(conf).astype(np.float64)
+    k = _as_array(correct, "correct").astype(bool)
+    n = _check_same_length(conf=c, correct=k)
+    if n == 0:
+        raise ValueError("risk-coverage: no samples")
+    order = np.argsort(-c, kind="stable")
+    c, err = c[order], (~k[order]).astype(np.float64)
+    # group boundaries: positions where the (sorted) confidence changes
+    starts = np.flatnonzero(np.r_[True, c[1:] != c[:-1]])
+    ends = np.r_[starts[1:], n]
+    group_err = np.add.reduceat(err, starts)
+    before = np.r_[0.0, np.cumsum(group_err)[:-1]]
+    cum = np.empty(n, dtype=np.float64)
+    for s, e, g, b in zip(starts, ends, group_err, before):
+        m = e - s
+        cum[s:e] = b + g * np.arange(1, m + 1) / m
+    return n, cum
+
+
+def risk_coverage(conf: Any, correct: Any) -> Dict[str, np.ndarray]:
+    """The risk-coverage curve: ``coverage`` (k/n, k = 1..n) and ``risk`` (error rate of the k
+    most confident images, in [0, 1]); ties as in the module docstring."""
+    n, cum = _sorted_errors(conf, correct)
+    k = np.arange(1, n + 1, dtype=np.float64)
+    return {"coverage": k / n, "risk": cum / k}
+
+
+def _optimal_aurc(n: int, errors: float) -> float:
+    k = np.arange(1, n + 1, dtype=np.float64)
+    return float(np.mean(np.clip(k - (n - errors), 0.0, None) / k))
+
+
+def aurc(conf: Any, correct: Any) -> float:
+    """Area under the risk-coverage curve in [0, 1] (not x100): the mean risk over the n
+    coverages."""
+    return float(risk_coverage(conf, correct)["risk"].mean())
+
+
+def eaurc(conf: Any, correct: Any) -> float:
+    """Excess AURC in [0, 1]: :func:`aurc` minus the AURC of an optimal ranking with the same
+    errors, on the same n coverages (0 for a confidence that ranks every correct image
+    first)."""
+    n, cum = _sorted_errors(conf, correct)
+    k = np.arange(1, n + 1, dtype=np.float64)
+    return float((cum / k).mean()) - _optimal_aurc(n, float(round(cum[-1])))
+
+
+# ----------------------------------------------------------------------------- OOD detection
+def _scores(id_scores: Any, ood_scores: Any):
+    a = _as_conf(id_scores, "id_scores").astype(np.float64)
+    b = _as_conf(ood_scores, "ood_scores").astype(np.float64)
+    if not len(a) or not len(b):
+        raise ValueError(f"OOD detection needs scores of both sets, got {len(a)} ID and "
+                         f"{len(b)} OOD")
+    return a, b
+
+
+def ood_auroc(id_scores: Any, ood_scores: Any) -> float:
+    """AUROC in [0, 1] of telling ID (positive, higher score) from OOD: the Mann-Whitney U over
+    ``n_ID * n_OOD`` (ties count one half)."""
+    a, b = _scores(id_scores, ood_scores)
+    both = np.concatenate([a, b])
+    values, inverse, counts = np.unique(both, return_inverse=True, return_counts=True)
+    # average rank (1-based) of each distinct value: the mean of the positions it occupies
+    first = np.cumsum(counts) - counts + 1
+    avg_rank = first + (counts - 1) / 2.0
+    rank_sum = avg_rank[inverse[:len(a)]].sum()
+    u = rank_sum - len(a) * (len(a) + 1) / 2.0
+    return float(u / (len(a) * len(b)))
+
+
+def fpr_at_tpr(id_scores: Any, ood_scores: Any, tpr: float = 0.95) -> float:
+    """FPR in [0, 1] at the threshold whose TPR is nearest ``tpr``, MCM's rule (module
+    docstring: candidate thresholds, nearest in float64, the lowest threshold on a tie)."""
+    if not 0.0 < float(tpr) <= 1.0:
+        raise ValueError(f"tpr must be in (0, 1], got {tpr}")
+    a, b = _scores(id_scores, ood_scores)
+    cands = np.unique(np.concatenate([a, b]))
+    cands = cands[cands >= a.min()][::-1]               # highest first, down to the lowest ID
+    a_sorted, b_sorted = np.sort(a), np.sort(b)
+    tps = len(a) - np.searchsorted(a_sorted, cands, side="left")   # ID scores >= t
+    fps = len(b) - np.searchsorted(b_sorted, cands, side="left")   # OOD scores >= t
+    rate = tps / float(len(a))
+    gap = np.abs(rate - float(tpr))
+    best = np.flatnonzero(gap == gap.min())[-1]        # the lowest threshold among the nearest
+    return float(fps[best] / len(b))

@@ -97,6 +97,14 @@ _C.DATASET.IMAGEFOLDER.CLASSNAMES = ""  # optional file: "<folder> <class name>"
                                         # JSON object folder -> name); its order is label order
 _C.DATASET.IMAGEFOLDER.SPLIT_FILE = ""  # optional split file in CoOp's format (paths relative to
                                         # DATASET.ROOT); without it every image is a test image
+# OOD detection (python -m argtca.experiments ood; argtca/datasets/ood.py): with OOD.NAME set, the
+# run's test images are that dataset's, each classified among DATASET.NAME's classes with label
+# -1 (none of them); the report pairs it with the in-distribution run of the same settings
+_C.DATASET.OOD = CN()
+_C.DATASET.OOD.NAME = ""        # the OOD images' dataset (a registered name or key); "" = no OOD
+_C.DATASET.OOD.ROOT = ""        # its data root ("" = DATASET.ROOT)
+_C.DATASET.OOD.SPLIT = "test"   # its split
+_C.DATASET.OOD.NUM_IMAGES = -1  # >0: its first N images only
 
 # ----------------------------------------------------------------------------- input / views
 _C.INPUT = CN()

@@ -41,5 +41,10 @@ def resolve_dataset_class(name: str) -> type:
 
 
 def build_dataset(cfg) -> DatasetBase:
-    """``DATASET_REGISTRY.get(cfg.DATASET.NAME)(cfg)``; the name may also be a dataset key."""
-    return resolve_dataset_class(cfg.DATASET.NAME)(cfg)
+    """``DATASET_REGISTRY.get(cfg.DATASET.NAME)(cfg)``; the name may also be a dataset key. With
+    ``DATASET.OOD.NAME`` set: that dataset's images over these classes (:mod:`.ood`)."""
+    dataset = resolve_dataset_class(cfg.DATASET.NAME)(cfg)
+    if str(cfg.DATASET.get("OOD", {}).get("NAME", "") or "").strip():
+        from .ood import ood_dataset
+        return ood_dataset(cfg, dataset)
+    return dataset

@@ -6,6 +6,7 @@
     python -m argtca.experiments sweep  [DATASET ...]   # alpha / beta sensitivity figures
     python -m argtca.experiments table3 [DATASET ...] [--class [DATASET:]NAME ...]
     python -m argtca.experiments tune   [DATASET]       # baselines re-tuned on the val split
+    python -m argtca.experiments ood DATASET --ood OOD_DATASET  # OOD detection (AUROC, FPR95)
 
 Each command lists the datasets that are absent (and what is missing) first and runs the rest,
 each run in its own experiment folder ``<out-root>/<method>/<dataset>/<hash8>/seed<N>`` (the

@@ -128,6 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
     t1.add_argument("--extended", action="store_true",
                     help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
                     "is named")
+    od = sub.add_parser("ood", help="OOD detection: every method on an ID set and OOD sets "
+                        "(AUROC, FPR@95TPR of the maximum softmax probability)")
+    common(od, "1,2,3")
+    od.add_argument("--ood", action="append", default=[], metavar="DATASET",
+                    help="an OOD set (configs/datasets key, e.g. dtd or imagefolder); repeat")
+    od.add_argument("--ood-root", default="", help="the OOD sets' data root (default --root)")
+    od.add_argument("--ood-split", default="test", help="the OOD sets' split (default test)")
+    od.add_argument("--methods", default="", help="comma-separated methods (default "
+                    "zeroshot,tpt,tda; 'paper', 'zoo' and 'all' as for table1)")
     t2 = sub.add_parser("table2", help="ablations: full / zero edges / raw EOS / random")
     common(t2, "1")
     t2.add_argument("--selectors", default="div,disc")
@@ -270,6 +279,10 @@ def _command(a, datasets: List[str], kw) -> int:
         return table1(datasets, methods=_list(a.methods),
                       baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
                       force=a.force, **kw)
+    if a.cmd == "ood":
+        from .ood import ood
+        return ood(datasets, oods=a.ood, ood_root=a.ood_root, ood_split=a.ood_split,
+                   methods=_list(a.methods), force=a.force, **kw)
     if a.cmd == "table2":
         from .tables import table2
         return table2(datasets, selectors=_list(a.selectors), force=a.force, **kw)

@@ -2,8 +2,10 @@
 folders.
 
     python -m argtca.report RUN_DIR [RUN_DIR ...] [--out REPORT_DIR [--force]]
+    python -m argtca.report RUN_DIR --metrics accuracy,ece,aurc,eaurc   # + selective prediction
     python -m argtca.report output/sweep/caltech101 --out output/report/sweep_caltech101 --sweep
     python -m argtca.report output/argtca/dtd output/ablation/dtd --out REPORT --ablation
+    python -m argtca.report output/ --ood   # OOD runs (DATASET.OOD.NAME) vs their ID runs
 
 A RUN_DIR is a run folder (``summary.json``, ``records.jsonl``, argtca runs also
 ``phase1.json``) or any parent of run folders (searched recursively), so runs made on different
@@ -29,8 +31,12 @@ a report of a subset of the same runs is updated) or, without it,
 Main mode writes ``table.md``/``table.csv``/``table.tex`` (Table-1 layout: an Acc and an ECE
 row per method, datasets + Average as columns; best bold, second underlined), ``runs.csv`` (one
 line per run), ``reliability.png``, ``confidence_hist.png``, ``radar_ece.png`` and
-``attributes.md``; with ``--std``, cells of several seeds read "mean ± std" and ``cells.csv``
-lists mean, std and seeds per cell. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png``
+``attributes.md``, and ``stability.md``/``stability.csv`` (per method and dataset: std, min,
+max and range over seeds of the table's metrics; for online rows with TTA.STREAM.SEED -1 that is
+the spread over stream orders too); with ``--std``, cells of several seeds read "mean ± std" and
+``cells.csv`` lists mean, std and seeds per cell. ``--metrics ...,aurc,eaurc`` adds selective
+prediction rows (area under the risk-coverage curve and its excess over the optimum, %, from the
+records) and ``risk_coverage.png``. ``--sweep`` writes ``sweep_alpha.png``, ``sweep_beta.png``
 and ``sweep.md``; ``--ablation`` writes ``ablation.md``.
 
 Run folders that cannot be used are left out and listed (stderr and ``skipped.md``): broken (a
@@ -53,6 +59,7 @@ from .identity import canonical, real_weights, short_hash
 from .reference import (REFERENCE_BACKBONE, comparison_markdown, full_test_size, reference_for,
                         zeroshot_warning)
 from .runs import METRICS, ReportError, Run, RunProblem, _warn, find_runs
+from .stability import stability_csv, stability_markdown
 from .sweep import _sweep_markdown, sweep_points
 from .tables import (build_table, cells_csv, group_runs, runs_csv, table_csv, table_latex,
                      table_markdown)
@@ -79,7 +86,8 @@ def default_report_dir(runs: Sequence[Run], mode: str = "table", parent=None,
     return Path(parent if parent is not None else DEFAULT_PARENT) / name
 
 
-MODE_FILES = {"table": "table.md", "sweep": "sweep.md", "ablation": "ablation.md"}
+MODE_FILES = {"table": "table.md", "sweep": "sweep.md", "ablation": "ablation.md",
+              "ood": "ood.md"}
 
 
 def claim_report_dir(out: Path, runs: Sequence[Run], mode: str, force: bool) -> None:
@@ -207,6 +215,9 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
     if show_std:
         write("cells.csv", cells_csv(table))
     write("attributes.md", attribute_table(runs, attributes_classes))
+    # the spread over seeds (and, for online rows, over stream orders) of the table's metrics
+    write("stability.md", stability_markdown(labels, datasets, cells, metrics, decimals))
+    write("stability.csv", stability_csv(labels, datasets, cells, metrics))
 
     names = [d for _, d in datasets]
     grid: Dict[Tuple[str, str], Any] = {}
@@ -229,6 +240,12 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
                      "over seeds, as in table.md)"))
         written.update(plots.confidence_hist_grid(
             grid, rows, names, out / "confidence_hist.png", n_bins=n_bins))
+        if {"aurc", "eaurc"} & set(metrics):   # selective prediction asked for: its curves
+            aurcs = {(lab, dict(datasets)[dk]): c.mean("aurc") for (lab, dk), c in cells.items()}
+            written.update(plots.risk_coverage_grid(
+                grid, rows, names, out / "risk_coverage.png", aurcs=aurcs, notes=notes,
+                title="Risk-coverage curves (the records of every seed pooled; AURC: mean over "
+                      "seeds, as in table.md)"))
     else:
         _warn("no records.jsonl in any run: reliability and histogram plots skipped")
     radar = {lab: [cells[(lab, dk)].mean("ece") if (lab, dk) in cells else math.nan
@@ -292,13 +309,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--attributes-classes", type=int, default=10,
                     help="sample classes shown in attributes.md (default 10)")
     ap.add_argument("--metrics", default="accuracy,ece",
-                    help=f"table rows per method, from {','.join(METRICS)} (default accuracy,ece)")
+                    help=f"table rows per method, from {','.join(METRICS)} (default accuracy,"
+                    f"ece; aurc or eaurc also draws risk_coverage.png)")
     ap.add_argument("--n-bins", type=int, default=20, help="calibration bins (default 20)")
     ap.add_argument("--decimals", type=int, default=2)
     ap.add_argument("--std", action="store_true",
                     help="cells of several seeds as mean ± std (and cells.csv)")
     ap.add_argument("--sweep", action="store_true", help="sensitivity plots (α, β) only")
     ap.add_argument("--ablation", action="store_true", help="ablation table only")
+    ap.add_argument("--ood", action="store_true", help="OOD detection: ood.md/ood.csv (AUROC, "
+                    "FPR95) of the OOD runs (DATASET.OOD.NAME) against their in-distribution "
+                    "runs, beside the in-distribution runs' table")
     a = ap.parse_args(argv)
     try:
         written: Dict[str, Path] = {}
@@ -306,7 +327,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             written.update(make_sweep_report(a.runs, a.out, a.force))
         if a.ablation:
             written.update(make_ablation_report(a.runs, a.out, a.decimals, a.force))
-        if not (a.sweep or a.ablation):
+        if a.ood:
+            from .ood import make_ood_report
+            metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
+            written.update(make_ood_report(a.runs, a.out, a.decimals, a.force, metrics=metrics))
+        elif not (a.sweep or a.ablation):
             metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
             written.update(make_report(a.runs, a.out, a.attributes_classes, metrics,
                                        a.n_bins, a.decimals, a.std, a.force))
@@ -317,7 +342,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"report: error: cannot write {e.filename or a.out}: {e.strerror or e}; choose "
               f"another --out", file=sys.stderr)
         return 2
-    for name in ("table.md", "ablation.md", "sweep.md"):
+    for name in ("table.md", "ablation.md", "sweep.md", "ood.md"):
         if name in written:
             print(Path(written[name]).read_text())
     if "skipped.md" in written:

@@ -36,6 +36,9 @@ RESULT_KEYS = frozenset({
     "SEED",
     "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
     "DATASET.ATTRIBUTE_FILE", "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
+    # an OOD run's images (argtca/datasets/ood.py); its root too: the images of one's own folders
+    # are only told apart by where they are (DATASET.ROOT's own location rule does not reach it)
+    "DATASET.OOD.NAME", "DATASET.OOD.ROOT", "DATASET.OOD.SPLIT", "DATASET.OOD.NUM_IMAGES",
     # the engine, batch size, compilation and where views are made change floating-point
     # rounding (fast vs reference engine, GPU vs CPU augmentations): kept apart like the
     # fingerprint keeps them apart
@@ -75,7 +78,9 @@ GLOBAL_FILE_ROLE_PREFIXES = ("PLUGIN.",)
 PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")
 # keys that differ between datasets by nature
 DATASET_KEYS = frozenset({"DATASET.ROOT", "DATASET.NAME", "DATASET.ATTRIBUTE_FILE",
-                          "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE"})
+                          "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
+                          "DATASET.OOD.NAME", "DATASET.OOD.ROOT", "DATASET.OOD.SPLIT",
+                          "DATASET.OOD.NUM_IMAGES"})
 # keys the display label already names (method, selector)
 LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR", "PROVIDER.SELECTOR",
                         "PROVIDER.METHOD"})

@@ -15,6 +15,8 @@ import numpy as np
 
 # the metrics a summary.json holds, all recomputed from the records
 RECORD_METRICS = ("accuracy", "ece", "adaece", "mce", "nll", "brier")
+# metrics only the report computes (from the records: no summary.json holds them), in %
+SELECTIVE_METRICS = ("aurc", "eaurc")
 # summary.json is written from the same records with the same code: only float rounding of
 # the JSON text may differ
 TOLERANCE = 1e-6
@@ -70,8 +72,9 @@ def record_metrics(records: Dict[str, np.ndarray], n_bins: int = N_BINS
                    ) -> Dict[str, float]:
     """Every metric of :data:`RECORD_METRICS` from a run's records, in image-index order (as the
     run computed them: AdaECE's stable sort depends on it); NLL and Brier are NaN for records
-    without ``p_label`` / ``brier``."""
-    from argtca.metrics import compute_metrics
+    without ``p_label`` / ``brier``. Also AURC and E-AURC x100 (:data:`SELECTIVE_METRICS`; they
+    do not depend on the order)."""
+    from argtca.metrics import aurc, compute_metrics, eaurc
     order = np.argsort(records["index"], kind="stable") if "index" in records else \
         np.arange(len(records["conf"]))
 
@@ -80,7 +83,10 @@ def record_metrics(records: Dict[str, np.ndarray], n_bins: int = N_BINS
 
     m = compute_metrics(col("conf"), col("pred"), col("label"), p_label=col("p_label"),
                         brier=col("brier"), n_bins=n_bins)
-    return {k: math.nan if m[k] is None else float(m[k]) for k in RECORD_METRICS}
+    out = {k: math.nan if m[k] is None else float(m[k]) for k in RECORD_METRICS}
+    out["aurc"] = 100.0 * aurc(records["conf"], records["correct"])
+    out["eaurc"] = 100.0 * eaurc(records["conf"], records["correct"])
+    return out
 
 
 def summary_disagreement(summary: Dict[str, Any], metrics: Dict[str, float]) -> List[str]:

@@ -25,6 +25,8 @@ SELECTOR_ORDER = ["tca", "div", "disc", "joint", "random"]
 METRICS = {  # name -> (display, higher is better)
     "accuracy": ("Acc", True), "ece": ("ECE", False), "adaece": ("AdaECE", False),
     "mce": ("MCE", False), "nll": ("NLL", False), "brier": ("Brier", False),
+    # selective prediction (argtca/metrics.py: risk-coverage from the records alone), in %
+    "aurc": ("AURC", False), "eaurc": ("E-AURC", False),
 }
 # canonical dataset order (CoOp / C-TPT Table 1), compared on lower-cased alphanumerics
 DATASET_ORDER = ["imagenet", "caltech101", "oxfordpets", "stanfordcars", "oxfordflowers",

@@ -261,7 +261,8 @@ def table_markdown(t: ResultsTable) -> str:
 
 def _units_note(t: ResultsTable) -> str:
     """The units of the metrics the table shows (and only those)."""
-    pct = [METRICS[m][0] for m in t.metrics if m in ("accuracy", "ece", "adaece", "mce")]
+    pct = [METRICS[m][0] for m in t.metrics if m in ("accuracy", "ece", "adaece", "mce", "aurc",
+                                                      "eaurc")]
     other = [METRICS[m][0] for m in t.metrics if m in ("nll", "brier")]
     parts = []
     if pct:

@@ -485,9 +485,11 @@ class TestTimeTrainer:
         for j in range(probs.shape[0]):
             y = int(batch["label"][j])
             onehot = torch.zeros_like(probs[j])
-            onehot[y] = 1.0
+            if y >= 0:   # -1: an OOD image (argtca/datasets/ood.py), no class is its own
+                onehot[y] = 1.0
             out.append({"index": int(batch["index"][j]), "path": batch["path"][j], "label": y,
-                        "pred": int(pred[j]), "conf": float(conf[j]), "p_label": float(probs[j, y]),
+                        "pred": int(pred[j]), "conf": float(conf[j]),
+                        "p_label": float(probs[j, y]) if y >= 0 else 0.0,
                         "brier": float(((probs[j] - onehot) ** 2).sum())})
         return out
 
