@@ -175,6 +175,18 @@ def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path
     written["skipped.md"] = path
 
 
+def in_distribution(runs: List[Run], paths: Sequence) -> List[Run]:
+    """The runs of a results table: an OOD run (``DATASET.OOD.NAME``: its images belong to no
+    class, accuracy 0 by construction) is read only by the OOD section (``--ood``)."""
+    from .ood import is_ood_run
+    kept = [r for r in runs if not is_ood_run(r)]
+    if not kept:
+        raise ReportError(f"only OOD runs (DATASET.OOD.NAME) under "
+                          f"{', '.join(map(str, paths))}: their numbers are read by "
+                          f"python -m argtca.report ... --ood, next to their in-distribution runs")
+    return kept
+
+
 def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
                 metrics: Sequence[str] = ("accuracy", "ece"), n_bins: int = 20,
                 decimals: int = 2, show_std: bool = False, force: bool = False,
@@ -186,7 +198,7 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
     from argtca.report import plots
 
     problems: List[RunProblem] = []
-    runs = find_runs(paths, problems)
+    runs = in_distribution(find_runs(paths, problems), paths)
     labels, datasets, cells = group_runs(runs)
     table = build_table(labels, datasets, cells, metrics, decimals, show_std)
     out = Path(out_dir) if out_dir is not None else default_report_dir(
@@ -262,7 +274,7 @@ def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
     from argtca.report import plots
 
     problems: List[RunProblem] = []
-    runs = find_runs(paths, problems)
+    runs = in_distribution(find_runs(paths, problems), paths)
     out = Path(out_dir) if out_dir is not None else default_report_dir(
         runs, "sweep", default_parent, prefix)
     both = {sym: sweep_points(runs, param, missing)   # missing: failed points (sweep_points)
@@ -285,7 +297,7 @@ def make_sweep_report(paths: Sequence, out_dir=None, force: bool = False,
 def make_ablation_report(paths: Sequence, out_dir=None, decimals: int = 2, force: bool = False,
                          default_parent=None, prefix: str = "ablation") -> Dict[str, Path]:
     problems: List[RunProblem] = []
-    runs = find_runs(paths, problems)
+    runs = in_distribution(find_runs(paths, problems), paths)
     out = Path(out_dir) if out_dir is not None else default_report_dir(
         runs, "ablation", default_parent, prefix)
     text = ablation_table(runs, decimals)

@@ -110,3 +110,16 @@ def test_report_cli_pairs_the_same_runs_from_their_folders(ood_run, tmp_path):
     base, _, _ = ood_run
     assert report_main([str(base / "output"), "--ood", "--out", str(tmp_path / "r")]) == 0
     assert (tmp_path / "r" / "ood.csv").read_text() == (base / "rep" / "ood.csv").read_text()
+
+
+def test_plain_report_leaves_the_ood_runs_to_the_ood_section(ood_run, tmp_path):
+    """The accuracy/calibration table never shows an OOD set as a dataset column (its accuracy
+    is 0 by construction): only the in-distribution demo runs, one row per method."""
+    from argtca.report.cli import main as report_main
+    base, _, _ = ood_run
+    assert report_main([str(base / "output"), "--out", str(tmp_path / "t")]) == 0
+    table = (tmp_path / "t" / "table.md").read_text()
+    assert "OOD" not in table and "imagefolder" not in table.lower()
+    rows = [ln for ln in table.splitlines() if ln.startswith("| ") and "Demo" not in ln
+            and "---" not in ln and "Method" not in ln and "**" not in ln[:6]]
+    assert sum("Zero-shot CLIP" in ln for ln in rows) == 1 and sum("TDA" in ln for ln in rows) == 1
