@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-train", action="store_true", help="accepted for CoOp compatibility")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name on PYTHONPATH, or a .py file) before the run, "
-                   "e.g. to register your own selector; repeatable")
+                   "e.g. your own selector or method (docs/own-method.md); repeatable")
     p.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return p
 
@@ -128,6 +128,7 @@ def setup_cfg(args):
     """The run configuration: defaults, the YAML files, the flags, then ``KEY VALUE`` overrides;
     every problem (missing/malformed file, unknown key, wrong type, value out of range) is one
     :class:`ConfigError` line naming where it came from."""
+    from argtca.config.methods import drop_foreign_nodes
     from argtca.trainers.catalogue import trainer_name   # registers the trainers and their checks
     cfg = get_cfg_default()
     _check_file(args.dataset_config_file, "--dataset-config-file")
@@ -158,6 +159,8 @@ def setup_cfg(args):
     except (KeyError, ValueError, AssertionError) as e:
         raise _yacs_error(e, "command-line override") from None
     cfg.DATASET.ROOT = os.path.expanduser(os.path.expandvars(cfg.DATASET.ROOT))
+    # the config nodes of other declared methods (plug-ins) stay out of this run's fingerprint
+    drop_foreign_nodes(cfg)
     check_cfg_values(cfg)
     cfg.freeze()
     return cfg
@@ -177,17 +180,8 @@ def build_trainer(cfg, plugins=()):
 
 def plugin_files(names) -> Dict[str, str]:
     """module name -> source file of each imported ``--plugin`` (a .py path or a module name)."""
-    out: Dict[str, str] = {}
-    for name in names or ():
-        name = str(name).strip()
-        if name.endswith(".py") or os.path.sep in name:
-            path = os.path.abspath(os.path.expanduser(name))
-        else:
-            path = getattr(sys.modules.get(name), "__file__", None) or ""
-        if path and os.path.isfile(path):
-            out[os.path.splitext(os.path.basename(path))[0] if path.endswith(".py") and
-                os.path.basename(path) != "__init__.py" else name] = path
-    return out
+    from argtca.plugins import loaded_plugin_files
+    return loaded_plugin_files(names)
 
 
 # Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
@@ -229,7 +223,7 @@ def main(argv=None) -> int:
     trainer = None
     try:
         if args.plugin:
-            from argtca.selectors import load_plugins
+            from argtca.plugins import load_plugins
             load_plugins(args.plugin)
         try:
             cfg = setup_cfg(args)
