@@ -181,7 +181,11 @@ def check_selectors(names: Sequence[str], plugins: Sequence[str] = (),
 
 def check_methods(methods: Sequence[str], plugins: Sequence[str] = ()) -> None:
     """Every ``--methods`` name a method (``split_method``: one line listing them) and every
-    ``argtca-SELECTOR`` a registered selector."""
+    ``argtca-SELECTOR`` a registered selector. The ``--plugin`` modules are imported first: a
+    method they declare is a method like the others."""
+    if plugins:
+        from ..plugins import load_plugins
+        load_plugins(plugins)
     sels = [sel for m in methods for meth, sel in [split_method(m)] if meth == "argtca"]
     if sels:
         check_selectors(sels, plugins, "--methods argtca-SELECTOR")

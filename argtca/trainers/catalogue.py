@@ -96,6 +96,19 @@ def trainer_name(name: str) -> str:
     return cls.__name__ if cls is not None else name
 
 
+def method_config_args(name: str) -> List[str]:
+    """The ``python -m argtca.run`` arguments that choose the method ``name``: its default YAML
+    (``--config-file``) where it has one, else ``--trainer`` (a plug-in declared with
+    argtca.plugins.method: its node's defaults are its settings)."""
+    try:
+        info = method_info(name)
+    except KeyError:   # the run names the registered methods
+        return ["--config-file", str(configs_dir() / "trainers" / f"{name}.yaml")]
+    if info.config_file.is_file():
+        return ["--config-file", str(info.config_file)]
+    return ["--trainer", info.method]
+
+
 def method_sets() -> Dict[str, List[str]]:
     """table1's names that stand for a list in ``--methods``: ``paper`` (the paper's rows),
     ``zoo`` (the field's methods the paper does not run), ``all`` (both, in table order) and
