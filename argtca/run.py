@@ -214,6 +214,38 @@ def _os_error_line(e: OSError, trainer, argv) -> str:
     return f"error: {what}"
 
 
+class PluginFailure(RuntimeError):
+    """An exception raised inside a plug-in's code, named in one line (:func:`_name_the_plugin`)."""
+
+
+def _name_the_plugin(e: Exception, trainer, args, argv) -> None:
+    """Raise :class:`PluginFailure` naming the plug-in file when ``e`` was raised inside a
+    ``--plugin`` file or the file of a plug-in method, adapter or objective the run uses: the
+    error is the plug-in's, not argtca's (no "internal error" traceback)."""
+    from argtca.plugins import PluginError
+    from argtca.trainers.contract import MethodContractError, raised_in
+    if isinstance(e, (PluginError, MethodContractError, PluginFailure)):
+        return   # already one line naming it
+    files = set(plugin_files(args.plugin).values())
+    if trainer is not None:
+        try:
+            files |= {f for _, f in trainer.providers().values() if f}
+        except Exception:   # noqa: BLE001 (the error being reported is the one to show)
+            pass
+    files = {os.path.realpath(f) for f in files}
+    if not files or not raised_in(e, files):
+        return
+    tb, where = e.__traceback__, ""
+    while tb is not None:   # the last frame in a plug-in file: where it failed
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) in files:
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    raise PluginFailure(f"the plug-in code at {where} failed: {type(e).__name__}: "
+                        f"{msg.splitlines()[0] if msg else ''} (ARGTCA_DEBUG=1 shows the "
+                        f"traceback); {_resume_hint(trainer, argv)}") from e
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -222,17 +254,23 @@ def main(argv=None) -> int:
     quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on
     trainer = None
     try:
-        if args.plugin:
-            from argtca.plugins import load_plugins
-            load_plugins(args.plugin)
         try:
-            cfg = setup_cfg(args)
-        except AssertionError as e:  # yacs asserts on unknown keys given on the command line
-            raise KeyError(f"{e}; every key and its default is in argtca/config/defaults.py") from e
-        trainer = build_trainer(cfg, args.plugin)
-        from argtca.engine.distributed import distributed_test, world_size
-        # under torchrun the test set is sharded over ranks and the records merged in index order
-        distributed_test(trainer) if world_size() > 1 else trainer.test()
+            if args.plugin:
+                from argtca.plugins import load_plugins
+                load_plugins(args.plugin)
+            try:
+                cfg = setup_cfg(args)
+            except AssertionError as e:  # yacs asserts on unknown keys given on the command line
+                raise KeyError(f"{e}; every key and its default is in "
+                               f"argtca/config/defaults.py") from e
+            trainer = build_trainer(cfg, args.plugin)
+            from argtca.engine.distributed import distributed_test, world_size
+            # under torchrun the test set is sharded over ranks, the records merged in order
+            distributed_test(trainer) if world_size() > 1 else trainer.test()
+        except Exception as e:
+            if not debug:
+                _name_the_plugin(e, trainer, args, argv)
+            raise
     except KeyboardInterrupt:
         if debug:
             raise

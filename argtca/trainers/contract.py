@@ -8,8 +8,7 @@ row summing to 1. An adapter's answer is checked as it returns (:func:`checked_a
 every batch the loop receives before its records are written (:func:`checked_predictions`), so
 a wrong answer stops the run at the first batch that has one, with one line naming the method and
 its file and saying what was wrong; the records of the batches before it stay in records.jsonl.
-An exception raised inside the plug-in's code is reported in the same one line. argtca's own
-methods pass through unchanged (their errors name their settings themselves).
+argtca's own methods pass through unchanged (their errors name their settings themselves).
 """
 from __future__ import annotations
 
@@ -53,8 +52,9 @@ def plugin_who(trainer) -> str:
     return plugin_source(trainer)[0]
 
 
-def _raised_in(e: BaseException, files: Set[str]) -> bool:
-    """Whether the traceback of ``e`` passes through one of ``files`` (the plug-in's code)."""
+def raised_in(e: BaseException, files: Set[str]) -> bool:
+    """Whether the traceback of ``e`` passes through one of ``files`` (a plug-in's code: the
+    command line then names it, argtca/run.py)."""
     tb = e.__traceback__
     while tb is not None:
         if os.path.realpath(tb.tb_frame.f_code.co_filename) in files:
@@ -123,13 +123,7 @@ def checked_adapter(adapter, who: str, n_classes: int):
     sub = _CHECKED.get(cls)
     if sub is None:
         def __call__(self, img):
-            try:
-                out = cls.__call__(self, img)
-            except MethodContractError:
-                raise
-            except Exception as e:  # noqa: BLE001 (plug-in code: one line naming its file)
-                raise MethodContractError(f"{self._argtca_who}: its adapter failed: "
-                                          f"{type(e).__name__}: {e}") from e
+            out = cls.__call__(self, img)
             n = img.shape[0] if isinstance(img, torch.Tensor) and img.dim() >= 1 else -1
             check_probs(out, n, self._argtca_classes, self._argtca_who, "its adapter's answer")
             return out
@@ -160,26 +154,14 @@ def checked_predictions(trainer, results: Iterable[Tuple[dict, torch.Tensor]]
                         ) -> Iterator[Tuple[dict, torch.Tensor]]:
     """The loop's (batch, probabilities), each checked before it is recorded when ``trainer``'s
     method is a plug-in; an exception raised while a plug-in's batch is computed becomes one
-    line naming the plug-in (an exception from elsewhere, e.g. an unreadable image, passes
-    through). argtca's own methods: ``results`` unchanged."""
-    who, files = plugin_source(trainer)
+    argtca's own methods: ``results`` unchanged. (An exception raised by the plug-in's code keeps
+    its type; ``python -m argtca.run`` names the plug-in file in its error line.)"""
+    who, _ = plugin_source(trainer)
     if not who:
         yield from results
         return
     n_classes = len(trainer.classnames)
     _check_the_adapter(getattr(trainer, "engine", None), who, n_classes)
-    it = iter(results)
-    while True:
-        try:
-            batch, probs = next(it)
-        except StopIteration:
-            return
-        except MethodContractError:
-            raise
-        except Exception as e:  # noqa: BLE001 (plug-in code on the path: one line naming it)
-            if not _raised_in(e, files):
-                raise
-            raise MethodContractError(f"{who} failed: {type(e).__name__}: "
-                                      f"{str(e).splitlines()[0] if str(e) else ''}") from e
+    for batch, probs in results:
         check_probs(probs, len(batch["index"]), n_classes, who, paths=batch.get("path"))
         yield batch, probs
