@@ -196,15 +196,17 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
     GPU-time estimate assumes (GPU views, the benchmark's)."""
     from ..config import get_cfg_default
     from ..registry import TRAINER_REGISTRY
-    from ..report.runs import METHOD_GROUP
-    import argtca.trainers  # noqa: F401  (registration)
+    from ..trainers.catalogue import method_info
     fams: Dict[str, Dict[str, List[str]]] = {}
     devices = set()
     for name in methods:
         method, _ = split_method(name)
         cfg = get_cfg_default()
         try:
-            cfg.merge_from_file(str(CONFIGS / "trainers" / f"{method}.yaml"))
+            info = method_info(method)
+            if info.config_file.is_file():
+                cfg.merge_from_file(str(info.config_file))
+            cfg.TRAINER.NAME = info.trainer
             cfg.merge_from_list(list(opts))
             cls = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)
         except (KeyError, ValueError, AssertionError, OSError):
@@ -217,7 +219,7 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
         what = "1 view" if views == 1 else (
             f"{'up to ' if getattr(cls, 'adapter_name', '') else ''}{views} views, "
             f"TTA.VIEWS_DEVICE {dev}")
-        fams.setdefault(METHOD_GROUP.get(method, "Other"), {}).setdefault(what, []).append(name)
+        fams.setdefault(info.family_title, {}).setdefault(what, []).append(name)
     parts = []
     for fam, whats in fams.items():
         if len(whats) == 1:
