@@ -155,3 +155,11 @@ def test_baseline_sh_runs_it_from_plugins(runs, tmp_path):
              cwd=tmp_path, OUTPUT_DIR=str(tmp_path / "other"))
     assert p.returncode == 2
     assert p.stderr.startswith("error: METHOD must be one of zeroshot ") and "zs_temp'" in p.stderr
+
+
+def test_the_docs_page_shows_the_file_the_tests_run():
+    page = (REPO / "docs" / "own-method.md").read_text()
+    block = page.split("```python\n", 1)[1].split("```", 1)[0]
+    assert block == EXAMPLE.read_text()
+    readme = (REPO / "README.md").read_text()
+    assert "[docs/own-method.md](docs/own-method.md)" in readme
