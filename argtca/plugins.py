@@ -109,11 +109,14 @@ def load_plugins(modules: Iterable[str]) -> None:
     """Import each user module (``--plugin``): a dotted module name importable from PYTHONPATH
     (the current folder included) or a path to a ``.py`` file (imported under
     ``_argtca_plugins.``, never under its bare file name). Importing it registers its
-    selectors and methods; a module is imported once per process."""
-    for name in modules or ():
-        name = str(name).strip()
-        if not name:
-            continue
+    selectors and methods; a module is imported once per process. argtca's own selectors and
+    methods are registered first, so that a plug-in registering over one (``override=True``)
+    replaces it rather than being refused by it."""
+    modules = [str(m).strip() for m in modules or () if str(m).strip()]
+    if modules:
+        import argtca.selectors  # noqa: F401
+        import argtca.trainers  # noqa: F401
+    for name in modules:
         try:
             if _is_path(name):
                 path = os.path.abspath(os.path.expanduser(name))
