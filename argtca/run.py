@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-train", action="store_true", help="accepted for CoOp compatibility")
     p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
                    help="import MODULE (dotted name on PYTHONPATH, or a .py file) before the run, "
-                   "e.g. to register your own selector; repeatable")
+                   "e.g. your own selector or method (docs/own-method.md); repeatable")
     p.add_argument("opts", nargs=argparse.REMAINDER, help="KEY VALUE config overrides")
     return p
 
@@ -128,6 +128,7 @@ def setup_cfg(args):
     """The run configuration: defaults, the YAML files, the flags, then ``KEY VALUE`` overrides;
     every problem (missing/malformed file, unknown key, wrong type, value out of range) is one
     :class:`ConfigError` line naming where it came from."""
+    from argtca.config.methods import drop_foreign_nodes
     from argtca.trainers.catalogue import trainer_name   # registers the trainers and their checks
     cfg = get_cfg_default()
     _check_file(args.dataset_config_file, "--dataset-config-file")
@@ -158,6 +159,8 @@ def setup_cfg(args):
     except (KeyError, ValueError, AssertionError) as e:
         raise _yacs_error(e, "command-line override") from None
     cfg.DATASET.ROOT = os.path.expanduser(os.path.expandvars(cfg.DATASET.ROOT))
+    # the config nodes of other declared methods (plug-ins) stay out of this run's fingerprint
+    drop_foreign_nodes(cfg)
     check_cfg_values(cfg)
     cfg.freeze()
     return cfg
@@ -177,17 +180,8 @@ def build_trainer(cfg, plugins=()):
 
 def plugin_files(names) -> Dict[str, str]:
     """module name -> source file of each imported ``--plugin`` (a .py path or a module name)."""
-    out: Dict[str, str] = {}
-    for name in names or ():
-        name = str(name).strip()
-        if name.endswith(".py") or os.path.sep in name:
-            path = os.path.abspath(os.path.expanduser(name))
-        else:
-            path = getattr(sys.modules.get(name), "__file__", None) or ""
-        if path and os.path.isfile(path):
-            out[os.path.splitext(os.path.basename(path))[0] if path.endswith(".py") and
-                os.path.basename(path) != "__init__.py" else name] = path
-    return out
+    from argtca.plugins import loaded_plugin_files
+    return loaded_plugin_files(names)
 
 
 # Exit status of ``python -m argtca.run`` (README "What a run guarantees"):
@@ -220,6 +214,38 @@ def _os_error_line(e: OSError, trainer, argv) -> str:
     return f"error: {what}"
 
 
+class PluginFailure(RuntimeError):
+    """An exception raised inside a plug-in's code, named in one line (:func:`_name_the_plugin`)."""
+
+
+def _name_the_plugin(e: Exception, trainer, args, argv) -> None:
+    """Raise :class:`PluginFailure` naming the plug-in file when ``e`` was raised inside a
+    ``--plugin`` file or the file of a plug-in method, adapter or objective the run uses: the
+    error is the plug-in's, not argtca's (no "internal error" traceback)."""
+    from argtca.plugins import PluginError
+    from argtca.trainers.contract import MethodContractError, raised_in
+    if isinstance(e, (PluginError, MethodContractError, PluginFailure)):
+        return   # already one line naming it
+    files = set(plugin_files(args.plugin).values())
+    if trainer is not None:
+        try:
+            files |= {f for _, f in trainer.providers().values() if f}
+        except Exception:   # noqa: BLE001 (the error being reported is the one to show)
+            pass
+    files = {os.path.realpath(f) for f in files}
+    if not files or not raised_in(e, files):
+        return
+    tb, where = e.__traceback__, ""
+    while tb is not None:   # the last frame in a plug-in file: where it failed
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) in files:
+            where = f"{tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    msg = e.args[0] if isinstance(e, KeyError) and e.args else str(e)
+    raise PluginFailure(f"the plug-in code at {where} failed: {type(e).__name__}: "
+                        f"{msg.splitlines()[0] if msg else ''} (ARGTCA_DEBUG=1 shows the "
+                        f"traceback); {_resume_hint(trainer, argv)}") from e
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
@@ -228,17 +254,23 @@ def main(argv=None) -> int:
     quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on
     trainer = None
     try:
-        if args.plugin:
-            from argtca.selectors import load_plugins
-            load_plugins(args.plugin)
         try:
-            cfg = setup_cfg(args)
-        except AssertionError as e:  # yacs asserts on unknown keys given on the command line
-            raise KeyError(f"{e}; every key and its default is in argtca/config/defaults.py") from e
-        trainer = build_trainer(cfg, args.plugin)
-        from argtca.engine.distributed import distributed_test, world_size
-        # under torchrun the test set is sharded over ranks and the records merged in index order
-        distributed_test(trainer) if world_size() > 1 else trainer.test()
+            if args.plugin:
+                from argtca.plugins import load_plugins
+                load_plugins(args.plugin)
+            try:
+                cfg = setup_cfg(args)
+            except AssertionError as e:  # yacs asserts on unknown keys given on the command line
+                raise KeyError(f"{e}; every key and its default is in "
+                               f"argtca/config/defaults.py") from e
+            trainer = build_trainer(cfg, args.plugin)
+            from argtca.engine.distributed import distributed_test, world_size
+            # under torchrun the test set is sharded over ranks, the records merged in order
+            distributed_test(trainer) if world_size() > 1 else trainer.test()
+        except Exception as e:
+            if not debug:
+                _name_the_plugin(e, trainer, args, argv)
+            raise
     except KeyboardInterrupt:
         if debug:
             raise

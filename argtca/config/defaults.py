@@ -379,5 +379,10 @@ _C.TRAINER.DPE.PREDICT_VIEWS = "auto"   # the final prediction's feature: "origi
 
 
 def get_cfg_default() -> CN:
-    return _C.clone()
+    """argtca's defaults, with the nodes of the registered methods that declare their own
+    (a plug-in's ``defaults``: argtca/config/methods.py)."""
+    from argtca.config.methods import add_declared_nodes
+    cfg = _C.clone()
+    add_declared_nodes(cfg)
+    return cfg
 

@@ -38,3 +38,45 @@ def find_trainer(name) -> Optional[type]:
         return TRAINER_REGISTRY.get(name)
     return next((cls for cls in TRAINER_REGISTRY.registered_objects()
                  if name.lower() in trainer_names(cls)), None)
+
+
+def declared_nodes():
+    """(node name, defaults dict, class) of every registered trainer that declares its config node
+    itself (``defaults``: a method declared with argtca.plugins.method, a plug-in's or a new
+    built-in's), in registration order; the nodes of argtca/config/defaults.py declare none."""
+    for cls in TRAINER_REGISTRY.registered_objects():
+        own = cls.__dict__.get("defaults")
+        if isinstance(own, dict):
+            yield cls.__name__.upper(), own, cls
+
+
+def add_declared_nodes(cfg) -> None:
+    """Add each declared node (:func:`declared_nodes`) to ``cfg.TRAINER``; a key already there
+    keeps its value (a plug-in never changes a default of argtca's)."""
+    from yacs.config import CfgNode as CN
+
+    def merge(dst, src):
+        for k, v in src.items():
+            if k not in dst:
+                dst[k] = CN(v) if isinstance(v, dict) else v
+            elif isinstance(v, dict) and isinstance(dst[k], CN):
+                merge(dst[k], v)
+
+    trainer = cfg.get("TRAINER")
+    if trainer is None:
+        return
+    for name, own, _ in declared_nodes():
+        if name not in trainer:
+            trainer[name] = CN()
+        merge(trainer[name], own)
+
+
+def drop_foreign_nodes(cfg, keep=None) -> None:
+    """Remove from ``cfg`` (not frozen) the declared nodes of the methods other than ``keep``
+    (default: the trainer ``TRAINER.NAME`` names), so that what happens to be imported (a
+    plug-in, an installed package's methods) never enters another method's fingerprint."""
+    keep = keep if keep is not None else find_trainer(cfg.TRAINER.get("NAME", ""))
+    own = getattr(keep, "__name__", "").upper()
+    for name, _, _ in list(declared_nodes()):
+        if name != own and name in cfg.TRAINER:
+            del cfg.TRAINER[name]

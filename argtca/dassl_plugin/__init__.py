@@ -5,7 +5,9 @@ Under Dassl argtca registers only
 * its trainers (``DASSL_TRAINER_NAMES``: argtca's name -> Dassl's), all under names that Dassl and
   CoOp do not use: argtca's zero-shot row is ``ArgtcaZeroshotCLIP`` because CoOp owns
   ``ZeroshotCLIP``;
-* its demo dataset (``Demo``). The CoOp datasets are CoOp's own classes (``DATASET.NAME``).
+* its demo dataset (``Demo``). The CoOp datasets are CoOp's own classes (``DATASET.NAME``);
+* the methods of the plug-ins named in ``$ARGTCA_PLUGINS`` (files or modules, as ``--plugin``)
+  and of installed packages (entry-point group ``argtca.methods``), under their trainer names.
 
 It adds its config keys to Dassl's defaults (:mod:`.config`) and registers no evaluator: the result
 block (accuracy, ECE, AdaECE, MCE) is printed through Dassl's logger for CoOp's
@@ -24,6 +26,17 @@ DASSL_TRAINER_NAMES = {"ZeroshotCLIP": "ArgtcaZeroshotCLIP"}
 _installed = []
 
 
+# modules or .py files (os.pathsep- or comma-separated) imported when argtca registers into Dassl:
+# the --plugin of CoOp's train.py (docs/own-method.md)
+PLUGINS_ENV = "ARGTCA_PLUGINS"
+
+
+def plugin_names():
+    """The ``$ARGTCA_PLUGINS`` entries, in order."""
+    raw = os.environ.get(PLUGINS_ENV, "")
+    return [p.strip() for part in raw.split(os.pathsep) for p in part.split(",") if p.strip()]
+
+
 def dassl_name(argtca_name: str) -> str:
     return DASSL_TRAINER_NAMES.get(argtca_name, argtca_name)
 
@@ -37,7 +50,8 @@ def install() -> dict:
     from dassl.engine import TRAINER_REGISTRY as D_TRAINERS
     from dassl.evaluation import EVALUATOR_REGISTRY as D_EVALUATORS
 
-    import argtca.trainers  # noqa: F401  (argtca's registrations)
+    import argtca.trainers  # noqa: F401  (argtca's registrations, installed packages' methods)
+    from argtca.plugins import load_plugins
     from argtca.registry import TRAINER_REGISTRY
 
     from . import registry
@@ -46,6 +60,9 @@ def install() -> dict:
     from .trainers import make_trainer_class
 
     _install_excepthook()
+    # CoOp's train.py has no --plugin flag: your own methods' files come from the environment,
+    # before the defaults and the trainers are registered (their nodes and names with them)
+    load_plugins(plugin_names())
     for reg in (D_TRAINERS, D_DATASETS, D_EVALUATORS):
         registry.guard(reg)
     install_defaults()

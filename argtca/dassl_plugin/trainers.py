@@ -29,9 +29,19 @@ class DasslTestTimeTrainer(TrainerX):
         self.test_set = test_set_from_dassl(self.cfg, self.dm.dataset)
 
     def build_model(self):
+        from argtca.config.methods import drop_foreign_nodes
+        from argtca.plugins import loaded_plugin_files
         from argtca.registry import TRAINER_REGISTRY
+
+        from . import plugin_names
         cls = TRAINER_REGISTRY.get(self.argtca_trainer)
-        self.argtca = cls(self.cfg, dataset=self.test_set, device=self.device)
+        cfg = self.cfg.clone()   # as argtca.run sets it up: other plug-ins' nodes left out
+        cfg.defrost()
+        drop_foreign_nodes(cfg, keep=cls)
+        cfg.freeze()
+        self.argtca = cls(cfg, dataset=self.test_set, device=self.device)
+        # the plug-in files enter the fingerprint as under argtca.run --plugin
+        self.argtca.plugin_files = loaded_plugin_files(plugin_names())
         if hasattr(self.argtca, "val_dataset"):   # temperature scaling: DataManager's val split
             cfg = self.cfg.clone()
             cfg.defrost()

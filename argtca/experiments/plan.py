@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from ..config.paths import configs_dir, repo_dir
-from ..trainers.catalogue import method_sets
+from ..trainers.catalogue import method_config_args, method_names, method_sets
 
 REPO = repo_dir()
 CONFIGS = configs_dir()
@@ -124,7 +124,11 @@ def split_method(name: str) -> Tuple[str, Optional[str]]:
     if name in BASELINES or (name and (CONFIGS / "trainers" / f"{name}.yaml").is_file()
                              and name != "argtca"):
         return name, None   # also e.g. zeroshot_ts / tpt_ts (configs/trainers/<name>.yaml)
-    known = sorted(f.stem for f in (CONFIGS / "trainers").glob("*.yaml") if f.stem != "argtca")
+    declared = [m for m in method_names() if m != "argtca"]   # plug-ins (--plugin) too
+    if name in declared:
+        return name, None
+    known = sorted(set(f.stem for f in (CONFIGS / "trainers").glob("*.yaml") if f.stem != "argtca")
+                   | set(declared))
     raise ExperimentError(f"unknown method {name!r}; choose from {', '.join(known)} or "
                           f"argtca-SELECTOR (e.g. {', '.join(METHODS[-2:])})")
 
@@ -178,8 +182,8 @@ class RunSpec:
             a += ["--plugin", p]
         # the demo reads no data root: "" keeps its command the same whatever --root is
         a += ["--root", "" if self.dataset == "demo" else (root or ""), "--seed", str(self.seed),
-              "--dataset-config-file", str(dataset_yaml(self.dataset)),
-              "--config-file", str(CONFIGS / "trainers" / f"{self.method}.yaml")]
+              "--dataset-config-file", str(dataset_yaml(self.dataset))]
+        a += method_config_args(self.method)
         a += (["--output-root", str(self.out_root)] if self.out_root is not None
               else ["--output-dir", str(self.out)])
         if self.method == "argtca":

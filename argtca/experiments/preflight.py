@@ -181,7 +181,11 @@ def check_selectors(names: Sequence[str], plugins: Sequence[str] = (),
 
 def check_methods(methods: Sequence[str], plugins: Sequence[str] = ()) -> None:
     """Every ``--methods`` name a method (``split_method``: one line listing them) and every
-    ``argtca-SELECTOR`` a registered selector."""
+    ``argtca-SELECTOR`` a registered selector. The ``--plugin`` modules are imported first: a
+    method they declare is a method like the others."""
+    if plugins:
+        from ..plugins import load_plugins
+        load_plugins(plugins)
     sels = [sel for m in methods for meth, sel in [split_method(m)] if meth == "argtca"]
     if sels:
         check_selectors(sels, plugins, "--methods argtca-SELECTOR")
@@ -192,15 +196,17 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
     GPU-time estimate assumes (GPU views, the benchmark's)."""
     from ..config import get_cfg_default
     from ..registry import TRAINER_REGISTRY
-    from ..report.runs import METHOD_GROUP
-    import argtca.trainers  # noqa: F401  (registration)
+    from ..trainers.catalogue import method_info
     fams: Dict[str, Dict[str, List[str]]] = {}
     devices = set()
     for name in methods:
         method, _ = split_method(name)
         cfg = get_cfg_default()
         try:
-            cfg.merge_from_file(str(CONFIGS / "trainers" / f"{method}.yaml"))
+            info = method_info(method)
+            if info.config_file.is_file():
+                cfg.merge_from_file(str(info.config_file))
+            cfg.TRAINER.NAME = info.trainer
             cfg.merge_from_list(list(opts))
             cls = TRAINER_REGISTRY.get(cfg.TRAINER.NAME)
         except (KeyError, ValueError, AssertionError, OSError):
@@ -213,7 +219,7 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
         what = "1 view" if views == 1 else (
             f"{'up to ' if getattr(cls, 'adapter_name', '') else ''}{views} views, "
             f"TTA.VIEWS_DEVICE {dev}")
-        fams.setdefault(METHOD_GROUP.get(method, "Other"), {}).setdefault(what, []).append(name)
+        fams.setdefault(info.family_title, {}).setdefault(what, []).append(name)
     parts = []
     for fam, whats in fams.items():
         if len(whats) == 1:

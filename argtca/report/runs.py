@@ -60,7 +60,10 @@ def plugin_label(label: str, providers: Dict[str, str]) -> str:
     mypkg.sel)"."""
     if not providers:
         return label
-    mods = ", ".join(f"plug-in {m}" for _, m in sorted(providers.items()))
+    # each module once (a method's adapter and trainer come from one file), without the package
+    # that --plugin files are imported under (argtca/plugins.py)
+    mods = ", ".join(f"plug-in {m}" for m in dict.fromkeys(
+        m.split("_argtca_plugins.", 1)[-1] for _, m in sorted(providers.items())))
     if label.endswith(")") and "(" in label:
         return f"{label[:-1]}, {mods})"
     return f"{label} ({mods})"

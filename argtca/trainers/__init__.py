@@ -9,3 +9,11 @@ try:  # ArgTCA needs the graph code
 except ImportError as e:  # pragma: no cover - only while the package is incomplete
     if "argtca.trainers.argtca" not in str(e) and "argtca.graph" not in str(e):
         raise
+
+# the adapters' files, where a method may be declared beside its adapter (argtca.plugins.method)
+import argtca.adapters  # noqa: E402,F401
+
+# installed packages' methods (entry-point group argtca.methods), once argtca's own are registered
+from argtca.plugins import METHODS_GROUP, load_entry_points  # noqa: E402
+
+load_entry_points(METHODS_GROUP, kind="method")

@@ -461,7 +461,9 @@ class TestTimeTrainer:
     def _loop(self, results, writer, records, running, bar) -> None:
         """Record every (batch, probabilities) of the test loop as it comes."""
         from argtca.engine.reference import raise_if_non_finite_probs
-        for batch, probs in results:
+        from argtca.trainers.contract import checked_predictions
+        # a plug-in method's answers are checked before they are recorded (one line naming it)
+        for batch, probs in checked_predictions(self, results):
             # never write a non-finite prediction (the engines check it too)
             raise_if_non_finite_probs(probs, batch["path"], getattr(self.engine, "hint", ""))
             recs = self.make_records(batch, probs)

@@ -13,8 +13,9 @@ registry. A registered trainer class declares:
 * ``paper``: a row of the paper's Table 1; ``rows``: the names it adds to table1's method sets
   (default its key; ArgTCA: one per selector of the paper; none for a reference variant).
 
-``python -m argtca.trainers.catalogue [--family F | --set paper|zoo|all] [--sep ,]`` prints the
-names (the shell scripts read them so).
+``python -m argtca.trainers.catalogue [--plugin MODULE] [--family F | --set paper|zoo|all]
+[--sep ,]`` prints the names (the shell scripts read them so; ``--run-args METHOD``: the
+arguments of ``python -m argtca.run`` that choose it).
 """
 from __future__ import annotations
 
@@ -96,6 +97,19 @@ def trainer_name(name: str) -> str:
     return cls.__name__ if cls is not None else name
 
 
+def method_config_args(name: str) -> List[str]:
+    """The ``python -m argtca.run`` arguments that choose the method ``name``: its default YAML
+    (``--config-file``) where it has one, else ``--trainer`` (a plug-in declared with
+    argtca.plugins.method: its node's defaults are its settings)."""
+    try:
+        info = method_info(name)
+    except KeyError:   # the run names the registered methods
+        return ["--config-file", str(configs_dir() / "trainers" / f"{name}.yaml")]
+    if info.config_file.is_file():
+        return ["--config-file", str(info.config_file)]
+    return ["--trainer", info.method]
+
+
 def method_sets() -> Dict[str, List[str]]:
     """table1's names that stand for a list in ``--methods``: ``paper`` (the paper's rows),
     ``zoo`` (the field's methods the paper does not run), ``all`` (both, in table order) and
@@ -121,7 +135,21 @@ def main(argv=None) -> int:
                    help="table1's method set")
     p.add_argument("--sep", default=" ", help="separator (default: a space)")
     p.add_argument("--table", action="store_true", help="key, family and label of each method")
+    p.add_argument("--run-args", metavar="METHOD", help="print, one per line, the arguments of "
+                   "python -m argtca.run that choose METHOD (its YAML, or --trainer)")
+    p.add_argument("--plugin", action="append", default=[], metavar="MODULE",
+                   help="import MODULE first (its methods are listed too); repeatable")
     args = p.parse_args(argv)
+    if args.plugin:
+        from argtca.errors import print_bad_input
+        from argtca.plugins import PluginError, load_plugins
+        try:
+            load_plugins(args.plugin)
+        except PluginError as e:
+            return print_bad_input(e)
+    if args.run_args:
+        print("\n".join(method_config_args(args.run_args)))
+        return 0
     if args.table:
         for m in catalogue():
             print(f"{m.method:14} {m.family_title:14} {m.label}")
