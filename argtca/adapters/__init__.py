@@ -8,3 +8,6 @@ from argtca.adapters import zero  # noqa: F401
 from argtca.adapters import mta  # noqa: F401
 from argtca.adapters import tda  # noqa: F401
 from argtca.adapters import dmn  # noqa: F401
+from argtca.adapters import dmn_weak  # noqa: F401
+from argtca.adapters import ecalp  # noqa: F401
+from argtca.adapters import onzeta  # noqa: F401
