@@ -143,14 +143,17 @@ class ECALPAdapter(OnlineAdapter):
         cols = knn.flatten().clamp(min=0)             # the class rows' -1 (weight 0, dropped)
         vals = w.flatten()
         keep = vals != 0
-        W = torch.sparse_coo_tensor(torch.stack([rows[keep], cols[keep]]), vals[keep], (N, N))
+        # indices in range by construction: the invariant checks are opted out of explicitly
+        W = torch.sparse_coo_tensor(torch.stack([rows[keep], cols[keep]]), vals[keep], (N, N),
+                                    check_invariants=False)
         W = (W.t() + W).coalesce()                    # symmetrised, duplicate edges summed
         deg = torch.sparse.sum(W, dim=1).to_dense()
         d = 1 / (torch.sqrt(deg) + 1e-6)
         i, v = W.indices(), W.values()
         img = i[0] >= K                               # the image rows propagate
         W0 = torch.sparse_coo_tensor(torch.stack([i[0, img] - K, i[1, img]]),
-                                     d[i[0, img]] * (v[img] * d[i[1, img]]), (n, N))
+                                     d[i[0, img]] * (v[img] * d[i[1, img]]), (n, N),
+                                     check_invariants=False)
         y0 = torch.zeros(n, K, device=knn.device)
         if st["y0_val"].shape[0]:                     # the previous image's labels, the previous
             prev = st["y0_val"].shape[0] - 1          # query's row replaced by two zero rows
