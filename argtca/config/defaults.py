@@ -330,6 +330,34 @@ _C.TRAINER.DMN.BETA = 5.5               # read-out sharpness exp(-beta (1 - sim)
 # DTD 10, Caltech101 0.3); other datasets take ImageNet's 1
 _C.TRAINER.DMN.MEMORY_WEIGHT = -1.0
 
+_C.TRAINER.DMNWEAK = CN()
+# TTA-VLM's dmn_weak (TomSheng21/tta-vlm online_method/dmn_weak.py): DMN-ZS's memory fed by view 0
+# alone, no labelled image (argtca/adapters/dmn_weak.py)
+_C.TRAINER.DMNWEAK.MEMORY_SIZE = 50     # dynamic memory entries per class (max_len 50)
+_C.TRAINER.DMNWEAK.BETA = 5.5           # read-out sharpness exp(-beta (1 - sim)) (beta 5.5)
+_C.TRAINER.DMNWEAK.MEMORY_WEIGHT = 1.0  # p = (p_text + w p_mem) / (1 + w) (alpha 1.0)
+
+_C.TRAINER.ECALP = CN()
+# ECALP (Li et al., ICLR 2025), official Yushu-Li/ECALP main.py defaults (zero-shot; one set of
+# values for every dataset and backbone)
+_C.TRAINER.ECALP.K_TEXT = 3             # class neighbours of an image (--k_text 3)
+_C.TRAINER.ECALP.K_IMAGE = 8            # image neighbours of an image (--k_image 8)
+_C.TRAINER.ECALP.GAMMA = 10.0           # edge weight = similarity ** gamma (--gamma 10)
+_C.TRAINER.ECALP.ALPHA = 1.0            # Y <- alpha W Y + (1 - alpha) Y0 (--alpha 1)
+_C.TRAINER.ECALP.ITERATIONS = 3         # propagation steps an image (--num_iterations 3)
+_C.TRAINER.ECALP.OUTPUT_SCALE = 10000.0  # recorded p = softmax(scale * scores) (official 10000)
+
+_C.TRAINER.ONZETA = CN()
+# OnZeta (Qian & Hu, ECCV 2024), official idstcv/OnZeta main_online.py defaults. -1: the official
+# value on the ImageNet family, TTA-VLM's elsewhere (table PRESETS in argtca/adapters/onzeta.py:
+# beta 0.4 on the fine-grained sets, alpha 0 on Caltech101); other datasets take ImageNet's
+_C.TRAINER.ONZETA.TAU_T = 0.01          # temperature of the text label (--tau_t)
+_C.TRAINER.ONZETA.TAU_I = 0.04          # temperature of the vision proxies (--tau_i)
+_C.TRAINER.ONZETA.CW = 0.5              # proxy learning rate cw / sqrt(t) (--cw)
+_C.TRAINER.ONZETA.CR = 20.0             # dual (rho) learning rate cr / sqrt(t) (--cr)
+_C.TRAINER.ONZETA.ALPHA = -1.0          # OnLab's class-proportion bound alpha / K (--alpha 1)
+_C.TRAINER.ONZETA.BETA = -1.0           # proxy weight beta sqrt(t / n) (--beta 0.8)
+
 _C.TRAINER.BOOSTADAPTER = CN()
 # Official code: github.com/taolinzhang/BoostAdapter (runner.py, configs/<dataset>.yaml). -1: the
 # official per-dataset value for DATASET.NAME (table PRESETS in argtca/adapters/boostadapter.py;

@@ -306,3 +306,22 @@ class BoostAdapter(StreamTrainer):
 @TRAINER_REGISTRY.register()
 class DPE(StreamTrainer):
     method, label, adapter_name = "dpe", "DPE", "dpe"
+
+
+@TRAINER_REGISTRY.register()
+class DMNWeak(StreamTrainer):
+    method, label, adapter_name = "dmn_weak", "DMN-weak", "dmn_weak"
+
+
+@TRAINER_REGISTRY.register()
+class ECALP(StreamTrainer):
+    method, label, adapter_name = "ecalp", "ECALP", "ecalp"
+
+
+@TRAINER_REGISTRY.register()
+class OnZeta(StreamTrainer):
+    method, label, adapter_name = "onzeta", "OnZeta", "onzeta"
+
+    def before_loop(self, out_dir: str) -> None:
+        super().before_loop(out_dir)
+        self.engine.adapter.stream_length = len(self.order)   # beta's schedule sqrt(t / n)

@@ -7,7 +7,8 @@ import pytest
 from argtca.run import main
 from conftest import REPO
 
-METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe"]
+METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe", "dmn_weak", "ecalp",
+           "onzeta"]
 
 
 @pytest.mark.usefixtures("one_thread")
