@@ -88,7 +88,7 @@ class GraphAttributes(AttributeFile):
         writes ``phase1.json`` (the selection and the stored graph's key) into the run folder."""
         from argtca.graph.phase1 import run_phase1
         from argtca.graph.store import default_store_dir
-        from argtca.models.clip import encode_eos_hidden
+        from argtca.models.text import encode_eos_hidden
 
         def text_fn(texts):
             return encode_eos_hidden(self.model, self.tokenizer, texts, self.device).cpu()

@@ -14,10 +14,10 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
-                                     check_or_write_fingerprint, check_records, config_hash,
-                                     experiment_hash, flatten_cfg, load_records, run_fingerprint,
-                                     write_json)
+from argtca.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
+                               check_or_write_fingerprint, check_records, config_hash,
+                               experiment_hash, flatten_cfg, load_records, run_fingerprint)
+from argtca.utils.io import write_json
 from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
 from argtca.engine import reference as _reference  # noqa: F401  (registration)
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
@@ -93,7 +93,7 @@ def _empty_unstarted(out_dir: str, before: set) -> None:
     records and what was there before are never removed."""
     import shutil
 
-    from argtca.engine.run_folder import LOCK_NAME
+    from argtca.run_folder import LOCK_NAME
     rec = os.path.join(out_dir, "records.jsonl")
     try:
         if os.path.isfile(rec) and os.path.getsize(rec) > 0:
@@ -150,7 +150,8 @@ class TestTimeTrainer:
         self.dataset = dataset
         self.build_data_loader()
         self.resolve_auto()
-        from argtca.models.clip import check_before_run   # INPUT.SIZE; no CUDA: warn or refuse
+        # INPUT.SIZE; no CUDA: warn or refuse
+        from argtca.models.run_checks import check_before_run
         check_before_run(self.run_cfg, self.device, len(self.dataset.test))
         self.load_initial_context()
         self.model = None
@@ -208,7 +209,8 @@ class TestTimeTrainer:
         """Everything that must happen before tuning starts (e.g. ArgTCA's Phase 1)."""
 
     def build_model(self) -> None:
-        from argtca.models.clip import PromptTextEncoder, load_clip
+        from argtca.models.clip import load_clip
+        from argtca.models.text import PromptTextEncoder
         self.model, self.tokenizer = load_clip(self.cfg, self.device)
         self.objective = self.build_objective()
         self.prepare()

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from argtca.config import ConfigError
-from argtca.engine.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
+from argtca.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
 from argtca.trainers.attributes import GraphAttributes
 from argtca.trainers.base import TestTimeTrainer

@@ -39,7 +39,9 @@ def _run(data, out, method, *extra):
 
 def test_rn50_is_openais_quickgelu_resnet():
     import open_clip
-    from argtca.models.clip import PromptTextEncoder, load_clip, open_clip_name
+    from argtca.models.backbones import open_clip_name
+    from argtca.models.clip import load_clip
+    from argtca.models.text import PromptTextEncoder
     assert open_clip_name("RN50") == "RN50-quickgelu"
     c = open_clip.get_model_config("RN50-quickgelu")
     assert c["quick_gelu"] is True and c["vision_cfg"]["layers"] == [3, 4, 6, 3]
