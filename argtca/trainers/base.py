@@ -157,8 +157,9 @@ class TestTimeTrainer:
         self.model = None
 
     def resolve_auto(self) -> None:
-        """Replace the configuration's "auto" values (engine, compilation, loader workers) by what
-        they resolve to here, before anything is fingerprinted (argtca/engine/auto.py)."""
+        """Replace the configuration's "auto" values (engine, compilation, loader workers, and the
+        method's own: :meth:`auto_values`) by what they resolve to here, before anything is
+        fingerprinted (argtca/engine/auto.py): the one place the config is settled."""
         from argtca.engine.auto import resolve_auto
         if (str(self.cfg.TTA.get("PROMPTS", "class")) != "class"
                 and not getattr(self, "adapter_name", "")):
@@ -166,9 +167,11 @@ class TestTimeTrainer:
             raise ConfigError(f"TTA.PROMPTS={self.cfg.TTA.PROMPTS!r} is for the training-free and "
                               f"online methods; {self.label} builds its own prompts (TCA and "
                               f"ArgTCA use attribute prompts by design): leave TTA.PROMPTS class")
+        own, own_lines = self.auto_values(self.cfg)
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
                                        adapter=bool(getattr(self, "adapter_name", "")),
-                                       label=self.label)
+                                       label=self.label, also=own)
+        lines = own_lines + lines
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)
 
@@ -179,6 +182,12 @@ class TestTimeTrainer:
 
     def check_cfg(self, cfg) -> None:
         pass
+
+    def auto_values(self, cfg) -> Tuple[Dict[Tuple[str, ...], object], List[str]]:
+        """The method's own "auto" values ({key path: value}, a log line each; TCA: ALPHA/BETA
+        by M'), settled with the engine's by :meth:`resolve_auto` in the one clone of the
+        config, before anything is fingerprinted."""
+        return {}, []
 
     def build_data_loader(self) -> None:
         if self.dataset is None:
