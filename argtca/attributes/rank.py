@@ -2,7 +2,7 @@
 embedding of the attribute and of the class name, most similar first.
 
 Texts are embedded bare (the class name as written, the attribute with hyphens read as spaces),
-through :func:`argtca.models.clip.encode_texts` — the same text tower, EOS token and projection
+through :func:`argtca.models.text.encode_texts` — the same text tower, EOS token and projection
 as every prompt argtca builds. TCA publishes only its finished files, not the ranking code, so the
 bare texts (no "a photo of a" template) are argtca's choice. Ties keep the model's order.
 """
@@ -29,7 +29,7 @@ class AttributeRanker:
 
     @torch.no_grad()
     def scores(self, classname: str, attributes: Sequence[str]) -> torch.Tensor:
-        from ..models.clip import encode_texts
+        from ..models.text import encode_texts
         texts = [classname] + [a.replace("-", " ") for a in attributes]
         f = encode_texts(self.model, self.tokenizer, texts, self.device).float().cpu()
         return f[1:] @ f[0]

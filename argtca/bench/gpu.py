@@ -191,7 +191,7 @@ def cli_scaling(data: Dict[str, str], out_root: str, gpus: List[int], backbone: 
                 views: str = "gpu", extra: Optional[List[str]] = None) -> List[Dict[str, object]]:
     """``python -m argtca.run`` (1 GPU) and ``torchrun --nproc_per_node N -m argtca.run`` with the
     defaults (TTA.ENGINE auto, DATALOADER.NUM_WORKERS auto, TTA.COMPILE auto) on ``data``."""
-    from argtca.engine.run_folder import load_records
+    from argtca.run_folder import load_records
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([here, os.environ.get("PYTHONPATH", "")]),
                PYTHONUNBUFFERED="1")

@@ -41,7 +41,7 @@ class Setup:
     """One dataset (K classes) with the shared CLIP: trainer pieces + text encoder."""
 
     def __init__(self, args, data, model, tokenizer, device):
-        from argtca.models.clip import PromptTextEncoder
+        from argtca.models.text import PromptTextEncoder
         from argtca.trainers.methods import TCA
         self.args, self.data, self.device = args, data, device
         self.trainer = TCA(bench_cfg(args, data, "fast", "cpu", -1), device=device)
@@ -86,7 +86,7 @@ def run_pass(setup: Setup, engine_kind: str, views: str, n_images: int, engine=N
     """The trainer's loop from JPEG files to metrics, timed; returns a result row."""
     from argtca.datasets import build_dataset
     from argtca.views.loader import build_views_loader
-    from argtca.engine.run_folder import RecordWriter
+    from argtca.run_folder import RecordWriter
     from argtca.metrics import compute_metrics
     args, dev, tr = setup.args, setup.device, setup.trainer
     cfg = bench_cfg(args, setup.data, engine_kind, views, n_images)

@@ -21,7 +21,7 @@ import math
 from typing import Dict, Tuple
 
 from argtca.config import get_cfg_default
-from argtca.engine.run_folder import NON_RESULT_KEYS, flatten_cfg
+from argtca.run_folder import NON_RESULT_KEYS, flatten_cfg
 
 # TPT turns AugMix on for the fine-grained sets and off for the ImageNet family; argtca's own
 # dataset classes say it with ``fine_grained``; for CoOp datasets without an argtca reader:
@@ -91,7 +91,7 @@ def _fmt(v) -> str:
 
 def backbone_image_size(backbone: str):
     """The image size the backbone's open_clip config declares (None when it declares none)."""
-    from argtca.models.clip import backbone_image_size as size_of
+    from argtca.models.backbones import backbone_image_size as size_of
     return size_of(backbone)
 
 

@@ -24,7 +24,7 @@ fingerprint (which records the *resolved* ``TTA.ENGINE``/``TTA.COMPILE``) stays 
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from argtca.config import ConfigError
 from argtca.utils.host import auto_workers, usable_cpus
@@ -112,9 +112,11 @@ def settle_engine(cfg, adapter: bool, label: str) -> str:
 
 
 def resolve_auto(cfg, device_type: str, n_images: int, adapter: bool = False,
-                 label: str = "this method") -> Tuple[object, List[str]]:
+                 label: str = "this method", also: Optional[Dict[tuple, object]] = None
+                 ) -> Tuple[object, List[str]]:
     """``cfg`` with its "auto" values replaced (a frozen clone when anything changed) and one log
-    line per choice made. ``adapter``: the method tunes no prompt (:func:`settle_engine`)."""
+    line per choice made. ``adapter``: the method tunes no prompt (:func:`settle_engine`).
+    ``also``: the method's own resolved values ({key path: value}), set in the same clone."""
     lines = []
     changes = {}
     cuda = str(device_type) == "cuda"
@@ -156,6 +158,7 @@ def resolve_auto(cfg, device_type: str, n_images: int, adapter: bool = False,
             lines.append(f"DATALOADER.MAIN_THREADS -1 -> {t} (CUDA with {workers} loader workers: "
                          f"the main process only drives the device)")
     changes.update(canonical_names(cfg))
+    changes.update(also or {})
     if not changes:
         return cfg, lines
     out = cfg.clone()

@@ -32,8 +32,8 @@ from typing import Dict, Iterable, List, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from argtca.engine.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
-                                   check_records, load_records, write_records)
+from argtca.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
+                               check_records, load_records, write_records)
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
            "share_jacobian", "distributed_test"]
@@ -148,7 +148,7 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         else:
             dist.broadcast_object_list(problem, src=0)
         if problem[0] is not None:
-            from argtca.engine.run_folder import RunFolderError
+            from argtca.run_folder import RunFolderError
             raise RunFolderError(problem[0])
         done = {r["index"] for r in load_records(os.path.join(out_dir, "records.jsonl"))}
         n_total = len(trainer.dataset.test)

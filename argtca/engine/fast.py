@@ -19,7 +19,7 @@ Exact savings over the reference:
 * **Text-only regularisers** (``objective.text_only()``): C-TPT/O-TPT/A-TPT/TCA terms depend on the
   text features only, so their value and their gradient at θ0 are computed once.
 * **View 0** features are computed once and reused for the final prediction; prompts are already
-  cut after the longest EOS by :class:`~argtca.models.clip.PromptTextEncoder`.
+  cut after the longest EOS by :class:`~argtca.models.text.PromptTextEncoder`.
 * **Prefix sharing** (``TTA.FAST.PREFIX_SHARE``, on): SOS + context computed once per image for
   all P prompts, the last layer on EOS rows only (:mod:`argtca.engine.text_tower`).
 * **The Jacobian at θ0** (``grad_mode="jacobian"``): Jᵀ computed once by forward mode; step 1 of

@@ -25,7 +25,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from argtca.engine.towers import LeanBlock
-from argtca.models.clip import project_text
+from argtca.models.text import project_text
 
 ATTENTION = ("sdpa", "manual", "split")
 
@@ -36,7 +36,7 @@ def _causal_float_mask(L: int) -> torch.Tensor:
 
 def prefix_sharing_supported(encoder) -> Optional[str]:
     """None when :class:`PrefixSharedText` can run ``encoder`` (a
-    :class:`~argtca.models.clip.PromptTextEncoder` over an open_clip CLIP text tower of
+    :class:`~argtca.models.text.PromptTextEncoder` over an open_clip CLIP text tower of
     ``ResidualAttentionBlock`` s with a causal mask), else the reason it cannot."""
     model = getattr(encoder, "model", None)
     tr = getattr(model, "transformer", None)
@@ -64,7 +64,7 @@ def prefix_sharing_supported(encoder) -> Optional[str]:
 
 class PrefixSharedText(nn.Module):
     """``forward(ctx [B, n, W] or [n, W]) -> text features [B, P, E] (or [P, E])``, the same
-    features as ``encoder(ctx)`` (:class:`~argtca.models.clip.PromptTextEncoder`).
+    features as ``encoder(ctx)`` (:class:`~argtca.models.text.PromptTextEncoder`).
 
     ``attention``: ``"sdpa"`` (``F.scaled_dot_product_attention``; the kernel follows
     ``torch.nn.attention.sdpa_kernel``), ``"manual"`` (softmax(QKᵀ/√d)V in plain ops, which

@@ -221,7 +221,7 @@ def build_run_trainer(spec: RunSpec, root: str, plugins: Sequence[str],
     import json
 
     from ..datasets import build_dataset
-    from ..engine.run_folder import flatten_cfg
+    from ..run_folder import flatten_cfg
     from ..registry import TRAINER_REGISTRY
     from ..run import build_parser, plugin_files, setup_cfg
     import argtca.trainers  # noqa: F401  (registration)
@@ -378,7 +378,7 @@ def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
         return launcher(list(specs), root, plugins, tag, quiet)
     if runner is None:
         from ..run import main as runner
-    from ..models.clip import CPU_WARNING_SHOWN
+    from ..models.run_checks import CPU_WARNING_SHOWN
     from .preflight import PreflightError, preflight, preflight_message
     problems = preflight(specs, root, plugins)
     if problems:

@@ -5,8 +5,8 @@ error (each after the CPU-time box), leaving 13 half-made folders. :func:`prefli
 run's configuration, dataset and trainer as ``argtca.run`` will (without the model: the checks of
 the configuration, the dataset, the attribute file, ``INPUT.SIZE`` and ``RUN.REQUIRE_CUDA``
 happen there) and resolves each ``MODEL.PRETRAINED`` once (a file that exists, a tag whose weights
-are cached or can be downloaded: argtca/models/clip.py), and reports each problem once, with its
-fix and the runs it stops. The runner starts nothing while any is left.
+are cached or can be downloaded: argtca/models/pretrained.py), and reports each problem once, with
+its fix and the runs it stops. The runner starts nothing while any is left.
 
 Which methods read an attribute file (:func:`needs_attributes`) and the closing lines that name
 what was left out of a table (:func:`dropped_lines`) live here too.
@@ -52,7 +52,10 @@ def weights_problem(backbone: str, pretrained: str) -> Optional[str]:
     """Why ``MODEL.PRETRAINED`` cannot be had for ``backbone`` (None when it can): the lookup
     ``load_clip`` makes (a file that exists; a tag whose weights are cached or, online,
     downloaded now into the cache the runs read), without building the model."""
-    from ..models.clip import ModelError, _weights_file, open_clip_name, resolve_builtin
+    from ..models.backbones import open_clip_name
+    from ..models.pretrained import weights_file
+    from ..models.weights import ModelError
+    from ..utils.paths import resolve_builtin
     p = resolve_builtin(str(pretrained).strip())
     if p == "":
         return ("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, "
@@ -60,7 +63,7 @@ def weights_problem(backbone: str, pretrained: str) -> Optional[str]:
     if p.lower() == "random":
         return None
     try:
-        _weights_file(p, open_clip_name(backbone), backbone)
+        weights_file(p, open_clip_name(backbone), backbone)
     except ModelError as e:
         return str(e).replace("\n", " ")
     return None

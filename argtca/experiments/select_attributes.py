@@ -165,7 +165,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
 
     emb = None
     if any(s.needs_graph for s in selectors.values()):
-        from argtca.models.clip import encode_eos_hidden, load_clip
+        from argtca.models.clip import load_clip
+        from argtca.models.text import encode_eos_hidden
         device = args.device or ("cuda" if cfg.USE_CUDA and torch.cuda.is_available() else "cpu")
         model, tokenizer = load_clip(cfg, device)
 

@@ -69,15 +69,17 @@ def graph_settings(cfg_node) -> Dict[str, Any]:
     return s
 
 
-def phase1_settings(cfg_node) -> Dict[str, Any]:
-    """Every TRAINER.ARGTCA key that changes Phase 1's output (a plain dict)."""
+def phase1_settings(cfg_node, selector: Optional[str] = None) -> Dict[str, Any]:
+    """Every TRAINER.ARGTCA key that changes Phase 1's output (a plain dict). ``selector``: the
+    resolved selector's name (:class:`argtca.selectors.Selector` ``name``); read from
+    ``cfg_node.SELECTOR`` only when not given."""
     g = cfg_node.GAT
     extra = {"TRAIN_ON": [str(x) for x in g.get("TRAIN_ON", [])]} if g.get("TRAIN_ON") else {}
     return {
         **extra,
         "NUM_ATTRIBUTES": int(cfg_node.NUM_ATTRIBUTES),
         "NUM_CANDIDATES": int(cfg_node.NUM_CANDIDATES),
-        "SELECTOR": str(cfg_node.SELECTOR).lower(),
+        "SELECTOR": str(cfg_node.SELECTOR if selector is None else selector).lower(),
         "SELECTOR_SEED": int(cfg_node.SELECTOR_SEED),
         "JOINT_WEIGHT": float(cfg_node.JOINT_WEIGHT),
         "EMBEDDINGS": str(cfg_node.EMBEDDINGS).lower(),
@@ -280,11 +282,12 @@ def run_phase1(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
     :mod:`argtca.graph.transfer`.
     """
     t_start = time.perf_counter()
-    settings = phase1_settings(cfg_node)
+    # the name is looked up here only for a caller that passed none (a library call)
+    selector = _resolve(str(cfg_node.SELECTOR) if selector is None else selector)
+    settings = phase1_settings(cfg_node, selector.name)
     _check_settings(settings)
     nodes = make_nodes(classnames, attributes, settings["NUM_CANDIDATES"],
                        min_per_class=settings["NUM_ATTRIBUTES"], source=source)
-    selector = _resolve(settings["SELECTOR"] if selector is None else selector)
     ne = None
     if selector.needs_graph:
         ne = (embed or embed_nodes)(nodes, text_fn, cfg_node, device=device, store_dir=store_dir,

@@ -1,10 +1,10 @@
 """What makes two runs the same experiment: every configuration key that can change a number.
 
-A run folder's ``config.json`` (its fingerprint, :func:`argtca.engine.run_folder.run_fingerprint`)
+A run folder's ``config.json`` (its fingerprint, :func:`argtca.run_folder.run_fingerprint`)
 holds every result-defining key plus the test set and the device type. The report groups runs by
 that fingerprint minus the seed, so runs of another split, subset, attribute file, backbone or
 weights never share a cell. The keys that cannot change a number are listed in one place,
-:data:`argtca.engine.run_folder.NON_RESULT_KEYS`; every other key of
+:data:`argtca.run_folder.NON_RESULT_KEYS`; every other key of
 ``argtca/config/defaults.py`` is classified here (:data:`RESULT_KEYS`,
 :data:`RESULT_KEY_PREFIXES`), and a test fails for a new key that is in neither.
 
@@ -26,8 +26,8 @@ import math
 from typing import Any, Dict, Tuple
 
 from ..config.paths import configs_dir
-from ..engine.run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
-                                 flatten_cfg)
+from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
+                          flatten_cfg)
 
 # Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
 # SEED is one (it draws the views) but is the axis the report averages over, never part of a

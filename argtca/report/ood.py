@@ -18,7 +18,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from ..engine.run_folder import STREAM_ORDER_KEY
+from ..run_folder import STREAM_ORDER_KEY
 from .identity import FILE_HASH_PREFIX, canonical
 from .records import ReportError
 from .runs import MISSING, Run, RunProblem, _method_sort_key, _warn, find_runs

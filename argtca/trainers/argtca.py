@@ -31,7 +31,7 @@ GRAPH_RANGES = {
 
 
 @TRAINER_REGISTRY.register()
-class ArgTCA(GraphAttributes, TCA):
+class ArgTCA(TCA):
     method, label, objective_name = "argtca", "ArgTCA", "tca"
     family, rows = "argtca", ("argtca-div", "argtca-disc")   # the paper's two selectors
     cfg_ranges = {**TCA.cfg_ranges, **GRAPH_RANGES}
@@ -39,7 +39,15 @@ class ArgTCA(GraphAttributes, TCA):
 
     def check_cfg(self, cfg) -> None:
         super().check_cfg(cfg)
-        self.check_graph_cfg()
+        self.graph = GraphAttributes(self)   # resolves the selector, once
+
+    @property
+    def selector_impl(self):
+        return self.graph.selector_impl
+
+    @property
+    def selector(self) -> str:
+        return self.graph.selector
 
     @property
     def display_label(self) -> str:
@@ -50,11 +58,11 @@ class ArgTCA(GraphAttributes, TCA):
         return {"selector_provider": self.selector_impl.describe()}
 
     def input_files(self):
-        return dict(super().input_files(), **self.graph_input_files())
+        return dict(super().input_files(), **self.graph.input_files())
 
     def choose_attributes(self):
-        self.candidates = self.graph_candidates()
+        self.candidates = self.graph.candidates()
         return None
 
     def prepare(self) -> None:
-        self.attributes = self.select_attributes(self.candidates)
+        self.attributes = self.graph.select(self.candidates)

@@ -14,10 +14,10 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.engine.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
-                                     check_or_write_fingerprint, check_records, config_hash,
-                                     experiment_hash, flatten_cfg, load_records, run_fingerprint,
-                                     write_json)
+from argtca.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
+                               check_or_write_fingerprint, check_records, config_hash,
+                               experiment_hash, flatten_cfg, load_records, run_fingerprint)
+from argtca.utils.io import write_json
 from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
 from argtca.engine import reference as _reference  # noqa: F401  (registration)
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
@@ -93,7 +93,7 @@ def _empty_unstarted(out_dir: str, before: set) -> None:
     records and what was there before are never removed."""
     import shutil
 
-    from argtca.engine.run_folder import LOCK_NAME
+    from argtca.run_folder import LOCK_NAME
     rec = os.path.join(out_dir, "records.jsonl")
     try:
         if os.path.isfile(rec) and os.path.getsize(rec) > 0:
@@ -150,14 +150,16 @@ class TestTimeTrainer:
         self.dataset = dataset
         self.build_data_loader()
         self.resolve_auto()
-        from argtca.models.clip import check_before_run   # INPUT.SIZE; no CUDA: warn or refuse
+        # INPUT.SIZE; no CUDA: warn or refuse
+        from argtca.models.run_checks import check_before_run
         check_before_run(self.run_cfg, self.device, len(self.dataset.test))
         self.load_initial_context()
         self.model = None
 
     def resolve_auto(self) -> None:
-        """Replace the configuration's "auto" values (engine, compilation, loader workers) by what
-        they resolve to here, before anything is fingerprinted (argtca/engine/auto.py)."""
+        """Replace the configuration's "auto" values (engine, compilation, loader workers, and the
+        method's own: :meth:`auto_values`) by what they resolve to here, before anything is
+        fingerprinted (argtca/engine/auto.py): the one place the config is settled."""
         from argtca.engine.auto import resolve_auto
         if (str(self.cfg.TTA.get("PROMPTS", "class")) != "class"
                 and not getattr(self, "adapter_name", "")):
@@ -165,9 +167,11 @@ class TestTimeTrainer:
             raise ConfigError(f"TTA.PROMPTS={self.cfg.TTA.PROMPTS!r} is for the training-free and "
                               f"online methods; {self.label} builds its own prompts (TCA and "
                               f"ArgTCA use attribute prompts by design): leave TTA.PROMPTS class")
+        own, own_lines = self.auto_values(self.cfg)
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
                                        adapter=bool(getattr(self, "adapter_name", "")),
-                                       label=self.label)
+                                       label=self.label, also=own)
+        lines = own_lines + lines
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)
 
@@ -178,6 +182,12 @@ class TestTimeTrainer:
 
     def check_cfg(self, cfg) -> None:
         pass
+
+    def auto_values(self, cfg) -> Tuple[Dict[Tuple[str, ...], object], List[str]]:
+        """The method's own "auto" values ({key path: value}, a log line each; TCA: ALPHA/BETA
+        by M'), settled with the engine's by :meth:`resolve_auto` in the one clone of the
+        config, before anything is fingerprinted."""
+        return {}, []
 
     def build_data_loader(self) -> None:
         if self.dataset is None:
@@ -208,7 +218,8 @@ class TestTimeTrainer:
         """Everything that must happen before tuning starts (e.g. ArgTCA's Phase 1)."""
 
     def build_model(self) -> None:
-        from argtca.models.clip import PromptTextEncoder, load_clip
+        from argtca.models.clip import load_clip
+        from argtca.models.text import PromptTextEncoder
         self.model, self.tokenizer = load_clip(self.cfg, self.device)
         self.objective = self.build_objective()
         self.prepare()

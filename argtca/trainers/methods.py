@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import os
-from typing import List
+from typing import Dict, List, Tuple
 
 from argtca.config.checks import Range
 from argtca.engine.objectives import alpha_beta_for
@@ -64,31 +64,25 @@ class RTPT(TestTimeTrainer):
                   "TEMPERATURE": Range(lambda v: v > 0, "> 0 (R-TPT: 0.01)")}
 
 
-def resolve_alpha_beta(cfg, node_name: str):
+def auto_alpha_beta(cfg, node_name: str) -> Tuple[Dict[Tuple[str, ...], float], List[str]]:
     """With ``TRAINER.<node>.AUTO_ALPHA_BETA``, ``ALPHA``/``BETA`` left at their defaults (TCA's
-    M'=2 values) -> TCA's values for NUM_ATTRIBUTES; any other value wins. Returns (cfg with the
-    values the run uses, a log line or "")."""
+    M'=2 values) -> TCA's values for NUM_ATTRIBUTES; any other value wins. Returns ({key path:
+    the value the run uses}, its log line) for :meth:`TestTimeTrainer.auto_values`."""
     from argtca.config import get_cfg_default
     node = cfg.TRAINER[node_name]
     if not bool(node.get("AUTO_ALPHA_BETA", False)):
-        return cfg, ""
+        return {}, []
     m = int(node.NUM_ATTRIBUTES)
     values = dict(zip(("ALPHA", "BETA"), alpha_beta_for(m)))
     default = get_cfg_default().TRAINER[node_name]
     auto = [k for k in ("ALPHA", "BETA")
             if float(node[k]) == float(default[k]) and float(node[k]) != values[k]]
     if not auto:
-        return cfg, ""
-    cfg = cfg.clone()
-    was_frozen = cfg.is_frozen()
-    cfg.defrost()
-    for k in auto:
-        cfg.TRAINER[node_name][k] = values[k]
-    if was_frozen:
-        cfg.freeze()
+        return {}, []
     more = " (TCA's script defines M'=1, 2; larger M' keep M'=2's values)" if m > 2 else ""
-    return cfg, (f"TRAINER.{node_name}." + ", ".join(f"{k}={values[k]:g}" for k in auto)
-                 + f" by NUM_ATTRIBUTES={m} (auto){more}")
+    return ({("TRAINER", node_name, k): values[k] for k in auto},
+            [f"TRAINER.{node_name}." + ", ".join(f"{k}={values[k]:g}" for k in auto)
+             + f" by NUM_ATTRIBUTES={m} (auto){more}"])
 
 
 @TRAINER_REGISTRY.register()
@@ -101,11 +95,9 @@ class TCA(AttributeFile, TestTimeTrainer):
                   "BETA": Range(lambda v: v >= 0, ">= 0"),
                   "ENTROPY_INPUT": ("prob", "logprob")}
 
-    def check_cfg(self, cfg) -> None:
-        # NUM_ATTRIBUTES >= 1 is in cfg_ranges, checked before this hook
-        self.cfg, line = resolve_alpha_beta(cfg, type(self).__name__.upper())
-        if line and self.cfg.get("VERBOSE", True):
-            print(f"argtca: {line}", flush=True)
+    def auto_values(self, cfg):
+        # NUM_ATTRIBUTES >= 1 is in cfg_ranges, checked before the config is settled
+        return auto_alpha_beta(cfg, type(self).__name__.upper())
 
     def build_data_loader(self) -> None:
         super().build_data_loader()

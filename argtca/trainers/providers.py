@@ -68,7 +68,7 @@ def provider_keys(providers: Dict[str, Tuple[str, str]]) -> Dict[str, str]:
 def check_providers(trainer, out_dir: str) -> None:
     """Refuse (ConfigMismatchError, one line) records in ``out_dir`` made while another provider
     supplied one of ``trainer``'s selector, method, adapter or objective."""
-    from argtca.engine.run_folder import ConfigMismatchError, has_records
+    from argtca.run_folder import ConfigMismatchError, has_records
     path = os.path.join(out_dir, "config.json")
     if not has_records(out_dir) or not os.path.isfile(path):
         return

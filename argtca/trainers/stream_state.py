@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from argtca.engine.run_folder import RunFolderError, _config_defaults
+from argtca.run_folder import RunFolderError, config_defaults
 
 __all__ = ["STATE_FORMAT", "STATE_FIX", "read_stream_state", "state_structure_problem"]
 
@@ -44,7 +44,7 @@ def _unpickle_reason(e: BaseException) -> str:
 def _differing(saved: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """``key: saved -> now`` for each key whose value differs; a key only one side has counts
     unless it holds the default (a key added to argtca since, which cannot change a number)."""
-    defaults = _config_defaults()
+    defaults = config_defaults()
     out = []
     for k in sorted(set(saved) | set(now)):
         if saved.get(k) == now.get(k):

@@ -28,8 +28,8 @@ from typing import Dict, List
 import torch
 
 from argtca.config.checks import Range
-from argtca.engine.run_folder import (RunFolderError, check_derived, config_hash, has_records,
-                                     record_derived, result_fingerprint)
+from argtca.run_folder import (RunFolderError, check_derived, config_hash, has_records,
+                               record_derived, result_fingerprint)
 from argtca.utils.io import read_json_object, write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import zeroshot_cfg
@@ -173,7 +173,7 @@ class TemperatureScaled:
         return ds
 
     def _val_key(self, ds) -> Dict[str, object]:
-        from argtca.engine.run_folder import run_fingerprint
+        from argtca.run_folder import run_fingerprint
         fit_on = str(self.ts.FIT_ON)
         cfg = self.cfg if fit_on == "method" else self.run_cfg_zeroshot
         return {"fit_on": fit_on, "val": config_hash(run_fingerprint(cfg, ds, self.device.type)),

@@ -20,9 +20,9 @@ import numpy as np
 import torch
 
 from argtca.config import ConfigError
-from argtca.engine.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
+from argtca.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
-from argtca.trainers.attributes import GraphAttributes
+from argtca.trainers.attributes import AttributePrompts, ClassPrompts
 from argtca.trainers.base import TestTimeTrainer
 from argtca.trainers.stream_state import (STATE_FIX, STATE_FORMAT, read_stream_state,
                                           state_structure_problem)
@@ -32,12 +32,13 @@ STATE_FILE = "stream_state.pt"
 ORDER_FILE = "stream.json"
 
 
-class FeatureTrainer(GraphAttributes, TestTimeTrainer):
+class FeatureTrainer(TestTimeTrainer):
     """A method that tunes no prompt: the features engine and the adapter ``adapter_name``.
 
-    ``TTA.PROMPTS attributes``: each class's text feature is the mean (re-normalised) of its M'
-    attribute prompts "a photo of a {attribute} {class}." chosen by ArgTCA's Phase 1 with the
-    selector and graph settings of ``TRAINER.ARGTCA`` (argtca/trainers/attributes.py)."""
+    Its prompts come from ``self.prompts`` (argtca/trainers/attributes.py), chosen once by
+    ``TTA.PROMPTS``: "class" the class names, "attributes" each class's feature is the mean
+    (re-normalised) of its M' attribute prompts "a photo of a {attribute} {class}." chosen by
+    ArgTCA's Phase 1 with the selector and graph settings of ``TRAINER.ARGTCA``."""
 
     adapter_name = ""
     objective_name = "none"
@@ -51,45 +52,39 @@ class FeatureTrainer(GraphAttributes, TestTimeTrainer):
         import argtca.adapters  # noqa: F401  (registration)
         return ADAPTER_REGISTRY.get(cls.adapter_name).cfg_ranges if cls.adapter_name else {}
 
-    @property
-    def attribute_prompts(self) -> bool:
-        return str(self.cfg.TTA.get("PROMPTS", "class")) == "attributes"
+    def check_cfg(self, cfg) -> None:
+        # the attribute machinery (and its selector lookup) exists only where it is used
+        attributes = str(cfg.TTA.get("PROMPTS", "class")) == "attributes"
+        self.prompts = AttributePrompts(self) if attributes else ClassPrompts()
 
     @property
     def attribute_file(self):
-        return GraphAttributes.attribute_file.fget(self) if self.attribute_prompts else None
+        return self.prompts.attribute_file
 
     @property
     def selector(self):
-        return GraphAttributes.selector.fget(self) if self.attribute_prompts else None
+        return self.prompts.selector
+
+    @property
+    def selector_impl(self):
+        return self.prompts.selector_impl
 
     @property
     def display_label(self) -> str:
-        return (f"{self.label} + attributes ({self.selector})" if self.attribute_prompts
-                else self.label)
-
-    def check_cfg(self, cfg) -> None:
-        if self.attribute_prompts:
-            self.check_graph_cfg()
+        return self.prompts.label(self.label)
 
     def build_data_loader(self) -> None:
         super().build_data_loader()
-        if self.attribute_prompts:   # checked at load time, before any model is built
-            self.candidates = self.graph_candidates()
+        self.prompts.load()   # checked at load time, before any model is built
 
     def input_files(self) -> Dict[str, str]:
-        files = super().input_files()
-        return dict(files, **self.graph_input_files()) if self.attribute_prompts else files
+        return dict(super().input_files(), **self.prompts.input_files())
 
     def prepare(self) -> None:
-        if self.attribute_prompts:
-            self.attributes = self.select_attributes(self.candidates)
+        self.prompts.prepare()
 
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
-        if not self.attribute_prompts:
-            return super().prompt_suffixes(classnames)
-        # class-major, as the features engine averages them per class
-        return [f"{a} {c}." for c in classnames for a in self.attributes[c]]
+        return self.prompts.suffixes(classnames)
 
     @property
     def run_cfg(self):

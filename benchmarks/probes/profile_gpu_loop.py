@@ -61,7 +61,7 @@ def main():
     prof = profile(activities=acts)
     host = {}
     t0 = None
-    from argtca.engine.run_folder import RecordWriter
+    from argtca.run_folder import RecordWriter
     writer = RecordWriter(os.path.join(tempfile.mkdtemp(), "records.jsonl"))
     tick = time.perf_counter()
     for i, (batch, probs) in enumerate(predictions(eng, loader, host)):

@@ -319,7 +319,7 @@ def test_real_weights_on_the_cpu_warn_loudly_with_the_time(tmp_path, capsys, mon
     weights are even looked for (offline in the tests: then the one-line weights error)."""
     import torch
 
-    import argtca.models.clip as C
+    import argtca.models.run_checks as C
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(C, "_cpu_gflops", lambda: 100.0)
     out = tmp_path / "run"
@@ -345,7 +345,7 @@ def test_real_weights_on_the_cpu_warn_loudly_with_the_time(tmp_path, capsys, mon
                "MODEL.PRETRAINED", "openai", "INPUT.SIZE", "(224, 224)", "USE_CUDA", "False",
                "DATASET.NUM_IMAGES", "2", "DATALOADER.NUM_WORKERS", "0"])
     assert rc == 2 and "WARNING" not in capsys.readouterr().err
-    from argtca.models.clip import check_before_run
+    from argtca.models.run_checks import check_before_run
     demo = get_cfg_default()
     demo.merge_from_file(str(REPO / "configs/datasets/demo.yaml"))
     check_before_run(demo, "cpu", 320)

@@ -168,7 +168,7 @@ def test_demo_dataset_class_reads_the_split(demo_env):
 
 def test_demo_config_paths_resolve():
     from argtca.config import get_cfg_default
-    from argtca.models.clip import resolve_builtin
+    from argtca.utils.paths import resolve_builtin
     cfg = get_cfg_default()
     cfg.merge_from_file(str(REPO / "configs" / "datasets" / "demo.yaml"))
     assert cfg.INPUT.SIZE == (64, 64) and cfg.MODEL.BACKBONE.NAME == "argtca-demo-clip"

@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from argtca.config import get_cfg_default
-from argtca.engine.run_folder import (NON_RESULT_KEYS, ConfigMismatchError,
-                                      check_or_write_fingerprint, experiment_hash,
-                                      run_fingerprint)
+from argtca.run_folder import (NON_RESULT_KEYS, ConfigMismatchError,
+                               check_or_write_fingerprint, experiment_hash,
+                               run_fingerprint)
 from argtca.report.identity import is_result_key, settings_of
 
 

@@ -7,7 +7,7 @@ import torch
 
 from argtca.engine.objectives import CTPTObjective, TPTObjective, avg_entropy, select_confident
 from argtca.engine.reference import NonFiniteLossError, ReferenceEngine
-from argtca.models.clip import PromptTextEncoder
+from argtca.models.text import PromptTextEncoder
 from conftest import tiny_cfg
 
 

@@ -12,8 +12,8 @@ import argtca.trainers  # noqa: F401  (registers the trainers and the engines)
 from argtca.config import CFG_CHOICES, ConfigError, check_cfg_values, get_cfg_default
 from argtca.engine.fast import GRAD_MODES, TEXT_ATTENTION, FastEngine
 from argtca.engine.reference import ReferenceEngine
-from argtca.engine.run_folder import NON_RESULT_KEYS, load_records
-from argtca.models.clip import PromptTextEncoder
+from argtca.run_folder import NON_RESULT_KEYS, load_records
+from argtca.models.text import PromptTextEncoder
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY, TRAINER_REGISTRY
 from conftest import REPO, tiny_cfg
 

@@ -8,7 +8,7 @@ import torch
 from argtca.config import get_cfg_default
 from argtca.engine.fast import FastEngine
 from argtca.engine.reference import NonFiniteLossError, ReferenceEngine
-from argtca.models.clip import PromptTextEncoder
+from argtca.models.text import PromptTextEncoder
 from argtca.registry import OBJECTIVE_REGISTRY
 from conftest import tiny_cfg
 
@@ -196,7 +196,7 @@ def test_shard_and_merge():
 
 def test_fold_rank_files_resumes(tmp_path):
     from argtca.engine.distributed import fold_rank_files
-    from argtca.engine.run_folder import load_records, write_records
+    from argtca.run_folder import load_records, write_records
     write_records(str(tmp_path / "records.jsonl"),
                   [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
     write_records(str(tmp_path / "records.rank0.jsonl"),
@@ -245,7 +245,7 @@ def test_two_gloo_processes_equal_one_process(tmp_path, grad):
     from pathlib import Path
 
     from argtca.bench.data import make_synthetic_coop
-    from argtca.engine.run_folder import load_records
+    from argtca.run_folder import load_records
     from argtca.registry import TRAINER_REGISTRY
     import argtca.trainers  # noqa: F401
 

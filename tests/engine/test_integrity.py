@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from argtca.engine.run_folder import (RunFolderError, check_records, load_records, write_records)
+from argtca.run_folder import (RunFolderError, check_records, load_records, write_records)
 from argtca.run import main
 from helpers_data import make_caltech
 
@@ -360,36 +360,6 @@ def test_full_disk_is_one_line_and_keeps_finished_records(big, tmp_path, one_thr
     _assert_same_run(full, out)
 
 
-# ------------------------------------------------------------------------- scripts (1)
-def test_sweep_script_reuses_same_settings_and_refuses_others(tmp_path):
-    """scripts/*.sh start every run: the same settings reuse the finished folder, other settings
-    (another OPTS) are refused naming the key instead of reporting the old numbers."""
-    from helpers_data import write_attributes
-    data = make_caltech(tmp_path / "data")
-    attrs = write_attributes(tmp_path / "attrs.json")
-    opts = TINY + ["TTA.N_VIEWS", "4", "TRAINER.ARGTCA.GAT.EPOCHS", "2"]
-    env = dict(os.environ, DATA=str(data), ATTRIBUTES=str(attrs), ALPHAS="10", BETAS="35",
-               OUT_ROOT=str(tmp_path / "out"), PYTHON=sys.executable, OMP_NUM_THREADS="1",
-               PYTHONPATH=str(REPO), ARGTCA_CACHE=str(tmp_path / "cache"), OPTS=" ".join(opts))
-    env.pop("OUTPUT_DIR", None)
-
-    def sweep(**kw):
-        return subprocess.run(["bash", "scripts/sweep.sh", "caltech101", "div"], cwd=REPO,
-                              env=dict(env, **kw), capture_output=True, text=True, timeout=300)
-    p = sweep()
-    assert p.returncode == 0, p.stderr
-    run = tmp_path / "out" / "sweep" / "caltech101" / "div" / "a10_b35"
-    recs = (run / "records.jsonl").read_text()
-    assert len(recs.splitlines()) == 6
-    assert p.stdout.count("[sweep] alpha=10 beta=35 ->") == 2          # run, then reused
-    assert (tmp_path / "out" / "report" / "sweep_caltech101_div" / "sweep.md").is_file()
-    p = sweep(OPTS=" ".join(opts + ["TTA.LR", "0.01"]))
-    assert p.returncode == 2
-    assert "holds results of a different configuration (TTA.LR: 0.005 -> 0.01)" in p.stderr
-    assert "[sweep] error: alpha=10 beta=35 failed (exit 2" in p.stderr
-    assert (run / "records.jsonl").read_text() == recs
-
-
 # ------------------------------------------------------------------------- exit status
 def test_unwritable_output_folder_is_one_line(data, capsys):
     """/sys refuses new folders even to root (a read-only folder does not stop root)."""
@@ -418,8 +388,8 @@ def test_a_cuda_folder_is_not_resumed_on_the_cpu(tmp_path):
     started on one is refused on the other, naming RUN.DEVICE_TYPE."""
     from argtca.config import get_cfg_default
     from argtca.datasets.base import DatasetBase, Datum
-    from argtca.engine.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
-                                          run_fingerprint)
+    from argtca.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
+                                   run_fingerprint)
     ds = DatasetBase([Datum("/d/a.jpg", 0, "a"), Datum("/d/b.jpg", 1, "b")], ["a", "b"], root="/d")
     cfg = get_cfg_default()
     out = str(tmp_path / "run")
@@ -475,7 +445,7 @@ def _hold_lock(path):
 
 def test_lock_named_after_a_dead_run_is_taken_over_a_live_one_refused(tmp_path, capsys):
     import socket
-    from argtca.engine.run_folder import RunLock, RunLockedError
+    from argtca.run_folder import RunLock, RunLockedError
     out = tmp_path / "run"
     out.mkdir()
     lock = out / "run.lock"
@@ -512,8 +482,8 @@ def test_a_key_added_to_the_config_later_at_its_default_does_not_block_resume(tm
     """A folder written before a config key existed (its config.json lacks the key) resumes when
     the key is at its default; a non-default value is a different configuration."""
     from argtca.config import get_cfg_default
-    from argtca.engine.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
-                                          result_fingerprint)
+    from argtca.run_folder import (ConfigMismatchError, check_or_write_fingerprint,
+                                   result_fingerprint)
     cfg = get_cfg_default()
     fp = result_fingerprint(cfg)
     out = tmp_path / "run"

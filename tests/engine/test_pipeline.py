@@ -5,7 +5,7 @@ import torch
 
 from argtca.engine.fast import FastEngine
 from argtca.engine.pipeline import predictions
-from argtca.models.clip import PromptTextEncoder
+from argtca.models.text import PromptTextEncoder
 from conftest import tiny_cfg
 from test_fast_engine import CLASSES, _objective, _views
 

@@ -11,7 +11,7 @@ from argtca.config import get_cfg_default
 from argtca.engine.fast import FastEngine
 from argtca.engine.objectives import TPTObjective
 from argtca.engine.reference import ReferenceEngine
-from argtca.models.clip import PromptTextEncoder
+from argtca.models.text import PromptTextEncoder
 from argtca.registry import OBJECTIVE_REGISTRY
 from conftest import tiny_cfg
 

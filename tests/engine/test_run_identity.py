@@ -113,7 +113,7 @@ def test_interrupted_default_run_resumes_in_its_folder(data, tmp_path):
 
 
 def test_default_folder_helpers():
-    from argtca.engine.run_folder import experiment_hash
+    from argtca.run_folder import experiment_hash
     from argtca.trainers.base import default_output_dir
     fp = {"SEED": 3, "TTA.LR": 0.005, "TEST_SET.N_IMAGES": 6}
     want = hashlib.sha256(json.dumps({"TEST_SET.N_IMAGES": 6, "TTA.LR": 0.005},
@@ -353,7 +353,7 @@ def test_missing_temperature_before_any_record_is_fitted_again(ts_data, tmp_path
 
 def test_argtca_graph_vocabulary_file_is_an_input(data, tmp_path):
     """GAT.TRAIN_ON files train the graph: they are inputs (checked before Phase 1 runs)."""
-    from argtca.engine.run_folder import ConfigMismatchError, check_or_write_fingerprint
+    from argtca.run_folder import ConfigMismatchError, check_or_write_fingerprint
     from argtca.run import build_parser, build_trainer, setup_cfg
     attrs = write_attributes(tmp_path / "attrs.json")
     vocab = write_attributes(tmp_path / "vocab.json")

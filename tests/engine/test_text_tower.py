@@ -10,7 +10,7 @@ from argtca.engine.fast import FastEngine
 from argtca.engine.reference import ReferenceEngine
 from argtca.engine.text_tower import (PrefixSharedText, prefix_sharing_supported,
                                       tangents_supported, text_jacobian, text_tangents)
-from argtca.models.clip import PromptTextEncoder
+from argtca.models.text import PromptTextEncoder
 from conftest import tiny_cfg
 from test_fast_engine import _objective, _views
 

@@ -28,7 +28,7 @@ TINY = ["DATASET.NUM_IMAGES", str(N_IMAGES), "TTA.BATCH_IMAGES", "2", "DATALOADE
 # each record batch takes a second until the flag file exists (a plug-in: only the launched
 # run's process does it), so that the run is mid-way when its task is killed
 SLOW = '''import os, time
-from argtca.engine import run_folder
+from argtca import run_folder
 _flag = os.environ.get("ARGTCA_TEST_SLOW_UNTIL")
 if _flag:
     _write = run_folder.RecordWriter.write
@@ -177,7 +177,7 @@ def test_resubmitted_task_waits_for_a_run_still_holding_its_folder(tmp_path, mon
     folder = tmp_path / "run"
     folder.mkdir()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom argtca.engine.run_folder import RunLock\n"
+        [sys.executable, "-c", "import time\nfrom argtca.run_folder import RunLock\n"
          f"lock = RunLock({str(folder)!r}).acquire()\nprint('held', flush=True)\n"
          "time.sleep(3)\n"
          f"open({str(tmp_path / 'released')!r}, 'w').write(repr(time.time()))\n"
@@ -205,7 +205,7 @@ def test_resubmitted_task_waits_for_a_run_still_holding_its_folder(tmp_path, mon
     # a lock that is never freed (within the wait): one error line, the run not started
     (tmp_path / "started").unlink()
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import time\nfrom argtca.engine.run_folder import RunLock\n"
+        [sys.executable, "-c", "import time\nfrom argtca.run_folder import RunLock\n"
          f"lock = RunLock({str(folder)!r}).acquire()\nprint('held', flush=True)\n"
          "time.sleep(30)\n"], stdout=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})

@@ -27,7 +27,7 @@ PLAN = ["table1", "demo", "--methods", "zeroshot,tpt", "--seeds", "1,2", "--quie
 # killed once: tpt, seed 2, right after its first record is on disk (a plug-in, so that only
 # the launched run's process does it; the marker file makes it happen once)
 KILLER = '''import os, signal, sys
-from argtca.engine import run_folder
+from argtca import run_folder
 _marker = os.environ.get("ARGTCA_TEST_KILL_ONCE")
 _argv = sys.argv
 if (_marker and not os.path.exists(_marker) and "--seed" in _argv

@@ -93,7 +93,7 @@ def test_cpu_box_once_and_left_out_methods_named_once(tmp_path, caltech, monkeyp
     import open_clip
     import torch
 
-    import argtca.models.clip as C
+    import argtca.models.run_checks as C
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     monkeypatch.setattr(C, "_cpu_gflops", lambda: 100.0)
     weights = tmp_path / "tiny.pt"

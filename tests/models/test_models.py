@@ -1,7 +1,10 @@
 import pytest
 import torch
 
-from argtca.models.clip import BACKBONES, ModelError, load_clip, open_clip_name, resolve_builtin
+from argtca.models.backbones import BACKBONES, open_clip_name
+from argtca.models.clip import load_clip
+from argtca.models.weights import ModelError
+from argtca.utils.paths import resolve_builtin
 from argtca.registry import Registry
 from conftest import tiny_cfg
 

@@ -1,6 +1,6 @@
 import torch
 
-from argtca.models.clip import PromptTextEncoder, encode_eos_hidden, encode_texts
+from argtca.models.text import PromptTextEncoder, encode_eos_hidden, encode_texts
 
 
 def test_context_at_init_reproduces_encode_text(tiny_clip):

@@ -39,7 +39,9 @@ def _run(data, out, method, *extra):
 
 def test_rn50_is_openais_quickgelu_resnet():
     import open_clip
-    from argtca.models.clip import PromptTextEncoder, load_clip, open_clip_name
+    from argtca.models.backbones import open_clip_name
+    from argtca.models.clip import load_clip
+    from argtca.models.text import PromptTextEncoder
     assert open_clip_name("RN50") == "RN50-quickgelu"
     c = open_clip.get_model_config("RN50-quickgelu")
     assert c["quick_gelu"] is True and c["vision_cfg"]["layers"] == [3, 4, 6, 3]
@@ -88,9 +90,12 @@ def test_the_objective_uses_the_resolved_weights():
     """L_reg = -alpha * L_inter + beta * L_intra with M'=1's (1, 10) worked out by hand on 2
     classes x 1 attribute: L_intra = 0 (one prompt per class), L_inter = mean_k |mu_k - mu|."""
     from argtca.engine.objectives import TCAObjective
-    from argtca.trainers.methods import resolve_alpha_beta
-    cfg, line = resolve_alpha_beta(tiny_cfg(**{"TRAINER.TCA.NUM_ATTRIBUTES": 1}), "TCA")
-    assert line == "TRAINER.TCA.ALPHA=1, BETA=10 by NUM_ATTRIBUTES=1 (auto)"
+    from argtca.trainers.methods import auto_alpha_beta
+    cfg = tiny_cfg(**{"TRAINER.TCA.NUM_ATTRIBUTES": 1})
+    values, lines = auto_alpha_beta(cfg, "TCA")
+    assert lines == ["TRAINER.TCA.ALPHA=1, BETA=10 by NUM_ATTRIBUTES=1 (auto)"]
+    assert values == {("TRAINER", "TCA", "ALPHA"): 1.0, ("TRAINER", "TCA", "BETA"): 10.0}
+    cfg.TRAINER.TCA.ALPHA, cfg.TRAINER.TCA.BETA = 1.0, 10.0
     text = torch.tensor([[[1.0, 0.0], [0.0, 1.0]]])
     # mu = (0.5, 0.5); |t_k - mu| = sqrt(0.5) for both
     assert torch.allclose(TCAObjective(cfg.TRAINER.TCA).regularizer(text),

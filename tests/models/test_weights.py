@@ -13,7 +13,8 @@ import open_clip
 import pytest
 import torch
 
-from argtca.models.clip import ModelError, load_clip
+from argtca.models.clip import load_clip
+from argtca.models.weights import ModelError
 from argtca.models.weights import guess_backbone, read_torchscript_state_dict
 
 from conftest import REPO, tiny_cfg
@@ -24,7 +25,7 @@ OPENAI_INTS = {"input_resolution": 32, "context_length": 77, "vocab_size": 49408
 @pytest.fixture(scope="module")
 def ref():
     """The tiny CLIP with weights exactly representable in fp16 (OpenAI ships fp16 weights)."""
-    import argtca.models.clip  # noqa: F401  (registers the tiny config)
+    import argtca.models.backbones  # noqa: F401  (registers the tiny config)
     torch.manual_seed(1)
     m = open_clip.create_model("argtca-tiny-test", pretrained=None).eval()
     with torch.no_grad():
@@ -134,7 +135,8 @@ _CHILD = r"""
 import sys, torch
 sys.path.insert(0, {repo!r}); sys.path.insert(0, {tests!r})
 from conftest import tiny_cfg
-from argtca.models.clip import load_clip, ModelError
+from argtca.models.clip import load_clip
+from argtca.models.weights import ModelError
 if {register_tag!r}:
     import open_clip.pretrained as P
     P._PRETRAINED["argtca-tiny-test"] = {{"openai": dict(hf_hub="argtca-test/tiny-clip/", url="https://example.invalid/x.pt")}}
@@ -208,7 +210,7 @@ def test_unreachable_hub_is_known_at_once(tmp_path, monkeypatch):
     import open_clip.pretrained as P
     from huggingface_hub import constants
 
-    import argtca.models.clip as C
+    import argtca.models.pretrained as C
     for v in ("ARGTCA_OFFLINE", "HF_HUB_OFFLINE"):
         monkeypatch.delenv(v, raising=False)
     port = _closed_port()

@@ -286,7 +286,7 @@ def _stub_repo(tmp_path):
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
     src = Path(__file__).resolve().parents[2] / "scripts"
-    for name in ("compare.sh", "sweep.sh", "ablation.sh", "_common.sh"):
+    for name in ("compare.sh", "_common.sh"):
         if (src / name).is_file():   # _common.sh: what the scripts share
             shutil.copy(src / name, repo / "scripts" / name)
     (repo / "stub.py").write_text(STUB)
@@ -305,57 +305,6 @@ def _bash(repo, *args, **env):
     e.pop("OUTPUT_DIR", None)
     return subprocess.run(["bash", *args], cwd=repo, env=e, capture_output=True, text=True,
                           timeout=120)
-
-
-def test_ablation_script_with_stub_runs(tmp_path):
-    repo = _stub_repo(tmp_path)
-    # a 'full' div run of the same settings already there (e.g. from compare.sh): the script
-    # starts it, and the run reuses it as it is
-    pre = repo / "output/argtca/caltech101/div/seed1"
-    pre.mkdir(parents=True)
-    write_summary(pre, {
-        "method": "argtca", "selector": "div", "label": "ArgTCA (div)", "dataset": "Caltech101",
-        "dataset_key": "caltech101", "seed": 1, "overrides": {"TTA.N_VIEWS": 8.0}}, 10, 70.0, 2.0)
-    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8")
-    assert p.returncode == 0, p.stderr
-    # the scripts may print absolute output paths (resolved against the caller's folder)
-    calls = (repo / "calls.log").read_text().replace(f"={repo}/", "=").splitlines()
-    assert calls == [
-        "argtca caltech101 div TTA.N_VIEWS 8 | OPTS= | "
-        "OUTPUT_DIR=output/argtca/caltech101/div/seed1",
-        "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
-        "OUTPUT_DIR=output/ablation/caltech101/edges_none_div/seed1",
-        "argtca caltech101 div TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
-        "OUTPUT_DIR=output/ablation/caltech101/raw_div/seed1",
-        "argtca caltech101 disc TTA.N_VIEWS 8 | OPTS= | "
-        "OUTPUT_DIR=output/argtca/caltech101/disc/seed1",
-        "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EDGES none | OPTS= | "
-        "OUTPUT_DIR=output/ablation/caltech101/edges_none_disc/seed1",
-        "argtca caltech101 disc TTA.N_VIEWS 8 TRAINER.ARGTCA.EMBEDDINGS raw | OPTS= | "
-        "OUTPUT_DIR=output/ablation/caltech101/raw_disc/seed1",
-        "argtca caltech101 random TTA.N_VIEWS 8 | OPTS= | "
-        "OUTPUT_DIR=output/argtca/caltech101/random/seed1",
-    ]
-    rows = md_rows((repo / "output/report/ablation_caltech101/ablation.md").read_text())
-    assert rows[1].startswith("| full | 70.00 | **2.00** |")   # the pre-existing run
-    # stub: ece = 1 + number of overrides (N_VIEWS + EDGES = 2 -> 3; random: +SELECTOR -> 3)
-    assert rows[2].startswith("| zero edges | ") and rows[2].endswith(" 3.00 |")
-    assert rows[4].startswith("| random | ") and rows[4].count("3.00") == 2
-    # a second call with the same settings changes nothing
-    summaries = {p: p.read_text() for p in (repo / "output").rglob("summary.json")}
-    assert _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 8").returncode == 0
-    assert {p: p.read_text() for p in (repo / "output").rglob("summary.json")} == summaries
-    # other settings are never reported as these: the first run refuses, the script stops
-    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 16")
-    assert p.returncode == 2
-    assert "different configuration (['TTA.N_VIEWS'])" in p.stderr
-    assert "[ablation] error: full/div failed (exit 2" in p.stderr and "OUT_ROOT" in p.stderr
-    assert {p: p.read_text() for p in (repo / "output").rglob("summary.json")} == summaries
-    # ... and OUT_ROOT keeps them side by side
-    p = _bash(repo, "scripts/ablation.sh", "caltech101", OPTS="TTA.N_VIEWS 16", OUT_ROOT="n16")
-    assert p.returncode == 0, p.stderr
-    assert (repo / "n16/report/ablation_caltech101/ablation.md").is_file()
-    assert len(list((repo / "n16").rglob("summary.json"))) == 7
 
 
 def test_compare_script_rejects_odd_opts(tmp_path):

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from argtca.config import get_cfg_default
-from argtca.engine.run_folder import NON_RESULT_KEYS, flatten_cfg
+from argtca.run_folder import NON_RESULT_KEYS, flatten_cfg
 from argtca.report import build_table, find_runs, group_runs, main, table_markdown
 from argtca.report.identity import (FINGERPRINT_KEYS, FINGERPRINT_PREFIXES, RESULT_KEYS,
                                     is_result_key)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from argtca.engine.run_folder import experiment_hash, seed_axis_keys
+from argtca.run_folder import experiment_hash, seed_axis_keys
 from argtca.run import build_parser, build_trainer, setup_cfg
 
 REPO = Path(__file__).resolve().parents[2]

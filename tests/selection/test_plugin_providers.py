@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from argtca.engine.run_folder import ConfigMismatchError
+from argtca.run_folder import ConfigMismatchError
 from argtca.trainers import methods
 from conftest import tiny_cfg
 from helpers_data import make_caltech

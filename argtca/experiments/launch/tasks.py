@@ -20,7 +20,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import submitit
 
-from ...engine.run_folder import LOCK_NAME, RunLock, RunLockedError
+from ...run_folder import LOCK_NAME, RunLock, RunLockedError
 from ..plan import REPO
 
 from .guard import RUN_NAME, TASK_PID, set_parent_death_signal
