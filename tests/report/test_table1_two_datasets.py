@@ -1,8 +1,8 @@
 """Table 1 over two datasets, run by the engine at CI size: the embedded demo and an own
 ImageFolder generated here (its split file, its attribute file). Every one of the default
-methods (every registered method: 19 today) is one row with both cells and an Average: keys that differ between datasets by nature
-(split, attribute and test-set files) never split a row; the online methods' seeds (each its own
-stream order) share one experiment folder and one cell."""
+methods (every registered method: 19 today) is one row with both cells and an Average: keys that
+differ between datasets by nature (split, attribute and test-set files) never split a row; the
+online methods' seeds (each its own stream order) share one experiment folder and one cell."""
 import json
 from pathlib import Path
 
