@@ -128,7 +128,12 @@ def test_package_reads_only_true_environment_variables():
     the network, debugging, and an import-time switch read before any configuration exists."""
     allowed = {"ARGTCA_CACHE", "ARGTCA_DOWNLOADS", "ARGTCA_OFFLINE", "ARGTCA_MIRROR",
                "ARGTCA_DOWNLOAD_DEADLINE", "ARGTCA_DOWNLOAD_MIN_RATE", "ARGTCA_DEBUG",
-               "ARGTCA_OPEN_CLIP_TRANSFORMERS"}
+               "ARGTCA_OPEN_CLIP_TRANSFORMERS",
+               # the launcher's task -> its run process (which task to outlive; the log's name)
+               "ARGTCA_TASK_PID", "ARGTCA_TASK_RUN",
+               # plug-in files for Dassl's train.py, which has no --plugin flag: they enter every
+               # run's fingerprint by content, as --plugin files do
+               "ARGTCA_PLUGINS"}
     found = {}
     for path in (REPO / "argtca").rglob("*.py"):
         for name in re.findall(r"ARGTCA_[A-Z0-9_]+", path.read_text(encoding="utf-8")):
