@@ -3,6 +3,9 @@
 * ``paper_table1.csv``: the ArgTCA paper's Table 1 (every method on its nine datasets, Acc and
   20-bin ECE, CLIP ViT-B/16), typed as printed, a citation and notes per row.
 * ``clip_zeroshot.csv``: zero-shot CLIP ViT-B/16 accuracy per dataset from the TPT paper.
+* ``paper_shift.csv``: the TPT paper's Table 1 (natural distribution shifts: ImageNet and -A,
+  -V2, -R, -Sketch; zero-shot CLIP and TPT, CLIP ViT-B/16 accuracy), a citation and notes per
+  row; a value that could not be verified is left empty (never guessed).
 * ``test_splits.csv``: the number of test images and classes of each dataset's published split
   (CoOp's split files), by which a full test split is told from a subset or other data.
 
@@ -27,6 +30,10 @@ PAPER_METHOD = {("tpt", None): "TPT", ("ctpt", None): "C-TPT", ("otpt", None): "
                 ("atpt", None): "A-TPT", ("tca", None): "TCA", ("argtca", "div"): "ArgTCA-Div",
                 ("argtca", "disc"): "ArgTCA-Disc"}
 METRIC_OF = {"Acc": "accuracy", "ECE": "ece"}
+# the TPT paper's Table 1 (natural distribution shifts), in its column order (I / A / V / R / K)
+SHIFT_DATASETS = ["imagenet", "imagenet_a", "imagenetv2", "imagenet_r", "imagenet_sketch"]
+# report method -> the row name of paper_shift.csv
+SHIFT_METHOD = {"zeroshot": "CLIP-ViT-B/16", "tpt": "TPT"}
 # a zero-shot run this many accuracy points off the published value is worth a warning
 ZEROSHOT_TOLERANCE = 1.0
 # the published numbers are for this backbone
@@ -86,13 +93,31 @@ def clip_zeroshot() -> Dict[str, Tuple[float, str]]:
     return {r["dataset"]: (float(r["accuracy"]), r["citation"]) for r in _rows("clip_zeroshot.csv")}
 
 
+@functools.lru_cache(maxsize=None)
+def paper_shift() -> Dict[Tuple[str, str, str], Tuple[float, str, str]]:
+    """(row name, "accuracy", dataset key | "average" | "ood_average") -> (value, citation,
+    note), from the TPT paper's Table 1; cells left empty in the CSV (not verified) are absent."""
+    out = {}
+    for r in _rows("paper_shift.csv"):
+        for d in SHIFT_DATASETS + ["average", "ood_average"]:
+            if str(r[d]).strip():
+                out[(r["method"], METRIC_OF[r["metric"]], d)] = (float(r[d]), r["citation"],
+                                                                  r["note"])
+    return out
+
+
 def reference_for(method: str, selector: Optional[str], metric: str, dataset_key: str
                   ) -> Optional[Tuple[float, str, str]]:
     """The published value (value, citation, note) for a method on a dataset, or None."""
     d = canon(dataset_key)
     if method == "zeroshot":
         hit = clip_zeroshot().get(d) if metric == "accuracy" else None
-        return (hit[0], hit[1], "") if hit else None
+        if hit:
+            return hit[0], hit[1], ""
+    if d in SHIFT_DATASETS and method in SHIFT_METHOD:
+        return paper_shift().get((SHIFT_METHOD[method], metric, d))
+    if method == "zeroshot":
+        return None
     name = PAPER_METHOD.get((method, selector if method == "argtca" else None))
     return paper_table1().get((name, metric, d)) if name else None
 
