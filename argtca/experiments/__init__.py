@@ -7,6 +7,7 @@
     python -m argtca.experiments table3 [DATASET ...] [--class [DATASET:]NAME ...]
     python -m argtca.experiments tune   [DATASET]       # baselines re-tuned on the val split
     python -m argtca.experiments ood DATASET --ood OOD_DATASET  # OOD detection (AUROC, FPR95)
+    python -m argtca.experiments shift [--plan]  # TPT's table: ImageNet, -A, -V2, -R, -Sketch
 
 Each command lists the datasets that are absent (and what is missing) first and runs the rest,
 each run in its own experiment folder ``<out-root>/<method>/<dataset>/<hash8>/seed<N>`` (the

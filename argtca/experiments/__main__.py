@@ -128,6 +128,14 @@ def build_parser() -> argparse.ArgumentParser:
     t1.add_argument("--extended", action="store_true",
                     help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
                     "is named")
+    sh = sub.add_parser("shift", help="TPT's distribution-shift table: every method on "
+                        "ImageNet and -A, -V2, -R, -Sketch, over seeds, published numbers beside")
+    common(sh, "1,2,3")
+    sh.add_argument("--methods", default="", help="as for table1 (default all)")
+    sh.add_argument("--baseline-config", default=None, metavar="YAML",
+                    help="as for table1: tuned.yaml of the tune command")
+    sh.add_argument("--plan", action="store_true", help="as for table1: the absent sets, then "
+                    "the runs, test images and estimated GPU time per set; run nothing")
     od = sub.add_parser("ood", help="OOD detection: every method on an ID set and OOD sets "
                         "(AUROC, FPR@95TPR of the maximum softmax probability)")
     common(od, "1,2,3")
@@ -279,6 +287,10 @@ def _command(a, datasets: List[str], kw) -> int:
         return table1(datasets, methods=_list(a.methods),
                       baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
                       force=a.force, **kw)
+    if a.cmd == "shift":
+        from .shift import shift
+        return shift(datasets, methods=_list(a.methods), baseline_config=a.baseline_config,
+                     plan=a.plan, force=a.force, **kw)
     if a.cmd == "ood":
         from .ood import ood
         return ood(datasets, oods=a.ood, ood_root=a.ood_root, ood_split=a.ood_split,

@@ -14,7 +14,7 @@ import contextlib
 import io
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..report.runs import ReportError
 
@@ -81,7 +81,7 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
     except ReportError as e:
         print(f"[{tag}] error: {e}", file=sys.stderr)
         return 2
-    for name in ("table.md", "ablation.md", "sweep.md"):
+    for name in ("table.md", "ablation.md", "sweep.md", "shift.md"):
         if name in written:
             print(Path(written[name]).read_text())
     print(f"[{tag}] wrote: " + ", ".join(str(Path(p).resolve()) for p in written.values()))
@@ -114,15 +114,20 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
            methods: Sequence[str] = (), root: str = "", out_root="output",
            opts: Sequence[str] = (), baseline_config=None, plugins: Sequence[str] = (),
            dry_run: bool = False, quiet: bool = False, report_dir=None, plan: bool = False,
-           extended: bool = False, force: bool = False) -> int:
+           extended: bool = False, force: bool = False, tag: str = "table1",
+           defaults: Sequence[str] = (),
+           after: Optional[Callable[[List[Path], Path], Dict[str, Path]]] = None) -> int:
     """The paper's Table 1 (its nine datasets by default; ``extended``: also ImageNet and
     SUN397). ``plan``: print the runs, images and estimated GPU time per dataset, run nothing.
     The report goes to ``report_dir`` or ``<out_root>/report/table1-<hash of the runs>``
     (``table1-<config stem>-<hash>`` with a ``baseline_config``): other runs never overwrite
-    a report."""
+    a report. Another table of the same kind (argtca/experiments/shift.py) passes its ``tag``
+    (the lines' prefix and the report folder's), its ``defaults`` (the datasets when none is
+    named) and ``after(done run folders, report folder) -> {name: file}``, its own section."""
     from ..report import make_report
     from .plan import METHOD_SETS, METHODS
-    datasets = list(datasets) or (TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
+    datasets = list(datasets) or list(defaults) or (
+        TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
     methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
     methods = list(dict.fromkeys(methods)) or METHODS
     check_methods(methods, plugins)
@@ -135,17 +140,23 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
                 n = int(v)
         lines = plan_head(datasets, methods, seeds, root, out_root, opts, plugins, tuned)
         for line in lines + plan_lines(datasets, methods, seeds, n):
-            print(f"[table1] {line}")
+            print(f"[{tag}] {line}")
         return 0
     need_attr = any(needs_attributes(m, opts) for m in methods)
-    pres = _present(datasets, root, opts, need_attr, "table1", methods=methods)
+    pres = _present(datasets, root, opts, need_attr, tag, methods=methods)
     specs = plan_table1(pres, methods, seeds, out_root, opts, tuned)
     notes = dropped_lines(pres, methods, opts)
-    outcomes = [] if dry_run else execute(specs, root, plugins, "table1", quiet, also=notes)
-    prefix = f"table1-{Path(baseline_config).stem}" if baseline_config else "table1"
-    return _finish(outcomes, "table1", lambda done: make_report(
-        done, report_dir, show_std=True, force=force, default_parent=out_root / "report",
-        prefix=prefix), dry_run, specs, root, plugins, notes)
+    outcomes = [] if dry_run else execute(specs, root, plugins, tag, quiet, also=notes)
+    prefix = f"{tag}-{Path(baseline_config).stem}" if baseline_config else tag
+
+    def make(done):
+        written = make_report(done, report_dir, show_std=True, force=force,
+                              default_parent=out_root / "report", prefix=prefix)
+        if after is not None:
+            written.update(after(done, Path(written["report.json"]).parent))
+        return written
+
+    return _finish(outcomes, tag, make, dry_run, specs, root, plugins, notes)
 
 
 def plan_head(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[int], root: str,
