@@ -105,7 +105,9 @@ def shift_markdown(paths: Sequence) -> Tuple[str, List[List[str]]]:
         cit = next(v[1] for v in got.values() if v)
         if cit not in cites:
             cites.append(cit)
-        notes += [v[2] for v in got.values() if v and v[2] and v[2] not in notes]
+        for v in got.values():
+            if v and v[2] and v[2] not in notes:
+                notes.append(v[2])
         mark = f"[{cites.index(cit) + 1}]"
         cells = [f"{got[k][0]:.2f}" if got[k] else "–" for k in cols + ["average", "ood_average"]]
         md.append(f"| {name} | published {mark} | " + " | ".join(cells) + " |")
