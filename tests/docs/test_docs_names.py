@@ -31,7 +31,7 @@ _DOCS = list(DOC_FILES)
 # a script -> the command it runs (module, subcommand); None: it takes KEY VALUE pairs only
 SCRIPT_COMMANDS: Dict[str, Optional[Tuple[str, Optional[str]]]] = {
     "table1.sh": ("argtca.experiments", "table1"), "compare.sh": ("argtca.experiments", "table1"),
-    "table2.sh": ("argtca.experiments", "table2"),
+    "table2.sh": ("argtca.experiments", "table2"), "shift.sh": ("argtca.experiments", "shift"),
     "sensitivity.sh": ("argtca.experiments", "sweep"),
     "table3.sh": ("argtca.experiments", "table3"),
     "tune_baselines.sh": ("argtca.experiments", "tune"),
