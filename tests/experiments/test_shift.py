@@ -13,6 +13,7 @@ from report.run_records import write_summary
 
 from argtca.experiments.__main__ import main
 from argtca.experiments.shift import shift_markdown
+from argtca.report.reference import full_test_size, num_classes, paper_shift, reference_for
 
 WNIDS = [f"n{1440764 + 7 * i:08d}" for i in range(1000)]   # sorted, ImageNet-like ids
 SUBSET = WNIDS[3::5]                                         # the 200 of -A / -R, not a prefix
@@ -144,3 +145,23 @@ def test_section_means_over_seeds_average_and_ood_average(tmp_path):
     assert _row(md, "TPT", "ours") == ["–", "55.00", "–", "–", "–", "–", "–"]
     assert md.count("- note:") == 2        # each published row's note once
     assert ["ours", "TPT", "imagenet_a", "55.0000", "", "1", ""] in rows
+
+
+def test_published_shift_numbers_are_read_and_consistent():
+    """The TPT paper's rows through the report's lookup; the printed averages agree with the
+    printed cells (a check on the transcription); an unverified cell is absent, not guessed."""
+    ref = paper_shift()
+    assert reference_for("zeroshot", None, "accuracy", "ImageNetA")[0] == 47.87
+    assert reference_for("zeroshot", None, "accuracy", "imagenet")[0] == 66.73
+    assert reference_for("tpt", None, "accuracy", "imagenet_sketch")[0] == 47.94
+    assert reference_for("tpt", None, "ece", "imagenet_r") is None   # TPT prints no ECE
+    assert ("TPT", "accuracy", "average") not in ref
+    for name in ("CLIP-ViT-B/16", "TPT"):   # printed to 2 decimals: off by 0.005 at most
+        vals = [ref[(name, "accuracy", k)][0] for k in KEYS]
+        assert ref[(name, "accuracy", "ood_average")][0] == pytest.approx(
+            sum(vals[1:]) / 4, abs=0.0051)
+    clip = [ref[("CLIP-ViT-B/16", "accuracy", k)][0] for k in KEYS]
+    assert ref[("CLIP-ViT-B/16", "accuracy", "average")][0] == pytest.approx(sum(clip) / 5,
+                                                                          abs=0.0051)
+    assert [full_test_size(k) for k in KEYS] == [50000, 7500, 10000, 30000, 50889]
+    assert [num_classes(k) for k in KEYS] == [1000, 200, 1000, 200, 1000]
