@@ -14,14 +14,15 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, RecordWriter, RunLock,
-                               check_or_write_fingerprint, check_records, config_hash,
-                               experiment_hash, flatten_cfg, load_records, run_fingerprint)
+from argtca.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
+                               config_hash, experiment_hash, flatten_cfg, load_records)
 from argtca.utils.io import write_json
 from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
 from argtca.engine import reference as _reference  # noqa: F401  (registration)
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
 from argtca.utils.seed import set_random_seed
+from argtca.run_folder.unstarted import empty_unstarted, missing_dirs, remove_made
+from argtca.trainers.identity import RunIdentity, input_hashes
 
 
 def timing_line(timing: Dict[str, object], n: int) -> str:
@@ -38,36 +39,6 @@ def timing_line(timing: Dict[str, object], n: int) -> str:
     return " ".join(parts)
 
 
-def default_output_dir(method: str, dataset_key: str, fingerprint: Dict[str, object],
-                       root: str = "output") -> str:
-    """``<root>/<method>/<dataset>/<hash8>/seed<N>``: ``hash8`` names every setting that can
-    change a number (the run fingerprint without the seed: config keys, test set, device type,
-    input file contents), so runs of other settings never share a folder and the same settings
-    always find theirs (to resume or re-read). The seeds of one experiment are siblings."""
-    return os.path.join(root, method, dataset_key, experiment_hash(fingerprint),
-                        f"seed{fingerprint.get('SEED', 1)}")
-
-
-def readable_settings(cfg, fingerprint: Dict[str, object], paths: Dict[str, str]) -> dict:
-    """What an experiment folder ``<hash8>/`` stands for, for people: the keys that differ from
-    the defaults (the seed aside) and the input files with their sha256."""
-    default = flatten_cfg(get_cfg_default())
-    flat = flatten_cfg(cfg)
-    return {"experiment": experiment_hash(fingerprint),
-            "overrides": {k: v for k, v in sorted(flat.items())
-                          if default.get(k) != v and k != "SEED" and k not in NON_RESULT_KEYS},
-            "inputs": {role: {"path": paths.get(role, ""), "sha256": v}
-                       for role, v in input_hashes(fingerprint).items()},
-            "test_set": {k: v for k, v in fingerprint.items() if k.startswith("TEST_SET.")},
-            "device_type": fingerprint.get("RUN.DEVICE_TYPE")}
-
-
-def input_hashes(fingerprint: Dict[str, object]) -> Dict[str, str]:
-    """role -> sha256 of the input files of a fingerprint."""
-    n = len(INPUT_HASH_PREFIX)
-    return {k[n:]: str(v) for k, v in fingerprint.items() if k.startswith(INPUT_HASH_PREFIX)}
-
-
 def zeroshot_cfg(cfg):
     """``cfg`` as a zero-shot pass sees it: one view (view 0) and no tuning step."""
     c = cfg.clone()
@@ -78,53 +49,7 @@ def zeroshot_cfg(cfg):
     return c
 
 
-def _missing_dirs(path: str) -> List[str]:
-    """The folders ``os.makedirs(path)`` would create, deepest first (absolute paths)."""
-    out, p = [], os.path.abspath(path)
-    while not os.path.exists(p) and os.path.dirname(p) != p:
-        out.append(p)
-        p = os.path.dirname(p)
-    return out
-
-
-def _empty_unstarted(out_dir: str, before: set) -> None:
-    """Remove what this run wrote into its folder (the entries not in ``before``: config.json,
-    the lock file, ...) when it holds no record. Called while this run holds the folder's lock;
-    records and what was there before are never removed."""
-    import shutil
-
-    from argtca.run_folder import LOCK_NAME
-    rec = os.path.join(out_dir, "records.jsonl")
-    try:
-        if os.path.isfile(rec) and os.path.getsize(rec) > 0:
-            return
-        for entry in os.scandir(out_dir):
-            if entry.name in before or entry.name == LOCK_NAME:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-        if LOCK_NAME not in before:   # still held: no other run can be in the folder
-            os.unlink(os.path.join(out_dir, LOCK_NAME))
-    except OSError:   # what could not be removed stays; the run's own error is the one shown
-        pass
-
-
-def _remove_made(made: List[str], settings_dir: str) -> None:
-    """Remove the empty folders of ``made`` (deepest first; a folder that holds anything stops
-    it), and the experiment folder's settings.json where this run wrote it and nothing else is
-    there."""
-    for d in made:
-        try:
-            if d == settings_dir and os.listdir(d) == ["settings.json"]:
-                os.unlink(os.path.join(d, "settings.json"))
-            os.rmdir(d)
-        except OSError:
-            return
-
-
-class TestTimeTrainer:
+class TestTimeTrainer(RunIdentity):
     """Base trainer. Subclasses set ``method``, ``label``, ``objective_name`` and may override
     ``prompt_suffixes`` (class prompts by default) and ``check_cfg``. A method is declared once,
     by its registered class (argtca/trainers/catalogue.py lists them): also its ``family`` (a key
@@ -276,94 +201,6 @@ class TestTimeTrainer:
         """Method-specific entries of summary.json (ArgTCA: the selector that ran, and its file)."""
         return {}
 
-    # files given on the command line that the run reads (``--plugin`` modules): role -> path
-    plugin_files: Dict[str, str] = {}
-
-    def input_files(self) -> Dict[str, str]:
-        """role -> path of every file this run reads that can change a number: the weights file,
-        CoOp's context checkpoint, the split and class-name files, the attribute file (methods
-        that read one expose ``attribute_file``) and plug-in modules. Each enters the fingerprint
-        by its sha256 (argtca/utils/hashing.py)."""
-        cfg = self.cfg
-        files: Dict[str, str] = {}
-        weights = os.path.expanduser(str(cfg.MODEL.PRETRAINED))
-        if os.path.isfile(weights):
-            files["MODEL.PRETRAINED"] = weights
-        coop = getattr(self, "coop_context", None)
-        if coop is not None:
-            files["TTA.CTX_CHECKPOINT"] = str(coop["file"])
-        split = getattr(self.dataset, "split_path", "")
-        if split and os.path.isfile(split):
-            files["SPLIT_FILE"] = str(split)
-        node = cfg.DATASET.get("IMAGEFOLDER", None)
-        root = getattr(self.dataset, "root", "") or ""
-        for key in ("SPLIT_FILE", "CLASSNAMES"):
-            value = os.path.expanduser(str(node.get(key, "") if node is not None else "").strip())
-            path = value if os.path.isabs(value) else os.path.join(root, value)
-            if value and os.path.isfile(path):
-                files[f"DATASET.IMAGEFOLDER.{key}"] = path
-        try:
-            attributes = getattr(self, "attribute_file", None)
-        except Exception:   # noqa: BLE001 (resolved and reported by the method at load time)
-            attributes = None
-        if attributes and os.path.isfile(str(attributes)):
-            files["DATASET.ATTRIBUTE_FILE"] = str(attributes)
-        for name, path in sorted(self.plugin_files.items()):
-            files[f"PLUGIN.{name}"] = path
-        # the code of every plug-in that runs (an entry point's module, a trainer, selector or
-        # adapter registered over a built-in): its source file by content, like a --plugin file
-        seen = {os.path.realpath(p) for p in files.values()}
-        for kind, (module, file) in sorted(self.providers().items()):
-            if file and os.path.isfile(file) and os.path.realpath(file) not in seen:
-                files[f"PLUGIN.{module}"] = file
-                seen.add(os.path.realpath(file))
-        return files
-
-    def providers(self) -> Dict[str, Tuple[str, str]]:
-        """kind -> (module, source file) of this run's code that is not argtca's own
-        (argtca/trainers/providers.py): it enters the fingerprint as ``PROVIDER.<kind>`` and its
-        file as ``FILE_SHA256.PLUGIN.<module>``."""
-        from argtca.trainers.providers import run_providers
-        return run_providers(self)
-
-    def fingerprint(self) -> Dict[str, object]:
-        """The run fingerprint (config.json): result-defining keys, the test set, the device
-        type and the sha256 of each input file; computed once (the inputs are hashed then)."""
-        if getattr(self, "_fingerprint", None) is None:
-            from argtca.utils.hashing import file_sha256
-            paths = self.input_files()
-            hashes = {}
-            for role, path in paths.items():
-                try:
-                    hashes[role] = file_sha256(path)
-                except OSError as e:
-                    raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
-            self.input_paths = paths
-            fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
-            from argtca.trainers.providers import provider_keys
-            fp.update(provider_keys(self.providers()))
-            self._fingerprint = dict(sorted(fp.items()))
-        return self._fingerprint
-
-    def check_providers(self, out_dir: str) -> None:
-        """Records made by another provider of a selector, method, adapter or objective: one line
-        naming it and both providers (argtca/trainers/providers.py)."""
-        from argtca.trainers.providers import check_providers
-        check_providers(self, out_dir)
-
-    def output_dir(self) -> str:
-        """``--output-dir`` when given (another run's settings there are refused); otherwise
-        ``<OUTPUT_ROOT>/<method>/<dataset>/<hash8>/seed<N>`` (:func:`default_output_dir`)."""
-        if self.cfg.OUTPUT_DIR and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR:
-            return self.cfg.OUTPUT_DIR
-        return default_output_dir(self.method, self.dataset.key or self.dataset.name,
-                                  self.fingerprint(), str(self.cfg.get("OUTPUT_ROOT", "output")
-                                                          or "output"))
-
-    @property
-    def explicit_output_dir(self) -> bool:
-        return bool(self.cfg.OUTPUT_DIR) and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR
-
     # ---------------------------------------------------------------- the loop
     def test(self) -> Dict[str, object]:
         cfg = self.cfg
@@ -372,7 +209,7 @@ class TestTimeTrainer:
         print(f"argtca: run folder {os.path.abspath(out_dir)}", flush=True)
         # a run that fails before its first record (weights missing, ...) removes the folders it
         # made: the corrected command may have another hash, and would never reuse them
-        made = _missing_dirs(out_dir)
+        made = missing_dirs(out_dir)
         before = set() if made else set(os.listdir(out_dir))
         os.makedirs(out_dir, exist_ok=True)
         try:
@@ -383,17 +220,11 @@ class TestTimeTrainer:
                 try:
                     return self._test_in(out_dir)
                 except Exception:
-                    _empty_unstarted(out_dir, before)
+                    empty_unstarted(out_dir, before)
                     raise
         except Exception:
-            _remove_made(made, os.path.dirname(os.path.abspath(out_dir)))
+            remove_made(made, os.path.dirname(os.path.abspath(out_dir)))
             raise
-
-    def write_settings(self, exp_dir: str) -> None:
-        path = os.path.join(exp_dir, "settings.json")
-        if not os.path.isfile(path):   # the same content for every seed: written once
-            write_json(path, readable_settings(self.cfg, self.fingerprint(), self.input_paths),
-                       default=str)
 
     def _test_in(self, out_dir: str) -> Dict[str, object]:
         from argtca.metrics import RunningCalibration

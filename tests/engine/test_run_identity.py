@@ -114,7 +114,7 @@ def test_interrupted_default_run_resumes_in_its_folder(data, tmp_path):
 
 def test_default_folder_helpers():
     from argtca.run_folder import experiment_hash
-    from argtca.trainers.base import default_output_dir
+    from argtca.trainers.identity import default_output_dir
     fp = {"SEED": 3, "TTA.LR": 0.005, "TEST_SET.N_IMAGES": 6}
     want = hashlib.sha256(json.dumps({"TEST_SET.N_IMAGES": 6, "TTA.LR": 0.005},
                                      sort_keys=True).encode()).hexdigest()[:8]

@@ -1,0 +1,145 @@
+"""A run's identity: the files it reads (by content), the code that provides it, its fingerprint
+(``config.json``) and the folder that fingerprint names.
+
+:class:`RunIdentity` is the part of :class:`argtca.trainers.base.TestTimeTrainer` that answers
+"which experiment is this run, and where does it live"; the loop is in base.py.
+"""
+from __future__ import annotations
+
+import os
+from typing import Dict, Tuple
+
+from argtca.config import get_cfg_default
+from argtca.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, experiment_hash, flatten_cfg,
+                               run_fingerprint)
+from argtca.utils.io import write_json
+
+__all__ = ["RunIdentity", "default_output_dir", "readable_settings", "input_hashes"]
+
+
+def default_output_dir(method: str, dataset_key: str, fingerprint: Dict[str, object],
+                       root: str = "output") -> str:
+    """``<root>/<method>/<dataset>/<hash8>/seed<N>``: ``hash8`` names every setting that can
+    change a number (the run fingerprint without the seed: config keys, test set, device type,
+    input file contents), so runs of other settings never share a folder and the same settings
+    always find theirs (to resume or re-read). The seeds of one experiment are siblings."""
+    return os.path.join(root, method, dataset_key, experiment_hash(fingerprint),
+                        f"seed{fingerprint.get('SEED', 1)}")
+
+
+def readable_settings(cfg, fingerprint: Dict[str, object], paths: Dict[str, str]) -> dict:
+    """What an experiment folder ``<hash8>/`` stands for, for people: the keys that differ from
+    the defaults (the seed aside) and the input files with their sha256."""
+    default = flatten_cfg(get_cfg_default())
+    flat = flatten_cfg(cfg)
+    return {"experiment": experiment_hash(fingerprint),
+            "overrides": {k: v for k, v in sorted(flat.items())
+                          if default.get(k) != v and k != "SEED" and k not in NON_RESULT_KEYS},
+            "inputs": {role: {"path": paths.get(role, ""), "sha256": v}
+                       for role, v in input_hashes(fingerprint).items()},
+            "test_set": {k: v for k, v in fingerprint.items() if k.startswith("TEST_SET.")},
+            "device_type": fingerprint.get("RUN.DEVICE_TYPE")}
+
+
+def input_hashes(fingerprint: Dict[str, object]) -> Dict[str, str]:
+    """role -> sha256 of the input files of a fingerprint."""
+    n = len(INPUT_HASH_PREFIX)
+    return {k[n:]: str(v) for k, v in fingerprint.items() if k.startswith(INPUT_HASH_PREFIX)}
+
+
+class RunIdentity:
+    """Mixin of the trainer: expects ``cfg``, ``dataset``, ``device`` and ``method``."""
+
+    # files given on the command line that the run reads (``--plugin`` modules): role -> path
+    plugin_files: Dict[str, str] = {}
+
+    def input_files(self) -> Dict[str, str]:
+        """role -> path of every file this run reads that can change a number: the weights file,
+        CoOp's context checkpoint, the split and class-name files, the attribute file (methods
+        that read one expose ``attribute_file``) and plug-in modules. Each enters the fingerprint
+        by its sha256 (argtca/utils/hashing.py)."""
+        cfg = self.cfg
+        files: Dict[str, str] = {}
+        weights = os.path.expanduser(str(cfg.MODEL.PRETRAINED))
+        if os.path.isfile(weights):
+            files["MODEL.PRETRAINED"] = weights
+        coop = getattr(self, "coop_context", None)
+        if coop is not None:
+            files["TTA.CTX_CHECKPOINT"] = str(coop["file"])
+        split = getattr(self.dataset, "split_path", "")
+        if split and os.path.isfile(split):
+            files["SPLIT_FILE"] = str(split)
+        node = cfg.DATASET.get("IMAGEFOLDER", None)
+        root = getattr(self.dataset, "root", "") or ""
+        for key in ("SPLIT_FILE", "CLASSNAMES"):
+            value = os.path.expanduser(str(node.get(key, "") if node is not None else "").strip())
+            path = value if os.path.isabs(value) else os.path.join(root, value)
+            if value and os.path.isfile(path):
+                files[f"DATASET.IMAGEFOLDER.{key}"] = path
+        try:
+            attributes = getattr(self, "attribute_file", None)
+        except Exception:   # noqa: BLE001 (resolved and reported by the method at load time)
+            attributes = None
+        if attributes and os.path.isfile(str(attributes)):
+            files["DATASET.ATTRIBUTE_FILE"] = str(attributes)
+        for name, path in sorted(self.plugin_files.items()):
+            files[f"PLUGIN.{name}"] = path
+        # the code of every plug-in that runs (an entry point's module, a trainer, selector or
+        # adapter registered over a built-in): its source file by content, like a --plugin file
+        seen = {os.path.realpath(p) for p in files.values()}
+        for kind, (module, file) in sorted(self.providers().items()):
+            if file and os.path.isfile(file) and os.path.realpath(file) not in seen:
+                files[f"PLUGIN.{module}"] = file
+                seen.add(os.path.realpath(file))
+        return files
+
+    def providers(self) -> Dict[str, Tuple[str, str]]:
+        """kind -> (module, source file) of this run's code that is not argtca's own
+        (argtca/trainers/providers.py): it enters the fingerprint as ``PROVIDER.<kind>`` and its
+        file as ``FILE_SHA256.PLUGIN.<module>``."""
+        from argtca.trainers.providers import run_providers
+        return run_providers(self)
+
+    def fingerprint(self) -> Dict[str, object]:
+        """The run fingerprint (config.json): result-defining keys, the test set, the device
+        type and the sha256 of each input file; computed once (the inputs are hashed then)."""
+        if getattr(self, "_fingerprint", None) is None:
+            from argtca.utils.hashing import file_sha256
+            paths = self.input_files()
+            hashes = {}
+            for role, path in paths.items():
+                try:
+                    hashes[role] = file_sha256(path)
+                except OSError as e:
+                    raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
+            self.input_paths = paths
+            fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
+            from argtca.trainers.providers import provider_keys
+            fp.update(provider_keys(self.providers()))
+            self._fingerprint = dict(sorted(fp.items()))
+        return self._fingerprint
+
+    def check_providers(self, out_dir: str) -> None:
+        """Records made by another provider of a selector, method, adapter or objective: one line
+        naming it and both providers (argtca/trainers/providers.py)."""
+        from argtca.trainers.providers import check_providers
+        check_providers(self, out_dir)
+
+    def output_dir(self) -> str:
+        """``--output-dir`` when given (another run's settings there are refused); otherwise
+        ``<OUTPUT_ROOT>/<method>/<dataset>/<hash8>/seed<N>`` (:func:`default_output_dir`)."""
+        if self.cfg.OUTPUT_DIR and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR:
+            return self.cfg.OUTPUT_DIR
+        return default_output_dir(self.method, self.dataset.key or self.dataset.name,
+                                  self.fingerprint(), str(self.cfg.get("OUTPUT_ROOT", "output")
+                                                          or "output"))
+
+    @property
+    def explicit_output_dir(self) -> bool:
+        return bool(self.cfg.OUTPUT_DIR) and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR
+
+    def write_settings(self, exp_dir: str) -> None:
+        path = os.path.join(exp_dir, "settings.json")
+        if not os.path.isfile(path):   # the same content for every seed: written once
+            write_json(path, readable_settings(self.cfg, self.fingerprint(), self.input_paths),
+                       default=str)
