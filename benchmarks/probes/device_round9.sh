@@ -20,16 +20,16 @@ export PYTHONUNBUFFERED=1
 ROOT=$PWD
 S=$ROOT/.speed3
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
-R=/tmp/r9; mkdir -p $R
+R=${R:-/tmp/r9}; mkdir -p $R
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-540}
-pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/wheels/*.whl 2>&1 | tail -2
-export PYTHONPATH=/tmp/site
+pip install -q --no-index --no-deps --no-compile --target ${SITE:=/tmp/site} $S/wheels/*.whl 2>&1 | tail -2
+export PYTHONPATH=$SITE
 STEPS=${*:-official fair default before gpu_tpt gpu_tca official256 fair256}
 nvidia-smi -L; nproc; date -u; python3 -c "import torch, PIL; print(torch.__version__, PIL.__version__)"
 echo "before: $(git log --oneline -1 2>/dev/null)"; echo "after: $(cat $S/COMMIT)"
 # no run pays the bytecode compilation of its sources (the wheels were installed without it)
-python3 -m compileall -q -j 16 /tmp/site $S/argtca $ROOT/argtca $S/peers/TPT > /dev/null 2>&1
+python3 -m compileall -q -j 16 $SITE $S/argtca $ROOT/argtca $S/peers/TPT > /dev/null 2>&1
 python3 - <<PY
 import sys; sys.path.insert(0, "$S")
 from argtca.bench.data import make_synthetic_coop
@@ -52,7 +52,7 @@ proc() {
 }
 argtca() {   # tag tree n views config extra...
   local tag=$1 tree=$2 n=$3 views=$4 cfg=$5; shift 5
-  (cd $tree && PYTHONPATH=$tree:/tmp/site ARGTCA_ROOT=$tree proc $tag timeout 200 python3 \
+  (cd $tree && PYTHONPATH=$tree:$SITE ARGTCA_ROOT=$tree proc $tag timeout 200 python3 \
     $S/benchmarks/probes/e2e_timeline.py $R/$tag.json -- --root $R/d$n/K101 --seed 1 \
     --dataset-config-file $tree/configs/datasets/caltech101.yaml \
     --config-file $tree/configs/trainers/$cfg.yaml MODEL.BACKBONE.NAME ViT-B/16 \
