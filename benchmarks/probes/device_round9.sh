@@ -21,9 +21,10 @@ ROOT=$PWD
 S=$ROOT/.speed3
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 R=${R:-/tmp/r9}; mkdir -p $R
+SITE=${SITE:-/tmp/site}
 T0=$(date +%s)
 DEADLINE=${DEADLINE:-540}
-pip install -q --no-index --no-deps --no-compile --target ${SITE:=/tmp/site} $S/wheels/*.whl 2>&1 | tail -2
+pip install -q --no-index --no-deps --no-compile --target $SITE $S/wheels/*.whl 2>&1 | tail -2
 export PYTHONPATH=$SITE
 STEPS=${*:-official fair default before gpu_tpt gpu_tca official256 fair256}
 nvidia-smi -L; nproc; date -u; python3 -c "import torch, PIL; print(torch.__version__, PIL.__version__)"
