@@ -192,8 +192,13 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
             ds.out_dtype = torch.float16
         if int(batch_images) < 1:
             raise ValueError(f"batch_images={batch_images} must be >= 1")
-        # single images, grouped into batches by ViewsLoader (all workers on every batch)
-        loader = build_item_loader(ds, int(num_workers), pin_memory=pin, prefetch=prefetch)
+        # single images, grouped into batches by ViewsLoader (all workers on every batch).
+        # DATALOADER.PREFETCH counts batches a worker may hold ready; a worker here makes images,
+        # so its depth is PREFETCH x BATCH_IMAGES images (capped by PREFETCH_BYTES, e.g. 14 an
+        # image of 64 fp16 views at 224 px on 15 workers), so that they keep making images while
+        # the model is built (they start first) instead of stopping at PREFETCH images each
+        loader = build_item_loader(ds, int(num_workers), pin_memory=pin,
+                                   prefetch=int(prefetch) * int(batch_images))
         return ViewsLoader(loader, device, group=int(batch_images))
     ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
     # an unreadable file raises its one-line DataError here too, also from worker processes

@@ -347,3 +347,29 @@ def test_cpu_views_loader_groups_single_images_from_every_worker(tmp_path):
     finally:
         _utils.worker._worker_info = None
     assert shared.is_shared() and torch.equal(shared, ref[0]["views"][0])
+
+
+def test_cpu_views_loader_holds_prefetch_batches_of_images_a_worker():
+    """DATALOADER.PREFETCH counts batches a worker may hold ready; the CPU views loader's workers
+    make single images, so each may hold PREFETCH x BATCH_IMAGES images (it held PREFETCH: 4 a
+    worker, 60 images on 15 workers, while the model is built), capped by the 4 GiB budget. On
+    the CPU the views stay float32: 64 * 3 * 224 * 224 * 4 = 38,535,168 bytes an image;
+    15 workers: 4294967296 // (15 * 38535168) = 7 < 4 * 16; 2 workers: 4294967296 // 77070336
+    = 55 < 64; 1 image a batch: 4 * 1 = 4."""
+    from argtca.views.loader import build_views_loader
+
+    class Fine:
+        fine_grained = True
+        test = []
+
+    cfg = get_cfg_default()
+    cfg.INPUT.SIZE = 224
+    cfg.TTA.N_VIEWS = 64
+    cfg.TTA.VIEWS_DEVICE = "cpu"
+    assert 64 * 3 * 224 * 224 * 4 == 38_535_168
+    depth = {}
+    for workers, batch in ((15, 16), (2, 16), (2, 1)):
+        ld = build_views_loader(cfg, Fine(), 1, [], batch, "cpu", workers, prefetch=4)
+        assert ld.group == batch and ld.loader.num_workers == workers
+        depth[workers, batch] = ld.loader.prefetch_factor
+    assert depth == {(15, 16): 7, (2, 16): 55, (2, 1): 4}
