@@ -143,8 +143,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an OOD set (configs/datasets key, e.g. dtd or imagefolder); repeat")
     od.add_argument("--ood-root", default="", help="the OOD sets' data root (default --root)")
     od.add_argument("--ood-split", default="test", help="the OOD sets' split (default test)")
-    od.add_argument("--methods", default="", help="comma-separated methods (default "
-                    "zeroshot,tpt,tda; 'paper', 'zoo' and 'all' as for table1)")
+    od.add_argument("--methods", default="", help="comma-separated methods (default: the first "
+                    "method of the zero-shot, TPT and online families of python -m "
+                    "argtca.trainers.catalogue --table; 'paper', 'zoo' and 'all' as for table1)")
     t2 = sub.add_parser("table2", help="ablations: full / zero edges / raw EOS / random")
     common(t2, "1")
     t2.add_argument("--selectors", default="div,disc")

@@ -25,7 +25,13 @@ from .tables import _finish, _present
 
 __all__ = ["ood", "plan_ood", "ood_dataset_name"]
 
-DEFAULT_METHODS = ["zeroshot", "tpt", "tda"]
+# the default: the first declared method of the zero-shot, TPT and online families (the catalogue)
+OOD_FAMILIES = ("zero-shot", "tpt-family", "online")
+
+
+def default_methods() -> List[str]:
+    from argtca.trainers.catalogue import method_names
+    return [method_names(f)[0] for f in OOD_FAMILIES]
 
 
 def ood_dataset_name(ds: str) -> str:
@@ -90,7 +96,7 @@ def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = 
         raise ExperimentError("ood: no OOD set; give --ood DATASET (a configs/datasets key, "
                               "e.g. dtd or imagefolder with --ood-root)")
     methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
-    methods = list(dict.fromkeys(methods)) or DEFAULT_METHODS
+    methods = list(dict.fromkeys(methods)) or default_methods()
     check_methods(methods, plugins)
     ood_root = os.path.abspath(os.path.expanduser(ood_root)) if ood_root else root
     out_root = Path(out_root)

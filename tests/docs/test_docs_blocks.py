@@ -50,6 +50,9 @@ def test_bash_block_runs(block, docs_env, tmp_path):
         pytest.skip(block.skip)
     for name in ("scripts", "configs"):
         (tmp_path / name).symlink_to(REPO / name)
+    # the example files the docs show, where a reader has them: beside the commands
+    for example in sorted((REPO / "docs" / "examples").glob("*.py")):
+        (tmp_path / example.name).symlink_to(example)
     p = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", block.source], cwd=tmp_path,
                        env=docs_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                        timeout=600)
