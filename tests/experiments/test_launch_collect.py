@@ -177,3 +177,17 @@ def test_record_whose_command_loads_a_plugin_is_refused_and_not_imported(tmp_pat
         rc, out, err = _call(["collect", str(record)])
         assert rc == 2 and not marker.exists()
         assert len(err.strip().splitlines()) == 1 and str(plugin) in err and "collect" in err
+
+
+def test_local_launcher_checks_what_the_runs_share_before_submitting(tmp_path, monkeypatch):
+    """--launcher local with a weights file that is not there: the one message of the inline
+    runner, exit 2, before anything is submitted (no launch record, no run folder)."""
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "weights.pt"
+    rc, out, err = _call(["table1", "demo", "--methods", "zeroshot", "--seeds", "1",
+                          "--out-root", "o", "--launcher", "local", "--wait",
+                          "MODEL.PRETRAINED", str(missing)] + TINY)
+    assert rc == 2 and "no run started" in err and str(missing) in err, err
+    assert not (tmp_path / "o").exists()

@@ -54,6 +54,14 @@ class Launcher:
         recorded = read_record(record) if o.collect and record.is_file() else None
         if o.launcher == "slurm" and not (o.dry_run or o.collect):
             check_slurm()
+        if o.launcher == "local" and not o.collect:
+            # the tasks run on this machine: what the runs share (weights, data, attribute files,
+            # CUDA) is checked here once, before anything is submitted, as the inline runner
+            # does (a SLURM job's node is not this machine: its runs check for themselves)
+            from ..preflight import PreflightError, preflight, preflight_message
+            problems = preflight(specs, root, plugins)
+            if problems:
+                raise PreflightError(preflight_message(problems, len(specs), tag, ()))
         plans = survey(specs, root, plugins, self._device())
         for line in plan_summary(plans, o.gpus_per_job):
             print(f"[{tag}] {line}", flush=True)
