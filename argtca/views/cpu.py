@@ -12,25 +12,21 @@ processing order, on the number of DataLoader workers or on the other images. Cr
 from __future__ import annotations
 
 import math
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torchvision.transforms.functional as F
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, get_worker_info
 from torchvision.transforms import InterpolationMode
 
 from .augmix import OPS, augmix_planes_into, augmix_view, normalise_into, sample_plan
 from .exact import ExactMixer, apply_chain_exact
-from argtca.datasets.base import DataError, Datum
-from argtca.datasets.images import open_rgb, to_rgb
+from argtca.datasets.images import to_rgb
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
            "FastViewGenerator",
-           "augmix_enabled", "build_view_generator", "TestTimeDataset", "collate_views",
-           "LoadFailure", "CheckedLoader", "make_loader", "build_test_loader",
-           "build_item_loader"]
+           "augmix_enabled", "build_view_generator"]
 
 CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -329,225 +325,3 @@ def build_view_generator(cfg, dataset) -> ViewGenerator:
                          augmix=augmix_enabled(cfg.TTA.AUGMIX, dataset),
                          severity=cfg.TTA.AUGMIX_SEVERITY, mean=cfg.INPUT.PIXEL_MEAN,
                          std=cfg.INPUT.PIXEL_STD, interpolation=cfg.INPUT.INTERPOLATION)
-
-
-class TestTimeDataset(Dataset):
-    """Items -> ``dict(index, views[V,3,S,S], label, path)``; views of item i depend on (seed, i).
-
-    ``indices``: optional subset of item positions served in the given order (``index`` in the
-    output is always the position in ``items``, so subsets and shards reproduce the full run).
-    """
-
-    __test__ = False   # not a pytest class
-
-    def __init__(self, items: Sequence[Datum], view_gen: ViewGenerator, seed: int,
-                 indices: Optional[Sequence[int]] = None):
-        self.items = list(items)
-        self.view_gen = view_gen
-        self.seed = int(seed)
-        if indices is None:
-            self.indices = list(range(len(self.items)))
-        else:
-            self.indices = [int(i) for i in indices]
-            bad = [i for i in self.indices if not 0 <= i < len(self.items)]
-            if bad:
-                raise IndexError(f"indices {bad[:5]} out of range for {len(self.items)} items")
-
-    def __len__(self) -> int:
-        return len(self.indices)
-
-    def load(self, k: int) -> Tuple[int, Datum, Image.Image]:
-        """``(index, datum, RGB image)`` of the k-th item (:func:`argtca.datasets.images.open_rgb`:
-        every PIL mode to 8-bit RGB); one-line DataError naming the file if unreadable."""
-        index = self.indices[k]
-        datum = self.items[index]
-        return index, datum, open_rgb(datum.impath)
-
-    # dtype the views travel in from the loader workers (build_views_loader: float16 under fp16
-    # autocast on CUDA, where the image tower's first layer rounds its input to fp16 anyway)
-    out_dtype = torch.float32
-
-    def __getitem__(self, k: int) -> Dict[str, Any]:
-        index, datum, img = self.load(k)
-        if self.out_dtype in getattr(self.view_gen, "DTYPES", ()):   # writes the dtype itself
-            vg = self.view_gen
-            out = None
-            if get_worker_info() is not None:
-                # in a loader worker, straight into shared memory: the item then goes to the
-                # main process without a copy (pickling an ordinary tensor copies it there)
-                out = _shared_empty((vg.n_views, 3, vg.size, vg.size), self.out_dtype)
-            views = vg(img, self.seed, index, dtype=self.out_dtype, out=out)
-        else:
-            views = self.view_gen(img, self.seed, index)
-        if views.dtype != self.out_dtype:
-            views = views.to(self.out_dtype)
-        return {"index": index, "views": views, "label": int(datum.label), "path": datum.impath}
-
-
-def _shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
-    """An uninitialised tensor in shared memory (as torch's default_collate makes in workers)."""
-    storage = torch.empty(0, dtype=dtype)._typed_storage()._new_shared(math.prod(shape))
-    return torch.empty(0, dtype=dtype).new(storage).view(*shape)
-
-
-def _stack_shared(tensors: List[torch.Tensor]) -> torch.Tensor:
-    """``torch.stack``; in a DataLoader worker into shared memory (as torch's default_collate
-    does), so that sending the batch to the main process moves no bytes: a plain stack would be
-    copied once more into shared memory when pickled (19 MB an image of 64 fp16 views)."""
-    if get_worker_info() is None:
-        return torch.stack(tensors)
-    first = tensors[0]
-    storage = first._typed_storage()._new_shared(len(tensors) * first.numel(),
-                                                 device=first.device)
-    out = first.new(storage).resize_(len(tensors), *first.shape)
-    return torch.stack(tensors, out=out)
-
-
-def collate_views(batch: List[Dict[str, Any]]) -> Dict[str, Any]:
-    return {"index": torch.tensor([b["index"] for b in batch], dtype=torch.long),
-            "views": _stack_shared([b["views"] for b in batch]),
-            "label": torch.tensor([b["label"] for b in batch], dtype=torch.long),
-            "path": [b["path"] for b in batch]}
-
-
-class LoadFailure:
-    """An item whose file could not be read: it travels through the DataLoader (workers included)
-    as a value, so that the main process raises the dataset's one-line :class:`DataError` instead
-    of torch's "Caught DataError in DataLoader worker process" traceback text."""
-
-    __slots__ = ("message",)
-
-    def __init__(self, message: str):
-        self.message = message
-
-    def __getstate__(self):
-        return self.message
-
-    def __setstate__(self, message):
-        self.message = message
-
-
-class _Guarded(Dataset):
-    def __init__(self, dataset: Dataset):
-        self.dataset = dataset
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, k: int):
-        try:
-            return self.dataset[k]
-        except DataError as e:
-            return LoadFailure(str(e))
-
-
-class _GuardedCollate:
-    def __init__(self, collate):
-        self.collate = collate
-
-    def __call__(self, batch):
-        for b in batch:
-            if isinstance(b, LoadFailure):
-                return b
-        return self.collate(batch)
-
-
-class CheckedLoader(DataLoader):
-    """A DataLoader over ``_Guarded(dataset)`` that raises the item's :class:`DataError` (its own
-    one-line message) in the iterating process."""
-
-    def __iter__(self):
-        # not a generator function: the workers start here, at iter(), not at the first next()
-        return self._checked(super().__iter__())
-
-    def _checked(self, it):
-        for batch in it:
-            if isinstance(batch, LoadFailure):
-                # the pass ends here: the (persistent) workers go now, not when the error's
-                # traceback, which holds this iterator, is collected
-                stop = getattr(it, "_shutdown_workers", None)
-                if stop is not None:
-                    stop()
-                    self._iterator = None
-                raise DataError(batch.message)
-            yield batch
-
-
-# batches of CPU views waiting in the loader's queues take at most this many bytes: a batch of 16
-# images x 64 fp16 views of 224 px is 308 MB, so 15 workers x 4 batches would hold 18 GB
-PREFETCH_BYTES = 4 << 30
-
-
-def capped_prefetch(prefetch: int, num_workers: int, batch_bytes: int,
-                    budget: int = PREFETCH_BYTES) -> int:
-    """``prefetch`` batches per worker, lowered (to 1 at least) so that workers x prefetch batches
-    of ``batch_bytes`` stay within ``budget``."""
-    if num_workers <= 0:
-        return max(1, int(prefetch))
-    return max(1, min(int(prefetch), int(budget) // max(1, num_workers * int(batch_bytes))))
-
-
-def make_loader(dataset: Dataset, collate, num_workers: int, batch_images: int = 1,
-                pin_memory: bool = False, prefetch: int = 4,
-                item_bytes: int = 0) -> CheckedLoader:
-    """Sequential :class:`CheckedLoader` of ``dataset`` in batches of ``batch_images``; with
-    ``item_bytes`` (the size of one collated item) the prefetch depth is capped by
-    :data:`PREFETCH_BYTES` of waiting batches."""
-    num_workers = int(num_workers)
-    if num_workers == -1:   # DATALOADER.NUM_WORKERS -1: what the machine has
-        from argtca.utils.host import auto_workers
-        num_workers = auto_workers()
-    if num_workers < 0 or int(batch_images) < 1:
-        raise ValueError(f"num_workers={num_workers} must be >= 0 and batch_images={batch_images} "
-                         f">= 1")
-    if item_bytes:
-        prefetch = capped_prefetch(prefetch, num_workers, int(batch_images) * int(item_bytes))
-    # persistent workers: the end of the pass does not wait for the workers' shutdown (a join
-    # of up to 5 s a worker, measured inside the loop on a 16-core GPU host); they go with the
-    # loader (or the process)
-    return CheckedLoader(_Guarded(dataset), batch_size=int(batch_images), shuffle=False,
-                         num_workers=num_workers, collate_fn=_GuardedCollate(collate),
-                         pin_memory=pin_memory,
-                         prefetch_factor=max(1, int(prefetch)) if num_workers > 0 else None,
-                         persistent_workers=num_workers > 0, drop_last=False)
-
-
-def _item(x):
-    """``collate_fn`` of the item loader: each item as the dataset made it (no batch)."""
-    return x
-
-
-def build_item_loader(dataset: TestTimeDataset, num_workers: int, pin_memory: bool = False,
-                      prefetch: int = 4) -> CheckedLoader:
-    """Sequential loader of single items (``dict(index, views, label, path)``, no batch
-    dimension), for a consumer that groups them into batches itself
-    (:class:`argtca.views.loader.ViewsLoader`): every worker makes whole images, so all of them
-    work on the first batch and none idles at the end of the pass, as they do when each makes a
-    whole batch of ``TTA.BATCH_IMAGES``. Prefetch depth (items per worker) capped as
-    :func:`make_loader`; an unreadable file raises its one-line :class:`DataError`."""
-    vg = dataset.view_gen
-    per_image = vg.n_views * 3 * vg.size * vg.size * torch.empty(
-        0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
-    num_workers = int(num_workers)
-    if num_workers == -1:
-        from argtca.utils.host import auto_workers
-        num_workers = auto_workers()
-    if num_workers < 0:
-        raise ValueError(f"num_workers={num_workers} must be >= 0")
-    prefetch = capped_prefetch(prefetch, num_workers, per_image)
-    return CheckedLoader(_Guarded(dataset), batch_size=None, shuffle=False,
-                         num_workers=num_workers, collate_fn=_item, pin_memory=pin_memory,
-                         prefetch_factor=prefetch if num_workers > 0 else None,
-                         persistent_workers=num_workers > 0)
-
-
-def build_test_loader(dataset: TestTimeDataset, num_workers: int, batch_images: int = 1,
-                      pin_memory: bool = False, prefetch: int = 4) -> CheckedLoader:
-    """Sequential loader: batches of ``batch_images`` items collated by ``collate_views``; an
-    unreadable file raises its one-line :class:`DataError` (also from worker processes). The
-    prefetch depth is capped by :data:`PREFETCH_BYTES` of waiting views."""
-    vg = dataset.view_gen
-    per_image = vg.n_views * 3 * vg.size * vg.size * torch.empty(
-        0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
-    return make_loader(dataset, collate_views, num_workers, batch_images, pin_memory, prefetch,
-                       item_bytes=per_image)

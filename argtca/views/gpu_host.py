@@ -14,8 +14,8 @@ from PIL import Image
 
 from argtca.views.augmix import OPS, sample_plan
 from argtca.datasets.base import Datum
-from argtca.views.cpu import (TestTimeDataset, ViewGenerator, item_rngs,
-                                   random_resized_crop_params)
+from argtca.views.cpu import ViewGenerator, item_rngs, random_resized_crop_params
+from argtca.views.dataset import TestTimeDataset
 from argtca.views.gpu_ops import CHAINS, DEPTH, MAG0, N_COLUMNS, OP0, OP_NAMES
 
 __all__ = ["views_device", "sample_view_params", "GpuViewDataset", "collate_gpu_views"]

@@ -12,8 +12,8 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
-from argtca.views.cpu import (FastViewGenerator, TestTimeDataset, build_item_loader,
-                              build_view_generator, make_loader)
+from argtca.views.cpu import FastViewGenerator, build_view_generator
+from argtca.views.dataset import TestTimeDataset, build_item_loader, make_loader
 from argtca.views.gpu import GpuViewMaker
 from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
 

@@ -147,7 +147,7 @@ def procs(counts, n):
 def loader(n_images: int):
     import tempfile
     from argtca.datasets import Datum
-    from argtca.views.cpu import TestTimeDataset, build_test_loader
+    from argtca.views.dataset import TestTimeDataset, build_test_loader
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp()
     items = []

@@ -367,7 +367,7 @@ def test_fast_views_in_float16_are_the_float32_views_rounded_once():
 
 def test_dataset_in_float16_gets_the_same_views_from_the_fast_generator(tmp_path):
     from argtca.datasets.base import Datum
-    from argtca.views.cpu import TestTimeDataset
+    from argtca.views.dataset import TestTimeDataset
     path = tmp_path / "a.png"
     _photo(224).resize((80, 60)).save(path)
     vg = FastViewGenerator.like(ViewGenerator(size=32, n_views=5, augmix=True))

@@ -19,7 +19,8 @@ from PIL import Image
 import argtca.views.cpu as cpu
 from argtca.datasets import Datum
 from argtca.views.augmix import OpCall
-from argtca.views.cpu import CLIP_MEAN, CLIP_STD, TestTimeDataset, ViewGenerator, collate_views
+from argtca.views.cpu import CLIP_MEAN, CLIP_STD, ViewGenerator
+from argtca.views.dataset import TestTimeDataset, collate_views
 from argtca.views.exact import apply_op_exact
 
 MIRROR = "/work/.mirror/azshue+TPT/repo"

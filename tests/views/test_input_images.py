@@ -17,7 +17,8 @@ from PIL import Image
 
 from argtca.datasets import DataError, Datum, build_dataset
 from argtca.datasets.images import check_images, image_problem, open_rgb, to_rgb
-from argtca.views.cpu import TestTimeDataset, ViewGenerator, build_test_loader
+from argtca.views.cpu import ViewGenerator
+from argtca.views.dataset import TestTimeDataset, build_test_loader
 from conftest import tiny_cfg
 from helpers_data import make_caltech
 

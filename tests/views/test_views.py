@@ -10,9 +10,9 @@ from argtca.config import get_cfg_default
 from argtca.datasets import DataError, Datum
 from argtca.views.augmix import (OPS, AugMixPlan, OpCall, apply_op, augmix_view, sample_op,
                                     sample_plan)
-from argtca.views.cpu import (CLIP_MEAN, CLIP_STD, TestTimeDataset, ViewGenerator,
-                                   build_test_loader, build_view_generator, item_rngs,
-                                   random_resized_crop_params)
+from argtca.views.cpu import (CLIP_MEAN, CLIP_STD, ViewGenerator, build_view_generator, item_rngs,
+                              random_resized_crop_params)
+from argtca.views.dataset import TestTimeDataset, build_test_loader
 
 S = 32
 
@@ -289,7 +289,7 @@ def test_prefetch_is_capped_by_the_bytes_of_waiting_views():
     """16 images x 64 fp16 views of 224 px = 16*64*3*224*224*2 = 308,281,344 bytes a batch: 15
     workers x 4 batches would hold 18.5 GB; a 4 GiB budget allows 4294967296 // (15 * 308281344)
     = 0 -> 1 batch a worker; 2 workers: 4294967296 // 616562688 = 6 -> capped at the asked 4."""
-    from argtca.views.cpu import capped_prefetch
+    from argtca.views.dataset import capped_prefetch
     batch = 16 * 64 * 3 * 224 * 224 * 2
     assert batch == 308_281_344
     assert capped_prefetch(4, 15, batch) == 1
@@ -297,7 +297,8 @@ def test_prefetch_is_capped_by_the_bytes_of_waiting_views():
     assert capped_prefetch(8, 2, batch) == 6
     assert capped_prefetch(4, 0, batch) == 4            # no workers: nothing waits in queues
     import torch
-    from argtca.views.cpu import TestTimeDataset, ViewGenerator, build_test_loader
+    from argtca.views.cpu import ViewGenerator
+    from argtca.views.dataset import TestTimeDataset, build_test_loader
     ds = TestTimeDataset([], ViewGenerator(224, 64, augmix=True), 1)
     ds.out_dtype = torch.float16
     assert build_test_loader(ds, 15, batch_images=16, prefetch=4).prefetch_factor == 1
@@ -318,7 +319,7 @@ def test_cpu_views_loader_groups_single_images_from_every_worker(tmp_path):
     """The CPU views loader's workers make single images (in shared memory) that the main
     process groups into batches: every worker works on the first batch (formerly one worker
     made a whole batch), and the batches are the same as made without workers."""
-    from argtca.views.cpu import build_item_loader
+    from argtca.views.dataset import build_item_loader
     from argtca.views.loader import ViewsLoader
     items = _items(tmp_path, n=6)   # 7 items, the last one the file of the first
     vg = ViewGenerator(size=S, n_views=4, augmix=True)
