@@ -66,3 +66,15 @@ def shared_data():
     if not SHARED.is_dir():
         pytest.skip("../shared/data is absent")
     return SHARED
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _plugins_stay_in_their_module(request):
+    """The toy methods of tests/plugins leave the registries with their test module (else a
+    later module's catalogue, Table-1 plan or defaults would list them)."""
+    if "plugins" not in Path(str(request.fspath)).parts:
+        yield
+        return
+    from helpers_registry import registries_restored
+    with registries_restored():
+        yield

@@ -234,8 +234,14 @@ def test_flags_named_exist():
 def _cfg_keys() -> Tuple[Set[str], Set[str]]:
     from argtca.config import get_cfg_default
     from argtca.plugins import load_plugins
-    # the plug-ins the docs show declare their own nodes (docs/own-method.md)
-    load_plugins(str(p) for p in sorted((REPO / "docs" / "examples").glob("*.py")))
+    from helpers_registry import registries_restored
+    with registries_restored():
+        # the plug-ins the docs show declare their own nodes (docs/own-method.md)
+        load_plugins(str(p) for p in sorted((REPO / "docs" / "examples").glob("*.py")))
+        return _walk_cfg(get_cfg_default())
+
+
+def _walk_cfg(cfg) -> Tuple[Set[str], Set[str]]:
     leaves, nodes = set(), set()
 
     def walk(node, prefix):
@@ -246,7 +252,7 @@ def _cfg_keys() -> Tuple[Set[str], Set[str]]:
                 walk(v, key + ".")
             else:
                 leaves.add(key)
-    walk(get_cfg_default(), "")
+    walk(cfg, "")
     return leaves, nodes
 
 
