@@ -13,8 +13,57 @@ from __future__ import annotations
 import inspect
 from typing import Any, Dict, List, Optional
 
-__all__ = ["Registry", "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY",
-           "OBJECTIVE_REGISTRY", "ENGINE_REGISTRY", "ADAPTER_REGISTRY"]
+__all__ = ["PluginError", "PLUGIN_PACKAGE", "METHODS_GROUP", "load_entry_points", "Registry",
+           "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY", "OBJECTIVE_REGISTRY",
+           "ENGINE_REGISTRY", "ADAPTER_REGISTRY"]
+
+
+# plug-in files are imported as submodules of this package name, so a file called random.py or
+# json.py registers its code without replacing the standard library's module of that name
+PLUGIN_PACKAGE = "_argtca_plugins"
+METHODS_GROUP = "argtca.methods"
+
+
+class PluginError(RuntimeError):
+    """A plug-in that cannot be loaded or declared: the message names it and the fix."""
+
+
+def _dist(ep) -> str:
+    return getattr(getattr(ep, "dist", None), "name", "?")
+
+
+def load_entry_points(group: str, registry=None, kind: str = "plug-in") -> List[str]:
+    """Load every installed entry point of ``group``: a module is imported (its decorators
+    register); with a ``registry``, a function is registered under the entry point's name
+    unless it registered itself. Returns the entry points' names."""
+    from importlib.metadata import entry_points
+    try:
+        eps = entry_points(group=group)
+    except TypeError:  # Python < 3.10
+        eps = entry_points().get(group, [])
+    names = []
+    for ep in eps:
+        try:
+            obj = ep.load()
+        except Exception as e:  # noqa: BLE001 (any failure of third-party code: one clear line)
+            raise PluginError(
+                f"{kind} entry point {ep.name} = {ep.value} (group {group}, package {_dist(ep)}) "
+                f"failed to load ({type(e).__name__}: {e}); fix or uninstall that package") from e
+        if registry is not None and callable(obj) and not inspect.ismodule(obj) \
+                and not inspect.isclass(obj):
+            registered = {id(registry.get(n)) for n in registry.registered_names()}
+            if id(obj) not in registered:
+                if ep.name in registry:   # a taken name is replaced only on purpose
+                    raise PluginError(
+                        f"{kind} entry point {ep.name} = {ep.value} (group {group}, package "
+                        f"{_dist(ep)}) takes the name of the registered {kind} {ep.name!r}; "
+                        f"rename the entry point, or register the function in its module with "
+                        f"@{registry._name}_REGISTRY.register(name={ep.name!r}, override=True) "
+                        f"to replace it on purpose (runs then record the package as its "
+                        f"provider)")
+                registry.register(obj, name=ep.name)
+        names.append(ep.name)
+    return names
 
 
 class Registry:

@@ -18,23 +18,13 @@ from __future__ import annotations
 import os
 import sys
 
-from .config import DasslSetupError, check_dassl_cfg, extend_cfg  # noqa: F401
+from .config import (PLUGINS_ENV, DasslSetupError, check_dassl_cfg, extend_cfg,  # noqa: F401
+                     plugin_names)
 
 # argtca's trainer name -> its Dassl name (Dassl keys a trainer by its class name)
 DASSL_TRAINER_NAMES = {"ZeroshotCLIP": "ArgtcaZeroshotCLIP"}
 
 _installed = []
-
-
-# modules or .py files (os.pathsep- or comma-separated) imported when argtca registers into Dassl:
-# the --plugin of CoOp's train.py (docs/own-method.md)
-PLUGINS_ENV = "ARGTCA_PLUGINS"
-
-
-def plugin_names():
-    """The ``$ARGTCA_PLUGINS`` entries, in order."""
-    raw = os.environ.get(PLUGINS_ENV, "")
-    return [p.strip() for part in raw.split(os.pathsep) for p in part.split(",") if p.strip()]
 
 
 def dassl_name(argtca_name: str) -> str:

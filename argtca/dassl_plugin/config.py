@@ -18,6 +18,7 @@ backbone's image size.
 from __future__ import annotations
 
 import math
+import os
 from typing import Dict, Tuple
 
 from argtca.config import get_cfg_default
@@ -32,6 +33,17 @@ FINE_GRAINED = {"SUN397": True, "ImageNet": False, "ImageNetA": False, "ImageNet
 class DasslSetupError(ValueError):
     """A configuration that cannot give argtca's numbers under Dassl; the message names the key,
     the value and the fix."""
+
+
+# modules or .py files (os.pathsep- or comma-separated) imported when argtca registers into Dassl:
+# the --plugin of CoOp's train.py (docs/own-method.md)
+PLUGINS_ENV = "ARGTCA_PLUGINS"
+
+
+def plugin_names():
+    """The ``$ARGTCA_PLUGINS`` entries, in order."""
+    raw = os.environ.get(PLUGINS_ENV, "")
+    return [p.strip() for part in raw.split(os.pathsep) for p in part.split(",") if p.strip()]
 
 
 def extend_cfg(cfg) -> None:

@@ -14,7 +14,7 @@ import sys
 import torch
 from dassl.engine import TrainerX
 
-from .config import DasslSetupError, check_dassl_cfg
+from .config import DasslSetupError, check_dassl_cfg, plugin_names
 from .datasets import test_set_from_dassl
 
 
@@ -33,7 +33,6 @@ class DasslTestTimeTrainer(TrainerX):
         from argtca.plugins import loaded_plugin_files
         from argtca.registry import TRAINER_REGISTRY
 
-        from . import plugin_names
         cls = TRAINER_REGISTRY.get(self.argtca_trainer)
         cfg = self.cfg.clone()   # as argtca.run sets it up: other plug-ins' nodes left out
         cfg.defrost()

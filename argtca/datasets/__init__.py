@@ -46,5 +46,5 @@ def build_dataset(cfg) -> DatasetBase:
     dataset = resolve_dataset_class(cfg.DATASET.NAME)(cfg)
     if str(cfg.DATASET.get("OOD", {}).get("NAME", "") or "").strip():
         from .ood import ood_dataset
-        return ood_dataset(cfg, dataset)
+        return ood_dataset(cfg, dataset, resolve_dataset_class)
     return dataset

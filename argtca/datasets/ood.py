@@ -37,10 +37,10 @@ class OODSet(DatasetBase):
         return f"{self.ood.name} (OOD for {self.base.name})"
 
 
-def ood_dataset(cfg, base: DatasetBase) -> OODSet:
+def ood_dataset(cfg, base: DatasetBase, resolve_dataset_class) -> OODSet:
     """``DATASET.OOD.NAME``'s images (built like any dataset from a copy of ``cfg`` with the OOD
-    node's name, root, split and size) over ``base``'s classes."""
-    from . import resolve_dataset_class
+    node's name, root, split and size, its class found by ``resolve_dataset_class``, the
+    package's own lookup) over ``base``'s classes."""
     node = cfg.DATASET.OOD
     ocfg = cfg.clone()
     ocfg.defrost()

@@ -232,7 +232,8 @@ def collect(rest: Sequence[str]) -> int:
 
 
 def _run(argv: List[str], collect: bool = False) -> int:
-    from .plan import ExperimentError, check_opts, dispatching
+    from .plan import ExperimentError, check_opts
+    from .runner import dispatching
     from .preflight import PreflightError
     ap = build_parser()
     sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))

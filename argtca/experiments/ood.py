@@ -19,8 +19,9 @@ import os
 from pathlib import Path
 from typing import List, Sequence
 
-from .plan import ExperimentError, RunSpec, check_presence, dataset_yaml, execute, split_method
+from .plan import ExperimentError, RunSpec, check_presence, dataset_yaml, split_method
 from .preflight import check_methods, dropped_lines, needs_attributes
+from .runner import execute
 from .tables import _finish, _present
 
 __all__ = ["ood", "plan_ood", "ood_dataset_name"]
@@ -87,7 +88,7 @@ def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = 
         report_dir=None, force: bool = False) -> int:
     """Run every method on the ID datasets and on each OOD set; write the report (Table 1's over
     the ID runs, and the OOD section)."""
-    from ..report.ood import make_ood_report
+    from ..report.cli import make_ood_report
     from .plan import METHOD_SETS
     if not datasets:
         raise ExperimentError("ood: name the in-distribution dataset, e.g. `python -m "

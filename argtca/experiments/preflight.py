@@ -86,7 +86,7 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()
     stops), each message once, in the order met. Finished runs are only re-read: not checked."""
     from ..run import build_parser, setup_cfg
     if plugins:
-        from ..selectors import load_plugins
+        from ..plugins import load_plugins
         load_plugins(plugins)
     problems: Dict[str, List[str]] = {}
     weights: Dict[Tuple[str, str], List[str]] = {}
@@ -172,7 +172,8 @@ def check_selectors(names: Sequence[str], plugins: Sequence[str] = (),
                     flag: str = "--selectors") -> None:
     """Every selector name registered (after importing the ``--plugin`` modules): else one
     line naming the valid ones."""
-    from ..selectors import SELECTOR_REGISTRY, load_plugins
+    from ..plugins import load_plugins
+    from ..selectors import SELECTOR_REGISTRY   # argtca's own selectors registered
     if plugins:
         load_plugins(plugins)
     known = sorted(SELECTOR_REGISTRY.registered_names())

@@ -142,7 +142,8 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
     from argtca.graph.phase1 import graph_identity
     from argtca.graph.store import default_store_dir
     from argtca.attributes.files import attribute_file_for
-    from argtca.selectors import load_plugins, resolve_selector
+    from argtca.plugins import load_plugins
+    from argtca.selectors import resolve_selector
 
     load_plugins(args.plugin)
     cfg = build_cfg(args.dataset, opts)

@@ -20,10 +20,11 @@ from ..report.runs import ReportError
 
 from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
                    Presence, RunSpec, plan_lines,
-                   as_float, check_presence, execute, failure_lines, finished,
+                   as_float, check_presence, failure_lines, finished,
                    load_baseline_config, presence_lines, resolve_run_dirs, split_method)
 from .preflight import (check_methods, check_selectors, dropped_lines, needs_attributes,
                         preflight, preflight_message, views_lines)
+from .runner import execute
 
 
 def _split(opts, split="test") -> str:

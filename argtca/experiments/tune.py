@@ -29,8 +29,9 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..trainers.catalogue import catalogue
-from .plan import (BASELINES, ExperimentError, RunSpec, check_opts, check_presence, execute,
+from .plan import (BASELINES, ExperimentError, RunSpec, check_opts, check_presence,
                    failure_lines, presence_lines, value_for)
+from .runner import execute
 
 # Each baseline's own weights and the default grid (the paper's value is in each grid).
 DEFAULT_GRID: Dict[str, List[str]] = {

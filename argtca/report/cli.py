@@ -56,6 +56,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from .ablation import ablation_table
 from .attributes import attribute_table
 from .identity import canonical, real_weights, short_hash
+from .ood import is_ood_run, ood_csv, ood_markdown, ood_pairs, ood_results
 from .reference import (REFERENCE_BACKBONE, comparison_markdown, full_test_size, reference_for,
                         zeroshot_warning)
 from .runs import METRICS, ReportError, Run, RunProblem, _warn, find_runs
@@ -178,7 +179,6 @@ def write_skipped(out: Path, problems: List[RunProblem], written: Dict[str, Path
 def in_distribution(runs: List[Run], paths: Sequence) -> List[Run]:
     """The runs of a results table: an OOD run (``DATASET.OOD.NAME``: its images belong to no
     class, accuracy 0 by construction) is read only by the OOD section (``--ood``)."""
-    from .ood import is_ood_run
     kept = [r for r in runs if not is_ood_run(r)]
     if not kept:
         raise ReportError(f"only OOD runs (DATASET.OOD.NAME) under "
@@ -308,6 +308,34 @@ def make_ablation_report(paths: Sequence, out_dir=None, decimals: int = 2, force
     return written
 
 
+def make_ood_report(paths: Sequence, out_dir=None, decimals: int = 2, force: bool = False,
+                    default_parent=None, prefix: str = "ood",
+                    metrics: Sequence[str] = ("accuracy", "ece")) -> Dict[str, Path]:
+    """The ID runs' comparison report (table, stability, figures) and ``ood.md``/``ood.csv``
+    in one folder (``<default_parent>/<prefix>-<hash of every run>`` without ``out_dir``)."""
+    problems: List[RunProblem] = []
+    runs = find_runs(paths, problems)
+    pairs, alone = ood_pairs(runs)
+    for r in alone:
+        _warn(f"OOD run {r.path} has no in-distribution run of the same settings and seed; "
+              f"left out of ood.md")
+    if not pairs:
+        raise ReportError(f"no pair of in-distribution and OOD runs (DATASET.OOD.NAME) under "
+                          f"{', '.join(map(str, paths))}; run python -m argtca.experiments ood")
+    out = Path(out_dir) if out_dir is not None else default_report_dir(
+        runs, "ood", default_parent, prefix)
+    id_runs = [r.path for r in runs if not is_ood_run(r)]
+    written = make_report(id_runs, out, metrics=metrics, decimals=decimals, show_std=True,
+                          force=force)
+    claim_report_dir(out, runs, "ood", force)
+    results = ood_results(pairs)
+    for name, text in (("ood.md", ood_markdown(results, decimals)),
+                       ("ood.csv", ood_csv(results))):
+        (out / name).write_text(text)
+        written[name] = out / name
+    return written
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m argtca.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -340,7 +368,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if a.ablation:
             written.update(make_ablation_report(a.runs, a.out, a.decimals, a.force))
         if a.ood:
-            from .ood import make_ood_report
             metrics = [m.strip().lower() for m in a.metrics.split(",") if m.strip()]
             written.update(make_ood_report(a.runs, a.out, a.decimals, a.force, metrics=metrics))
         elif not (a.sweep or a.ablation):

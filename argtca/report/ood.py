@@ -13,18 +13,15 @@ from __future__ import annotations
 import csv
 import io
 import math
-from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
 from ..run_folder import STREAM_ORDER_KEY
 from .identity import FILE_HASH_PREFIX, canonical
-from .records import ReportError
-from .runs import MISSING, Run, RunProblem, _method_sort_key, _warn, find_runs
+from .runs import MISSING, Run, _method_sort_key
 
-__all__ = ["is_ood_run", "ood_pairs", "ood_results", "ood_markdown", "ood_csv",
-           "make_ood_report"]
+__all__ = ["is_ood_run", "ood_pairs", "ood_results", "ood_markdown", "ood_csv"]
 
 
 def is_ood_run(r: Run) -> bool:
@@ -135,32 +132,3 @@ def ood_csv(results: Sequence[Dict]) -> str:
     for r in sorted(results, key=lambda r: (r["sort"], r["id"], r["ood"], r["seed"])):
         w.writerow([r[k] for k in cols])
     return buf.getvalue()
-
-
-def make_ood_report(paths: Sequence, out_dir=None, decimals: int = 2, force: bool = False,
-                    default_parent=None, prefix: str = "ood",
-                    metrics: Sequence[str] = ("accuracy", "ece")) -> Dict[str, Path]:
-    """The ID runs' comparison report (table, stability, figures) and ``ood.md``/``ood.csv``
-    in one folder (``<default_parent>/<prefix>-<hash of every run>`` without ``out_dir``)."""
-    from .cli import claim_report_dir, default_report_dir, make_report
-    problems: List[RunProblem] = []
-    runs = find_runs(paths, problems)
-    pairs, alone = ood_pairs(runs)
-    for r in alone:
-        _warn(f"OOD run {r.path} has no in-distribution run of the same settings and seed; "
-              f"left out of ood.md")
-    if not pairs:
-        raise ReportError(f"no pair of in-distribution and OOD runs (DATASET.OOD.NAME) under "
-                          f"{', '.join(map(str, paths))}; run python -m argtca.experiments ood")
-    out = Path(out_dir) if out_dir is not None else default_report_dir(
-        runs, "ood", default_parent, prefix)
-    id_runs = [r.path for r in runs if not is_ood_run(r)]
-    written = make_report(id_runs, out, metrics=metrics, decimals=decimals, show_std=True,
-                          force=force)
-    claim_report_dir(out, runs, "ood", force)
-    results = ood_results(pairs)
-    for name, text in (("ood.md", ood_markdown(results, decimals)),
-                       ("ood.csv", ood_csv(results))):
-        (out / name).write_text(text)
-        written[name] = out / name
-    return written

@@ -40,8 +40,8 @@ import inspect
 import pkgutil
 from typing import List
 
-from argtca.plugins import PLUGIN_PACKAGE, PluginError, load_plugins
-from argtca.plugins import load_entry_points as _load_entry_points
+from argtca.registry import PLUGIN_PACKAGE, PluginError  # noqa: F401
+from argtca.registry import load_entry_points as _load_entry_points
 from argtca.registry import SELECTOR_REGISTRY
 from argtca.selectors._common import SelectorError
 from argtca.selectors.contract import TRAITS, Selector, check_selection
@@ -83,5 +83,5 @@ def resolve_selector(name: str) -> Selector:
 load_entry_points()
 
 __all__ = ["SELECTOR_REGISTRY", "SelectorError", "PluginError", "ENTRY_POINT_GROUP",
-           "PLUGIN_PACKAGE", "Selector", "check_selection", "load_entry_points", "load_plugins",
+           "PLUGIN_PACKAGE", "Selector", "check_selection", "load_entry_points",
            "resolve_selector"]

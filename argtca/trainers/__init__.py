@@ -14,6 +14,6 @@ except ImportError as e:  # pragma: no cover - only while the package is incompl
 import argtca.adapters  # noqa: E402,F401
 
 # installed packages' methods (entry-point group argtca.methods), once argtca's own are registered
-from argtca.plugins import METHODS_GROUP, load_entry_points  # noqa: E402
+from argtca.registry import METHODS_GROUP, load_entry_points  # noqa: E402
 
 load_entry_points(METHODS_GROUP, kind="method")

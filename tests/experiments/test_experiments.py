@@ -463,7 +463,8 @@ def test_scripts_pass_options_and_opts(tmp_path):
 
 def test_execute_goes_on_after_a_failure_and_stops_on_ctrl_c(tmp_path, capsys):
     """A failed run is listed and the others still run; Ctrl-C (exit 130) stops the batch."""
-    from argtca.experiments.plan import RunSpec, execute, failure_lines
+    from argtca.experiments.plan import RunSpec, failure_lines
+    from argtca.experiments.runner import execute
     specs = [RunSpec("tpt", "demo", 1, tmp_path / n) for n in ("a", "b", "c")]
     calls = []
 
@@ -493,7 +494,8 @@ def test_execute_skips_finished_runs_and_checks_the_rest_before_any(tmp_path, ca
     """A hash-keyed folder holding config.json and summary.json is not started again (nor
     checked); a run that cannot be set up (here: no data) stops every run before the first
     starts, with one message naming the problem, its fix and the run."""
-    from argtca.experiments.plan import RunSpec, execute
+    from argtca.experiments.plan import RunSpec
+    from argtca.experiments.runner import execute
     from argtca.experiments.preflight import PreflightError
     done = tmp_path / "tpt/demo/0123abcd/seed1"
     done.mkdir(parents=True)

@@ -14,8 +14,9 @@ import torch
 from argtca.config import get_cfg_default
 from argtca.graph import make_nodes, run_phase1, select_nodes
 from argtca.registry import SELECTOR_REGISTRY, Registry
+from argtca.plugins import load_plugins
 from argtca.selectors import (PLUGIN_PACKAGE, PluginError, SelectorError, check_selection,
-                              load_plugins, resolve_selector)
+                              resolve_selector)
 from argtca.selectors.div import select_div
 
 REPO = Path(__file__).resolve().parents[2]
@@ -226,7 +227,8 @@ def test_a_plugin_file_named_like_a_stdlib_module_does_not_replace_it(tmp_path):
     ''')
     code = textwrap.dedent(f'''
         import random, sys
-        from argtca.selectors import load_plugins, resolve_selector
+        from argtca.plugins import load_plugins
+        from argtca.selectors import resolve_selector
         load_plugins([{str(path)!r}])
         import random as again
         assert sys.modules["random"] is random is again and hasattr(random, "shuffle")

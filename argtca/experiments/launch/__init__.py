@@ -6,7 +6,7 @@ local jobs on a machine without SLURM (docs/workflows.md#cluster).
     python -m argtca.experiments collect output/launches/<plan>.json
 
 The command plans exactly as it does in-process (the same runs, the same folders), then hands
-its runs to :class:`Launcher` (``plan.dispatching``) instead of running them one after the other:
+its runs to :class:`Launcher` (``runner.dispatching``) instead of running them one after the other:
 
 * **What is submitted.** Every planned run is resolved to its run folder here (its trainer built
   without the model, as the run will build it) and a finished one (``summary.json`` next to the

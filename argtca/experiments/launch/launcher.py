@@ -30,7 +30,7 @@ def check_slurm() -> None:
 
 
 class Launcher:
-    """``plan.execute``'s stand-in (``plan.dispatching(Launcher(opts))``): survey, submit,
+    """``runner.execute``'s stand-in (``runner.dispatching(Launcher(opts))``): survey, submit,
     follow or collect, and return the Outcomes the command's report is made from."""
 
     def __init__(self, opts: LaunchOptions):

@@ -47,7 +47,7 @@ def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
     machine of ``device`` type. A spec that cannot be set up here is submitted anyway: its run
     reports its own error."""
     if plugins:
-        from ...selectors import load_plugins
+        from ...plugins import load_plugins
         load_plugins(plugins)
     datasets: Dict[str, object] = {}
     out = []
