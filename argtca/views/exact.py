@@ -167,7 +167,7 @@ class PixelMixer:
 
     def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
         """uint8 [N, S, S, 3] (PIL's layout) -> float32 [N, 3, S, S] (a channels-last view)."""
-        idx = pixels.to(torch.int32).add_(self.offsets)
+        idx = pixels + self.offsets   # uint8 + int32: int32, one kernel
         return self.lut[idx].permute(0, 3, 1, 2)
 
     def __call__(self, pixels: torch.Tensor, mix: torch.Tensor,
