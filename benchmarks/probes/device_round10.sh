@@ -24,7 +24,7 @@
 # A CPU smoke test of the plumbing (no CUDA; ttavlm and official need it):
 #   N=8 NS=8 NZ=8 IDENTITY_ARGS="--images 1 --views 4 --loader-images 3 --workers 1 --size 32"
 #   EXTRA="MODEL.BACKBONE.NAME argtca-tiny-test INPUT.SIZE (32,32) TTA.N_VIEWS 4 USE_CUDA False
-#   DATALOADER.NUM_WORKERS 2 TTA.VIEWS_FLOAT engine" ZOO_ARGS="--cpu --backbone argtca-tiny-test
+#   DATALOADER.NUM_WORKERS 2" AFTER_EXTRA="TTA.VIEWS_FLOAT engine" ZOO_ARGS="--cpu --backbone argtca-tiny-test
 #   --size 32 --n-views 4 --workers 2" PROFILE_ARGS="--images 1 --procs 1 --proc-images 1
 #   --loader-images 2" ... identity fair before zoo profile
 set -u
@@ -82,14 +82,14 @@ zoo() {   # tree tag n timeout: TPS, R-TPT, DMN-ZS defaults (CPU AugMix views)
   (cd $1 && PYTHONPATH=$1:$SITE proc $2 timeout $4 python3 -m argtca.bench.zoo \
     --methods tps rtpt dmn --n-images $3 --views cpu --batch 16 --data-dir $R/z_$2 \
     --out $R/$2.json ${ZOO_ARGS:-})
-  python3 -c "import json; [print('ZOO $2', json.dumps(r)) for r in json.load(open('$R/$2.json'))]" \
+  python3 -c "import json; [print('ZOO $2', json.dumps(r)) for r in json.load(open('$R/$2.json'))['rows']]" \
     2>/dev/null || tail -3 $R/$2.log
 }
 for s in $STEPS; do case $s in
 identity) fits 90 && (cd $S && PYTHONPATH=$S:$SITE proc identity timeout 150 python3 \
     benchmarks/probes/views_float_identity.py --workers 15 ${IDENTITY_ARGS:-}) ;;
 official) fits 130 && official official ${N:-1024} ;;
-fair) fits 60 && LATE_WORKERS=1 argtca fair $S ${N:-1024} cpu tpt ;;
+fair) fits 60 && LATE_WORKERS=1 argtca fair $S ${N:-1024} cpu tpt ${AFTER_EXTRA:-} ;;
 fair_workers) fits 60 && LATE_WORKERS=1 argtca fair_workers $S ${N:-1024} cpu tpt \
     TTA.VIEWS_FLOAT workers ;;
 before) fits 60 && LATE_WORKERS=1 argtca before $ROOT ${N:-1024} cpu tpt ;;
