@@ -159,6 +159,9 @@ class PixelMixer:
         self.lut = preprocess_lut(mean, std).reshape(-1).to(self.device)   # [768]
         # channel c's levels start at 256 c in the flat table
         self.offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=self.device)
+        if self.device.type == "cuda":
+            # used on the loader's copy stream, which does not wait for the stream that wrote them
+            torch.cuda.current_stream(self.device).synchronize()
 
     @staticmethod
     def n_images(n_views: int, augmix: bool) -> int:
