@@ -235,8 +235,9 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         # single images, grouped into batches by ViewsLoader (all workers on every batch).
         # DATALOADER.PREFETCH counts batches a worker may hold ready; a worker here makes images,
         # so its depth is PREFETCH x BATCH_IMAGES images (capped by PREFETCH_BYTES, e.g. 14 an
-        # image of 64 fp16 views at 224 px on 15 workers), so that they keep making images while
-        # the model is built (they start first) instead of stopping at PREFETCH images each
+        # image of 64 fp16 views at 224 px on 15 workers, 7 of their uint8 images under
+        # VIEWS_FLOAT engine), so that they keep making images while the model is built (they
+        # start first) instead of stopping at PREFETCH images each
         loader = build_item_loader(ds, int(num_workers), pin_memory=pin,
                                    prefetch=int(prefetch) * int(batch_images))
         return ViewsLoader(loader, device, group=int(batch_images), mixer=mixer,
