@@ -87,7 +87,8 @@ zoo() {   # tree tag n timeout: TPS, R-TPT, DMN-ZS defaults (CPU AugMix views)
 }
 for s in $STEPS; do case $s in
 identity) fits 90 && (cd $S && PYTHONPATH=$S:$SITE proc identity timeout 150 python3 \
-    benchmarks/probes/views_float_identity.py --workers 15 ${IDENTITY_ARGS:-}) ;;
+    benchmarks/probes/views_float_identity.py --images 8 --loader-images 64 --workers 15 \
+    ${IDENTITY_ARGS:-}) ;;
 official) fits 130 && official official ${N:-1024} ;;
 fair) fits 60 && LATE_WORKERS=1 argtca fair $S ${N:-1024} cpu tpt ${AFTER_EXTRA:-} ;;
 fair_workers) fits 60 && LATE_WORKERS=1 argtca fair_workers $S ${N:-1024} cpu tpt \
