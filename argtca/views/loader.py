@@ -125,6 +125,8 @@ class ViewsLoader:
                             views = self._empty(b, min(self.group, left))
                         self._put(views[len(items)], b)
                     self._served += 1
+                    # its pinned tensors go back to the host allocator once their copy is done
+                    b = {k: b[k] for k in ("index", "label", "path")}
                 items.append(b)
             if not items:
                 return
