@@ -17,6 +17,10 @@ and torchvision's wrappers around PIL. What changes here, none of it a change of
   ``m * x + (1 - m) * mix``), each element-wise and correctly rounded, in place on three
   preallocated float32 planes that stay in the cache: no allocation, no page fault.
 
+With ``TTA.VIEWS_FLOAT engine`` (the default on CUDA) the loader workers stop before the float
+stage and ship the exact uint8 images; :class:`PixelMixer` does ExactMixer's float work on the
+engine's device, with the same numbers.
+
 tests/views/test_exact_views.py proves the identity against TPT's own ``augmix_ops.py`` and
 ``AugMixAugmenter`` (from the fetched repository) and against ``ViewGenerator.random_view``.
 """
