@@ -31,6 +31,9 @@ set -u
 export PYTHONUNBUFFERED=1
 ROOT=$PWD
 S=$ROOT/.speed10
+# "before": the device tree itself unless BEFORE names another tree (e.g. an export of the commit
+# before the change when the device tree already holds it)
+BEFORE=${BEFORE:-$ROOT}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 R=${R:-/tmp/r10}; mkdir -p $R
 SITE=${SITE:-/tmp/site}
@@ -41,7 +44,7 @@ export PYTHONPATH=$SITE
 STEPS=${*:-identity official fair before fair_workers zoo zoo_before ttavlm profile}
 nvidia-smi -L 2>/dev/null; nproc; date -u
 python3 -c "import torch, PIL; print(torch.__version__, PIL.__version__)"
-echo "before: $(git log --oneline -1 2>/dev/null)"; echo "after: $(cat $S/COMMIT 2>/dev/null)"
+echo "before: $(cat $BEFORE/COMMIT 2>/dev/null || git log --oneline -1 2>/dev/null)"; echo "after: $(cat $S/COMMIT 2>/dev/null)"
 # no run pays the bytecode compilation of its sources (the wheels were installed without it)
 python3 -m compileall -q -j 16 $SITE $S/argtca $ROOT/argtca $S/peers > /dev/null 2>&1
 python3 - <<PY
@@ -93,9 +96,9 @@ official) fits 130 && official official ${N:-1024} ;;
 fair) fits 60 && LATE_WORKERS=1 argtca fair $S ${N:-1024} cpu tpt ${AFTER_EXTRA:-} ;;
 fair_workers) fits 60 && LATE_WORKERS=1 argtca fair_workers $S ${N:-1024} cpu tpt \
     TTA.VIEWS_FLOAT workers ;;
-before) fits 60 && LATE_WORKERS=1 argtca before $ROOT ${N:-1024} cpu tpt ;;
+before) fits 60 && LATE_WORKERS=1 argtca before $BEFORE ${N:-1024} cpu tpt ;;
 zoo) fits 120 && zoo $S zoo_after ${NZ:-512} 200 ;;
-zoo_before) fits 140 && zoo $ROOT zoo_before ${NZ:-512} 220 ;;
+zoo_before) fits 140 && zoo $BEFORE zoo_before ${NZ:-512} 220 ;;
 ttavlm)
   python3 -c "import info_nce" 2>/dev/null || echo "ttavlm: no info_nce (wheel info_nce_pytorch): DPE fails"
   for am in tps:32 rtpt:16 dmn:128 boostadapter:128 dpe:96; do
