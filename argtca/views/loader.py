@@ -22,6 +22,10 @@ from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_devic
 __all__ = ["ViewsLoader", "build_views_loader", "views_float"]
 
 
+# page-locked staging slots of the uint8 items under TTA.VIEWS_FLOAT engine (3 x 38 MB at 224 px)
+PIN_SLOTS = 3
+
+
 class ViewsLoader:
     """Iterable of ``{"index", "label", "path", "views"}`` batches with ``views`` on ``device``.
 
@@ -59,6 +63,7 @@ class ViewsLoader:
         # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
         self.seconds = {"workers": 0.0, "views": 0.0}
         self._started = None   # the DataLoader's iterator once start() ran
+        self._ring, self._slot = [], -1   # page-locked staging of the mixer's uint8 items
 
     def __len__(self) -> int:
         if self.group:
@@ -161,10 +166,32 @@ class ViewsLoader:
             dst.copy_(item["views"], non_blocking=True)
             return
         t = time.perf_counter()
-        px = item["pixels"].to(self.device, non_blocking=True)
-        mix = item["mix"].to(self.device, non_blocking=True)
+        px, mix = item["pixels"], item["mix"]
+        if self.device.type == "cuda":
+            px, mix = self._staged(px, mix)
+        px = px.to(self.device, non_blocking=True)
+        mix = mix.to(self.device, non_blocking=True)
         self.mixer(px, mix, dst)
+        if self.device.type == "cuda":
+            self._ring[self._slot][2].record()   # the slot is free once these copies are done
         self.seconds["views"] += time.perf_counter() - t
+
+    def _staged(self, px: torch.Tensor, mix: torch.Tensor):
+        """``px``, ``mix`` copied into the next of a few reused page-locked slots. The uint8 items
+        (38 MB an image) are not pinned by the DataLoader: its pin thread would page-lock every
+        waiting item in fresh memory (gigabytes of ``cudaHostAlloc`` at the loop's start, which
+        serialises with the first CUDA work); a ring of :data:`PIN_SLOTS` slots is allocated
+        once and reused as soon as its copy to the device has run."""
+        self._slot = (self._slot + 1) % PIN_SLOTS
+        if len(self._ring) < PIN_SLOTS:
+            self._ring.append((torch.empty(px.shape, dtype=px.dtype, pin_memory=True),
+                               torch.empty(mix.shape, dtype=mix.dtype, pin_memory=True),
+                               torch.cuda.Event()))
+        hp, hm, ev = self._ring[self._slot]
+        if hp.shape != px.shape or hm.shape != mix.shape:   # the last image of a short item
+            return px, mix
+        ev.synchronize()
+        return hp.copy_(px), hm.copy_(mix)
 
     def _batches(self, it) -> Iterator[Dict[str, Any]]:
         if self.group:
@@ -240,7 +267,8 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         # image of 64 fp16 views at 224 px on 15 workers, 7 of their uint8 images under
         # VIEWS_FLOAT engine), so that they keep making images while the model is built (they
         # start first) instead of stopping at PREFETCH images each
-        loader = build_item_loader(ds, int(num_workers), pin_memory=pin,
+        # the mixer's items are staged through ViewsLoader's few page-locked slots instead
+        loader = build_item_loader(ds, int(num_workers), pin_memory=pin and mixer is None,
                                    prefetch=int(prefetch) * int(batch_images))
         return ViewsLoader(loader, device, group=int(batch_images), mixer=mixer,
                            views_dtype=dtype)
