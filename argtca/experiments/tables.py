@@ -23,8 +23,8 @@ from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
                    as_float, check_presence, failure_lines, finished,
                    load_baseline_config, presence_lines, resolve_run_dirs, split_method)
 from .preflight import (check_methods, check_selectors, dropped_lines, needs_attributes,
-                        preflight, preflight_message, views_lines)
-from .runner import execute
+                        views_lines)
+from .runner import dry_run as run_dry, execute
 
 
 def _split(opts, split="test") -> str:
@@ -56,19 +56,7 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
               f"demo: python -m argtca.experiments {tag} demo", file=sys.stderr)
         return 2
     if dry_run:   # the runs' folders and what the real command would refuse, nothing run
-        problems = preflight(specs, root, plugins)
-        done = [s for s in specs if finished(s)]
-        for s in specs:
-            print(f"[{tag}] {'finished (re-read)' if s in done else 'would run'}: {s.name} -> "
-                  f"{s.where}" + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
-        print(f"[{tag}] {len(done)} of {len(specs)} run(s) finished (re-read, not run again), "
-              f"{len(specs) - len(done)} to run")
-        for line in notes:
-            print(f"[{tag}] {line}")
-        if problems:
-            print(preflight_message(problems, len(specs), tag, notes), file=sys.stderr)
-            return 2
-        return 0
+        return run_dry(specs, root, plugins, tag, notes)
     for line in failure_lines(outcomes, tag):
         print(line, file=sys.stderr)
     for line in notes:
