@@ -14,7 +14,7 @@ import contextlib
 import io
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..report.runs import ReportError
 
@@ -78,24 +78,31 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
 
 
 # ----------------------------------------------------------------------------- Table 1
-def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
-                out_root: Path, opts: Sequence[str],
-                tuned: Optional[Dict[str, List[str]]] = None) -> List[RunSpec]:
-    """Seed-major (one seed of every dataset and method first), then dataset, then method.
-    A tuned method's weights are overrides like any other: its runs get their own folders."""
-    specs = []
+def table_cells(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
+                opts: Sequence[str]) -> Iterator[Tuple[int, str, str]]:
+    """The (seed, dataset, method name) a table runs, seed-major (one seed of every dataset and
+    method first), then dataset, then method: the present datasets only, and a method that
+    reads an attribute file only where the dataset has one."""
     need = {name: needs_attributes(name, opts) for name in methods}
     for seed in seeds:
         for p in pres:
             if not p.present:
                 continue
             for name in methods:
-                method, sel = split_method(name)
-                if need[name] and p.attributes_problem:
-                    continue
-                ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
-                specs.append(RunSpec(method, p.dataset, seed, None, sel, ov,
-                                     out_root=Path(out_root)))
+                if not (need[name] and p.attributes_problem):
+                    yield seed, p.dataset, name
+
+
+def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
+                out_root: Path, opts: Sequence[str],
+                tuned: Optional[Dict[str, List[str]]] = None) -> List[RunSpec]:
+    """One run per :func:`table_cells` cell. A tuned method's weights are overrides like any
+    other: its runs get their own folders."""
+    specs = []
+    for seed, ds, name in table_cells(pres, methods, seeds, opts):
+        method, sel = split_method(name)
+        ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
+        specs.append(RunSpec(method, ds, seed, None, sel, ov, out_root=Path(out_root)))
     return specs
 
 
