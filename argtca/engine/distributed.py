@@ -16,7 +16,9 @@ per batch, as the one-process loop does), so an interrupted job resumes: at star
 any rank files into ``records.jsonl``, and every rank skips the images already recorded. At the
 end rank 0 writes the merged ``records.jsonl`` (sorted by index) and ``summary.json``. The ranks
 must share the output directory (one node, or a shared file system). NCCL on CUDA (one GPU per
-rank, ``cuda:LOCAL_RANK``), gloo on CPU.
+rank, ``cuda:LOCAL_RANK``), gloo on CPU. A job that fails before any rank's loop starts (weights
+missing, one rank unable to build its model) stops every rank with the error and leaves no folder
+behind, as a one-process run (argtca/run_folder/unstarted.py).
 
 Work done once per dataset is split too where it can be: when every rank uses the Jacobian at θ0
 (grad mode "jacobian"), each computes 1/N of its rows and the ranks all-gather them
@@ -27,13 +29,14 @@ from __future__ import annotations
 import glob
 import os
 import time
-from typing import Dict, Iterable, List, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.distributed as dist
 
 from argtca.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
                                check_records, load_records, write_records)
+from argtca.run_folder.unstarted import empty_unstarted, missing_dirs, remove_made
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
            "share_jacobian", "distributed_test"]
@@ -96,6 +99,20 @@ def _barrier():
         dist.barrier()
 
 
+def _agree(err: Optional[BaseException]) -> None:
+    """Collective (every rank calls it, a barrier too): each rank says whether its step failed.
+    A rank that failed raises its own error; the others one naming the first rank that failed,
+    so that no rank waits for a peer that will never come."""
+    said = [None] * dist.get_world_size()
+    dist.all_gather_object(said, None if err is None else f"{type(err).__name__}: {err}")
+    if err is not None:
+        raise err
+    bad = [(r, m) for r, m in enumerate(said) if m is not None]
+    if bad:
+        raise RuntimeError(f"rank {bad[0][0]} of the torchrun job failed before the first "
+                           f"image: {bad[0][1]}")
+
+
 def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> bool:
     """Collective (every rank calls it): when every rank will compute the Jacobian at θ0 (grad
     mode "jacobian", a step, images to tune, not yet computed), each computes 1/world of its
@@ -129,14 +146,25 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
     rank, world = dist.get_rank(), dist.get_world_size()
     trainer.device = torch.device(f"cuda:{local}") if use_cuda else torch.device("cpu")
     lock = None
+    # a job that fails before its first record leaves nothing behind, as a one-process run
+    # (TestTimeTrainer.test): rank 0 removes what it made; every rank learns of any rank's
+    # failure before a loop starts (_agree), so that the folder holds no record yet
+    made: List[str] = []
+    before: set = set()
+    out_dir = ""
+    unstarted = True
     try:
         set_random_seed(int(cfg.SEED))
         out_dir = trainer.output_dir()
         fp = trainer.fingerprint()   # config + test set + device + input file contents
         problem = [None]
         if rank == 0:   # rank 0 holds the folder's lock for the job; its refusals reach every rank
+            made = missing_dirs(out_dir)
+            before = set() if made else set(os.listdir(out_dir))
             try:
                 os.makedirs(out_dir, exist_ok=True)
+                if not trainer.explicit_output_dir:   # what <hash8>/ stands for, as test() says
+                    trainer.write_settings(os.path.dirname(out_dir))
                 lock = RunLock(out_dir).acquire()
                 check_or_write_fingerprint(out_dir, fp, trainer.input_paths)
                 check_records(fold_rank_files(out_dir), trainer.dataset,
@@ -154,17 +182,26 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         n_total = len(trainer.dataset.test)
         todo = [i for i in range(n_total) if i not in done]
         mine = shard_indices(todo, rank, world)
-        # the workers start before the model is built (TestTimeTrainer._test_in says why)
-        loader = trainer.views_loader(mine).start() if mine else None
         # a method whose preparation writes what the others read (ArgTCA's Phase-1 cache, a
         # fitted temperature) builds on rank 0 first; the others build at once
-        if trainer.model is None and trainer.shared_build:
-            if rank == 0:
+        first = trainer.model is None and trainer.shared_build
+        err, loader = None, None
+        try:
+            # the workers start before the model is built (TestTimeTrainer._test_in says why)
+            loader = trainer.views_loader(mine).start() if mine else None
+            if first and rank == 0:
                 trainer.build_model()
-            _barrier()
-        if trainer.model is None:
-            trainer.build_model()
-        _barrier()   # every rank built: the loop's time counts no other rank's build
+        except Exception as e:
+            err = e
+        if first:
+            _agree(err)
+        if err is None and trainer.model is None:
+            try:
+                trainer.build_model()
+            except Exception as e:
+                err = e
+        _agree(err)   # every rank built: the loop's time counts no other rank's build
+        unstarted = False   # from here on a rank may have written a record
         t0 = time.time()
         share_jacobian(getattr(trainer, "engine", None), rank, world, bool(mine), trainer.device)
         clock = {}
@@ -211,8 +248,14 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         if "error" in result[0]:
             raise RuntimeError(f"rank 0 could not merge the records: {result[0]['error']}")
         return result[0]
+    except Exception:
+        if rank == 0 and unstarted and lock is not None:
+            empty_unstarted(out_dir, before)   # while the lock is held
+        raise
     finally:
         if lock is not None:
             lock.release()
+        if rank == 0 and unstarted and made:
+            remove_made(made, os.path.dirname(os.path.abspath(out_dir)))
         if own_group:
             dist.destroy_process_group()

@@ -22,7 +22,7 @@ from typing import List, Sequence
 from .plan import ExperimentError, RunSpec, check_presence, dataset_yaml, split_method
 from .preflight import check_methods, dropped_lines, needs_attributes
 from .runner import execute
-from .tables import _finish, _present
+from .tables import _finish, _present, table_cells
 
 __all__ = ["ood", "plan_ood", "ood_dataset_name"]
 
@@ -60,24 +60,15 @@ def plan_ood(pres, oods: Sequence[str], ood_root: str, ood_split: str, methods: 
     extra_n = ([] if n is None or _value(opts, "DATASET.OOD.NUM_IMAGES") is not None
                else ["DATASET.OOD.NUM_IMAGES", str(n)])
     specs = []
-    need = {m: needs_attributes(m, opts) for m in methods}
-    for seed in seeds:
-        for p in pres:
-            if not p.present:
-                continue
-            for name in methods:
-                method, sel = split_method(name)
-                if need[name] and p.attributes_problem:
-                    continue
-                specs.append(RunSpec(method, p.dataset, seed, None, sel, list(opts),
-                                     out_root=Path(out_root)))
-                for o in oods:
-                    ov = list(opts) + ["DATASET.OOD.NAME", ood_dataset_name(o),
-                                       "DATASET.OOD.ROOT", ood_root,
-                                       "DATASET.OOD.SPLIT", ood_split] + extra_n
-                    specs.append(RunSpec(method, p.dataset, seed, None, sel, ov,
-                                         f"{name} on {o} (OOD for {p.dataset}), seed {seed}",
-                                         out_root=Path(out_root)))
+    for seed, ds, name in table_cells(pres, methods, seeds, opts):
+        method, sel = split_method(name)
+        specs.append(RunSpec(method, ds, seed, None, sel, list(opts), out_root=Path(out_root)))
+        for o in oods:
+            ov = list(opts) + ["DATASET.OOD.NAME", ood_dataset_name(o), "DATASET.OOD.ROOT",
+                               ood_root, "DATASET.OOD.SPLIT", ood_split] + extra_n
+            specs.append(RunSpec(method, ds, seed, None, sel, ov,
+                                 f"{name} on {o} (OOD for {ds}), seed {seed}",
+                                 out_root=Path(out_root)))
     return specs
 
 

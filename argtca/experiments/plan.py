@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -215,8 +216,6 @@ def build_run_trainer(spec: RunSpec, root: str, plugins: Sequence[str],
     ``datasets``), without the image check (the run does it). ``device``: the device type of
     the machine the run will run on ("cuda": a cluster's GPU node; the run still computes on
     the CPU where ``USE_CUDA`` is off), None for this machine's."""
-    import json
-
     from ..datasets import build_dataset
     from ..run_folder import flatten_cfg
     from ..registry import TRAINER_REGISTRY
@@ -338,6 +337,39 @@ def finished(spec: RunSpec) -> bool:
     """A hash-keyed run folder with its summary: these settings already ran to the end."""
     return spec.out_root is not None and spec.out is not None and \
         (spec.out / "summary.json").is_file() and (spec.out / "config.json").is_file()
+
+
+def holds_run(out: Optional[Path], fp) -> bool:
+    """An explicit run folder (``--output-dir``) holding the summary of exactly the run whose
+    fingerprint is ``fp`` (its ``config.json``)."""
+    if out is None or fp is None or not (out / "summary.json").is_file():
+        return False
+    try:
+        return json.loads((out / "config.json").read_text()) == \
+            json.loads(json.dumps(fp, default=str))
+    except (OSError, ValueError):
+        return False
+
+
+def finished_runs(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()
+                  ) -> List[RunSpec]:
+    """The specs that already ran to the end (the run only re-reads them): a hash-keyed folder
+    with its summary (:func:`finished`), or an explicit folder (tune's grid points) holding the
+    summary of exactly this run, its trainer built as the run will build it."""
+    done, datasets = [], {}
+    for s in specs:
+        if s.out_root is None and s.out is not None and (s.out / "summary.json").is_file():
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                try:
+                    fp = build_run_trainer(s, root, plugins, datasets).fingerprint()
+                except (Exception, SystemExit):   # noqa: BLE001 (the run reports it)
+                    fp = None
+            if holds_run(s.out, fp):
+                done.append(s)
+        elif finished(s):
+            done.append(s)
+    return done
 
 
 def failure_lines(outcomes: Sequence[Outcome], tag: str) -> List[str]:

@@ -79,11 +79,14 @@ def _setup_problem(e: BaseException) -> str:
     return msg[len("error: "):] if msg.startswith("error: ") else msg
 
 
-def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()
-              ) -> List[Tuple[str, List[str]]]:
+def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
+              device: Optional[str] = None) -> List[Tuple[str, List[str]]]:
     """Set ``out`` of every hash-keyed spec (as :func:`~argtca.experiments.plan.resolve_run_dirs`)
     and return the problems of the runs still to do: (message with its fix, names of the runs it
-    stops), each message once, in the order met. Finished runs are only re-read: not checked."""
+    stops), each message once, in the order met. Finished runs are only re-read: not checked.
+    ``device``: the device type of the machine the runs will run on ("cuda": a cluster's GPU
+    node, so ``RUN.REQUIRE_CUDA`` is not held against a login node without one), None for this
+    machine's (``build_run_trainer``)."""
     from ..run import build_parser, setup_cfg
     if plugins:
         from ..plugins import load_plugins
@@ -102,7 +105,7 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = ()
                 problems.setdefault(_setup_problem(e), []).append(s.name)
                 continue
             try:
-                tr = build_run_trainer(s, root, plugins, datasets)
+                tr = build_run_trainer(s, root, plugins, datasets, device)
                 if s.out_root is not None and s.out is None:
                     s.out = Path(tr.output_dir())
             except (Exception, SystemExit) as e:   # noqa: BLE001

@@ -10,10 +10,10 @@ import time
 from contextvars import ContextVar
 from typing import Callable, List, Optional, Sequence
 
-from .plan import Outcome, RunSpec, finished, resolve_run_dirs
+from .plan import Outcome, RunSpec, finished, finished_runs, resolve_run_dirs
 from .preflight import PreflightError, preflight, preflight_message
 
-__all__ = ["dispatching", "execute"]
+__all__ = ["dispatching", "dry_run", "execute"]
 
 
 # Where execute() sends the runs: None = this process, one after the other; else a callable
@@ -60,6 +60,26 @@ def execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
         return _execute(specs, root, plugins, tag, quiet, runner)
     finally:
         CPU_WARNING_SHOWN.reset(token)
+
+
+def dry_run(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
+            tag: str = "experiments", notes: Sequence[str] = ()) -> int:
+    """A command's ``--dry-run``: each run's folder, marked finished (re-read, not run again)
+    or to run, and what the real command would refuse (the preflight's message, exit 2);
+    nothing run or written. ``notes``: what the command leaves out anyway."""
+    problems = preflight(specs, root, plugins)
+    done = finished_runs(specs, root, plugins)
+    for s in specs:
+        print(f"[{tag}] {'finished (re-read)' if s in done else 'would run'}: {s.name} -> "
+              f"{s.where}" + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
+    print(f"[{tag}] {len(done)} of {len(specs)} run(s) finished (re-read, not run again), "
+          f"{len(specs) - len(done)} to run")
+    for line in notes:
+        print(f"[{tag}] {line}")
+    if problems:
+        print(preflight_message(problems, len(specs), tag, notes), file=sys.stderr)
+        return 2
+    return 0
 
 
 def _execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str], tag: str, quiet: bool,

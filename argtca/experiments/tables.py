@@ -14,7 +14,7 @@ import contextlib
 import io
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..report.runs import ReportError
 
@@ -23,8 +23,8 @@ from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
                    as_float, check_presence, failure_lines, finished,
                    load_baseline_config, presence_lines, resolve_run_dirs, split_method)
 from .preflight import (check_methods, check_selectors, dropped_lines, needs_attributes,
-                        preflight, preflight_message, views_lines)
-from .runner import execute
+                        views_lines)
+from .runner import dry_run as run_dry, execute
 
 
 def _split(opts, split="test") -> str:
@@ -56,19 +56,7 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
               f"demo: python -m argtca.experiments {tag} demo", file=sys.stderr)
         return 2
     if dry_run:   # the runs' folders and what the real command would refuse, nothing run
-        problems = preflight(specs, root, plugins)
-        done = [s for s in specs if finished(s)]
-        for s in specs:
-            print(f"[{tag}] {'finished (re-read)' if s in done else 'would run'}: {s.name} -> "
-                  f"{s.where}" + (f" ({' '.join(s.overrides)})" if s.overrides else ""))
-        print(f"[{tag}] {len(done)} of {len(specs)} run(s) finished (re-read, not run again), "
-              f"{len(specs) - len(done)} to run")
-        for line in notes:
-            print(f"[{tag}] {line}")
-        if problems:
-            print(preflight_message(problems, len(specs), tag, notes), file=sys.stderr)
-            return 2
-        return 0
+        return run_dry(specs, root, plugins, tag, notes)
     for line in failure_lines(outcomes, tag):
         print(line, file=sys.stderr)
     for line in notes:
@@ -90,24 +78,31 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
 
 
 # ----------------------------------------------------------------------------- Table 1
-def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
-                out_root: Path, opts: Sequence[str],
-                tuned: Optional[Dict[str, List[str]]] = None) -> List[RunSpec]:
-    """Seed-major (one seed of every dataset and method first), then dataset, then method.
-    A tuned method's weights are overrides like any other: its runs get their own folders."""
-    specs = []
+def table_cells(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
+                opts: Sequence[str]) -> Iterator[Tuple[int, str, str]]:
+    """The (seed, dataset, method name) a table runs, seed-major (one seed of every dataset and
+    method first), then dataset, then method: the present datasets only, and a method that
+    reads an attribute file only where the dataset has one."""
     need = {name: needs_attributes(name, opts) for name in methods}
     for seed in seeds:
         for p in pres:
             if not p.present:
                 continue
             for name in methods:
-                method, sel = split_method(name)
-                if need[name] and p.attributes_problem:
-                    continue
-                ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
-                specs.append(RunSpec(method, p.dataset, seed, None, sel, ov,
-                                     out_root=Path(out_root)))
+                if not (need[name] and p.attributes_problem):
+                    yield seed, p.dataset, name
+
+
+def plan_table1(pres: Sequence[Presence], methods: Sequence[str], seeds: Sequence[int],
+                out_root: Path, opts: Sequence[str],
+                tuned: Optional[Dict[str, List[str]]] = None) -> List[RunSpec]:
+    """One run per :func:`table_cells` cell. A tuned method's weights are overrides like any
+    other: its runs get their own folders."""
+    specs = []
+    for seed, ds, name in table_cells(pres, methods, seeds, opts):
+        method, sel = split_method(name)
+        ov = list(opts) + (list(tuned[method]) if tuned and method in tuned else [])
+        specs.append(RunSpec(method, ds, seed, None, sel, ov, out_root=Path(out_root)))
     return specs
 
 

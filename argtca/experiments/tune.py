@@ -31,7 +31,7 @@ import numpy as np
 from ..trainers.catalogue import catalogue
 from .plan import (BASELINES, ExperimentError, RunSpec, check_opts, check_presence,
                    failure_lines, presence_lines, value_for)
-from .runner import execute
+from .runner import dry_run as run_dry, execute
 
 # Each baseline's own weights and the default grid (the paper's value is in each grid).
 DEFAULT_GRID: Dict[str, List[str]] = {
@@ -247,10 +247,8 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
                             f"{m} {setting_name(st)} on {dataset} {split}, seed {seed}")
                 specs.append(s)
                 where.setdefault((m, st), []).append(s)
-    if dry_run:
-        for s in specs:
-            print(f"[tune] would run: {s.name} -> {s.out} ({' '.join(s.overrides)})")
-        return 0
+    if dry_run:   # the grid's folders, finished ones marked, and what would be refused
+        return run_dry(specs, root, plugins, "tune")
     outcomes = execute(specs, root, plugins, "tune", quiet)
     for line in failure_lines(outcomes, "tune"):
         print(line, file=sys.stderr)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Sequence, Tuple
 
-from .identity import (AUTO_KEYS, LABEL_KEYS, config_default, fmt_value, is_dataset_key,
-                       real_weights, same_value)
+from .identity import (AUTO_KEYS, LABEL_KEYS, fmt_value, is_dataset_key, real_weights,
+                       same_value, stream_seed)
 from .runs import Run
 
 AGGREGATION = ("Cells: the mean over seeds of each run's metric (python -m argtca.report --std "
@@ -180,14 +180,9 @@ def stream_note(runs: Sequence[Run]) -> str:
         return ""
     orders = set()
     for r in online:
-        order = str(r.settings.get("TTA.STREAM.ORDER", config_default("TTA.STREAM.ORDER")))
-        seed = r.settings.get("TTA.STREAM.SEED", config_default("TTA.STREAM.SEED"))
-        if order == "index":
-            orders.add("the split file's order")
-        elif seed is None or int(seed) < 0:
-            orders.add("shuffled by each seed")
-        else:
-            orders.add(f"shuffled by stream seed {int(seed)}")
+        seed = stream_seed(r.settings)
+        orders.add("the split file's order" if seed is None else
+                   "shuffled by each seed" if seed < 0 else f"shuffled by stream seed {seed}")
     return ("Rows marked (online) carry their state from image to image over one stream of the "
             "test set (one process, no torchrun split); stream order: "
             + "; ".join(sorted(orders)) + " (TTA.STREAM). Their numbers depend on that order.")

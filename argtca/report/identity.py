@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 import math
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
@@ -181,6 +181,17 @@ def auto_value(key: str, settings: Dict[str, Any], features: bool) -> Any:
 def config_default(key: str) -> Any:
     """argtca/config/defaults.py's default of a flat key (None for keys it does not have)."""
     return default_settings().get(key)
+
+
+def stream_seed(settings: Dict[str, Any]) -> Optional[int]:
+    """How an online run's stream was ordered (``TTA.STREAM``, its defaults where ``settings``
+    lacks a key): None for the split file's order (``ORDER index``), -1 for an order drawn from
+    each run's seed, else the fixed stream seed every run shares."""
+    order = str(settings.get("TTA.STREAM.ORDER", config_default("TTA.STREAM.ORDER")))
+    seed = settings.get("TTA.STREAM.SEED", config_default("TTA.STREAM.SEED"))
+    if order == "index":
+        return None
+    return -1 if seed is None or int(seed) < 0 else int(seed)
 
 
 def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from .identity import config_default
+from .identity import stream_seed
 from .runs import METRICS, MISSING
 
 __all__ = ["spread", "stability_rows", "stability_markdown", "stability_csv", "varies_with"]
@@ -42,14 +42,9 @@ def varies_with(runs) -> str:
         return "seed"
     kinds = set()
     for r in runs:
-        order = str(r.settings.get("TTA.STREAM.ORDER", config_default("TTA.STREAM.ORDER")))
-        seed = r.settings.get("TTA.STREAM.SEED", config_default("TTA.STREAM.SEED"))
-        if order == "index":
-            kinds.add("seed (stream in file order)")
-        elif seed is None or int(seed) < 0:
-            kinds.add("seed = stream order")
-        else:
-            kinds.add(f"seed (stream order fixed: {int(seed)})")
+        seed = stream_seed(r.settings)
+        kinds.add("seed (stream in file order)" if seed is None else "seed = stream order"
+                  if seed < 0 else f"seed (stream order fixed: {seed})")
     return "; ".join(sorted(kinds))
 
 

@@ -191,3 +191,27 @@ def test_local_launcher_checks_what_the_runs_share_before_submitting(tmp_path, m
                           "MODEL.PRETRAINED", str(missing)] + TINY)
     assert rc == 2 and "no run started" in err and str(missing) in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_slurm_launcher_checks_what_the_runs_share_before_submitting(tmp_path, monkeypatch):
+    """--launcher slurm with a weights file that is not there: the inline runner's one message,
+    exit 2, before any sbatch (no launch record, no run folder, no job). The runs are checked as
+    the GPU node will run them: RUN.REQUIRE_CUDA on this CPU-only machine stops nothing."""
+    from submitit.slurm.test_slurm import mocked_slurm
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DATA", raising=False)
+    monkeypatch.chdir(tmp_path)
+    missing = tmp_path / "nowhere" / "weights.pt"
+    plan = ["table1", "demo", "--methods", "zeroshot", "--seeds", "1", "--out-root", "o",
+            "--launcher", "slurm"]
+    with mocked_slurm():
+        rc, out, err = _call(plan + ["MODEL.PRETRAINED", str(missing)] + TINY)
+    assert rc == 2 and "no run started" in err and str(missing) in err, err
+    assert "submitting" not in out and "submitted" not in out
+    assert not (tmp_path / "o").exists()
+    # what the node has is not held against this machine: submitted as one array task
+    gpu = TINY[:-2] + ["USE_CUDA", "True", "RUN.REQUIRE_CUDA", "True"]
+    with mocked_slurm():
+        rc, out, err = _call(plan + gpu)
+    assert rc == 0 and "submitted 1 task(s)" in out, err
+    assert len(list((tmp_path / "o" / "launches").glob("*.json"))) == 1

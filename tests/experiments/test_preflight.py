@@ -161,3 +161,28 @@ def test_plan_says_first_what_is_absent_and_which_views(tmp_path):
     rc, so, se = _call(["table1", "caltech101", "--plan", "--root", str(empty), "--methods",
                         "tpt", "--out-root", str(tmp_path / "o"), "TTA.VIEWS_DEVICE", "gpu"])
     assert rc == 0 and "GPU time below: GPU views, as these runs make them" in so
+
+
+def test_tune_dry_run_marks_finished_grid_points(tmp_path, monkeypatch):
+    """tune --dry-run marks the grid points that already ran to the end as table1's dry run
+    does (finished, re-read; the count of both), and a folder holding another configuration
+    is not taken for finished."""
+    monkeypatch.setenv("ARGTCA_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv("DATA", raising=False)
+    tiny = ["DATASET.NUM_IMAGES", "2", "TTA.N_VIEWS", "2", "DATALOADER.NUM_WORKERS", "0",
+            "VERBOSE", "False", "USE_CUDA", "False"]
+    base = ["tune", "demo", "--seeds", "1", "--methods", "ctpt", "--out-root",
+            str(tmp_path / "out"), "--quiet"]
+    rc, so, se = _call(base + ["--grid", "TRAINER.CTPT.LAMBDA=25"] + tiny)
+    assert rc == 0, se
+    grid = ["--grid", "TRAINER.CTPT.LAMBDA=25,50", "--dry-run"]
+    rc, so, se = _call(base + grid + tiny)
+    assert rc == 0, se
+    assert "[tune] finished (re-read): ctpt lambda25 on demo val, seed 1 -> " in so, so
+    assert "[tune] would run: ctpt lambda50 on demo val, seed 1 -> " in so
+    assert "[tune] 1 of 2 run(s) finished (re-read, not run again), 1 to run" in so
+    # other settings (3 images): the lambda25 folder holds another run, not this one's
+    other = tiny[:1] + ["3"] + tiny[2:]
+    rc, so, se = _call(base + grid + other)
+    assert rc == 0 and "[tune] 0 of 2 run(s) finished" in so, se
+    assert not (tmp_path / "out" / "tune" / "demo" / "val" / "ctpt" / "lambda50").exists()

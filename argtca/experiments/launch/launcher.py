@@ -54,12 +54,15 @@ class Launcher:
         recorded = read_record(record) if o.collect and record.is_file() else None
         if o.launcher == "slurm" and not (o.dry_run or o.collect):
             check_slurm()
-        if o.launcher == "local" and not o.collect:
-            # the tasks run on this machine: what the runs share (weights, data, attribute files,
-            # CUDA) is checked here once, before anything is submitted, as the inline runner
-            # does (a SLURM job's node is not this machine: its runs check for themselves)
+        if not o.collect:
+            # what the runs share (weights, data, attribute files, CUDA) is checked here once,
+            # before anything is submitted, as the inline runner does: a table whose weights
+            # cannot be had would otherwise queue one job per run, each failing on the same
+            # error. For SLURM, as on the node that will run them (a GPU node: a login node
+            # without CUDA is no problem); weights, data and attribute files are looked up on
+            # this machine, which shares the cluster's file system
             from ..preflight import PreflightError, preflight, preflight_message
-            problems = preflight(specs, root, plugins)
+            problems = preflight(specs, root, plugins, self._device())
             if problems:
                 raise PreflightError(preflight_message(problems, len(specs), tag, ()))
         plans = survey(specs, root, plugins, self._device())

@@ -12,7 +12,7 @@ from typing import Dict, List, Optional, Sequence
 
 
 from ..plan import (RATE_SOURCE, VIEWS_ASSUMPTION, RunSpec,
-                    build_run_trainer, finished, seconds_per_image)
+                    build_run_trainer, finished, holds_run, seconds_per_image)
 
 
 @dataclass
@@ -27,17 +27,6 @@ class Planned:
         if self.images is None or self.classes is None:
             return None
         return seconds_per_image(self.spec.method, self.classes) * self.images
-
-
-def _same_run(out: Optional[Path], fp) -> bool:
-    """An explicit run folder (``--output-dir``) holding the summary of exactly this run."""
-    if out is None or fp is None or not (out / "summary.json").is_file():
-        return False
-    try:
-        return json.loads((out / "config.json").read_text()) == \
-            json.loads(json.dumps(fp, default=str))
-    except (OSError, ValueError):
-        return False
 
 
 def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
@@ -62,7 +51,7 @@ def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
                 fp = tr.fingerprint()
             except (Exception, SystemExit):   # noqa: BLE001 (reported by the run itself)
                 pass
-        p.finished = finished(s) if s.out_root is not None else _same_run(s.out, fp)
+        p.finished = finished(s) if s.out_root is not None else holds_run(s.out, fp)
         out.append(p)
     return out
 

@@ -18,20 +18,16 @@ from pathlib import Path
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
-from matplotlib.axes import Axes
 from matplotlib.colors import to_rgb
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from argtca.metrics import expected_calibration_error, reliability_bins
-from argtca.report.plots.layout import (ACC_COLOR, CORRECT_COLOR, GAP_COLOR, MAX_COLS,
-                                        PANEL_IN, WRONG_COLOR, chars_per_line, choose_cols,
-                                        label_outer, panel_grid, paper_style,
-                                        remove_stale, save, shared_legend, slug, wrap)
-
-Cell = Optional[Tuple[np.ndarray, np.ndarray]]   # (conf, correct) or None when no records
-Key = Tuple[str, str]                            # (method, dataset)
+from argtca.report.plots.layout import (ACC_COLOR, CORRECT_COLOR, GAP_COLOR, PANEL_IN,
+                                        WRONG_COLOR, Cell, Key, cell_figures, cell_panels,
+                                        figure_pages, panel_title, same_y, save_figures,
+                                        shared_legend)
 
 # the gap between a bin's accuracy and its mean confidence: a light hatched red that stays
 # readable over the accuracy bar (an under-confident bin) and over the white background
@@ -42,44 +38,6 @@ GAP_STYLE = dict(facecolor=(*to_rgb(GAP_COLOR), 0.22), hatch="////",
 __all__ = ["reliability_grid", "confidence_hist_grid", "figure_pages", "build_figures"]
 
 
-def figure_pages(methods: Sequence[str], datasets: Sequence[str], stem: str
-                 ) -> List[Tuple[str, str, List[Tuple[str, List[Tuple[Key, str]]]]]]:
-    """The figures for ``methods`` x ``datasets`` (see the module docstring): a list of
-    ``(file stem, title suffix, blocks)``, each block ``(title, [((method, dataset), panel
-    label), ...])``."""
-    m, d = list(methods), list(datasets)
-    if len(d) == 1:
-        return [(stem, d[0], [("", [((x, d[0]), x) for x in m])])]
-    if len(m) == 1:
-        return [(stem, m[0], [("", [((m[0], y), y) for y in d])])]
-    if len(m) <= MAX_COLS and len(d) <= min(MAX_COLS, len(m) + 1):
-        return [(stem, "", [(y, [((x, y), x) for x in m]) for y in d])]
-    names: Dict[str, int] = {}
-    pages = []
-    for y in d:
-        s = slug(y)
-        names[s] = names.get(s, 0) + 1
-        s = s if names[s] == 1 else f"{s}_{names[s]}"
-        pages.append((f"{stem}_{s}", y, [("", [((x, y), x) for x in m])]))
-    return pages
-
-
-def _empty(ax: Axes) -> None:
-    ax.text(0.5, 0.5, "no records", ha="center", va="center", transform=ax.transAxes,
-            color="0.5")
-
-
-def _panel_title(ax: Axes, label: str, stat: str) -> None:
-    width = chars_per_line(PANEL_IN, 8)
-    ax.set_title(wrap(label, width) + "\n" + wrap(stat, width), fontsize=8, linespacing=1.15)
-
-
-def _shared_note(notes: Mapping[Key, str], keys: Sequence[Key]) -> Optional[str]:
-    """The note when every panel carries the same one (said once, in the figure's title)."""
-    vals = {notes.get(k, "") for k in keys}
-    return vals.pop() if len(vals) == 1 else None
-
-
 def build_figures(kind: str, cells: Mapping[Key, Cell], methods: Sequence[str],
                   datasets: Sequence[str], stem: str, n_bins: int = 20, title: str = "",
                   notes: Optional[Mapping[Key, str]] = None,
@@ -88,76 +46,44 @@ def build_figures(kind: str, cells: Mapping[Key, Cell], methods: Sequence[str],
     :func:`confidence_hist_grid` ("hist"), unsaved: ``[(file stem, figure), ...]``."""
     if kind not in ("reliability", "hist"):
         raise ValueError(f"build_figures: kind {kind!r} is neither 'reliability' nor 'hist'")
-    rel = kind == "reliability"
-    notes, eces = notes or {}, eces or {}
-    out = []
-    for page_stem, suffix, blocks in figure_pages(methods, datasets, stem):
-        keys = [k for _, panels in blocks for k, _ in panels if _has(cells.get(k))]
-        note = _shared_note(notes, keys) if rel else ""
-        text = (f"{suffix} · " if suffix else "") + title + (
-            f"; every panel: {note.strip('()')}" if note else "")
-        ncols = max(choose_cols(len(p)) if len(blocks) == 1 else len(p) for _, p in blocks)
-        with paper_style():
-            fig, axes = panel_grid([(b, len(p)) for b, p in blocks], ncols,
-                                   PANEL_IN if rel else 0.8 * PANEL_IN, text)
-            if rel:
-                _reliability_page(cells, blocks, axes, n_bins, notes if note is None else {},
-                                  eces)
-            else:
-                _hist_page(cells, blocks, axes, n_bins)
-        out.append((page_stem, fig))
-    return out
-
-
-def _save_all(figures: List[Tuple[str, Figure]], path) -> Dict[str, Path]:
-    path = Path(path)
-    written: Dict[str, Path] = {}
-    with paper_style():
-        for stem, fig in figures:
-            written.update(save(fig, path.with_name(stem + ".png")))
-    remove_stale(path, list(written.values()))
-    return written
-
-
-def _has(cell: Cell) -> bool:
-    return cell is not None and len(cell[0]) > 0
+    if kind == "hist":
+        return cell_figures(cells, methods, datasets, stem, title, 0.8 * PANEL_IN,
+                            lambda blocks, axes, _: _hist_page(cells, blocks, axes, n_bins))
+    eces = eces or {}
+    return cell_figures(cells, methods, datasets, stem, title, PANEL_IN,
+                        lambda blocks, axes, left: _reliability_page(cells, blocks, axes,
+                                                                     n_bins, left, eces),
+                        notes or {})
 
 
 def _reliability_page(cells, blocks, axes, n_bins, notes, eces) -> None:
-    for (_, panels), block_axes in zip(blocks, axes):
-        for (key, label), ax in zip(panels, block_axes):
-            ax.set_xlim(0, 1)
+    for block_axes in axes:
+        for ax in block_axes:
             ax.set_ylim(0, 1)
             ax.set_aspect("equal")
-            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
             ax.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
-            label_outer(ax, "confidence", "accuracy")
             ax.plot([0, 1], [0, 1], ls="--", color="0.25", lw=0.9, zorder=4)
-            cell = cells.get(key)
-            if not _has(cell):
-                _empty(ax)
-                _panel_title(ax, label, "ECE –")
-                continue
-            conf, correct = cell
-            b = reliability_bins(conf, correct, n_bins)
-            ok = b["count"] > 0
-            edges = np.append(b["lower"], b["upper"][-1])
-            acc = np.where(ok, b["acc"], 0.0)
-            mconf = np.where(ok, b["conf"], acc)      # an empty bin: no gap either
-            # one step patch per series (not a Rectangle per bin: 16 panels x 40 bars made
-            # the figure slow to build); white bin separators inside the accuracy bars
-            ax.stairs(acc, edges, fill=True, color=ACC_COLOR, lw=0, zorder=2)
-            ax.vlines(edges[1:-1], 0, np.minimum(acc[:-1], acc[1:]), color="white", lw=0.4,
-                      zorder=2)
-            ax.stairs(np.maximum(acc, mconf), edges, baseline=np.minimum(acc, mconf),
-                      fill=True, **GAP_STYLE, zorder=3)
-            ece = eces.get(key)
-            if ece is None or not np.isfinite(ece):
-                ece = 100 * expected_calibration_error(conf, correct, n_bins)
-            note = notes.get(key, "")
-            _panel_title(ax, label, f"ECE {ece:.2f}%" + (f" {note}" if note else ""))
-    fig = axes[0][0].get_figure(root=True)
-    shared_legend(fig, [
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "accuracy",
+                                            "ECE –"):
+        conf, correct = cell
+        b = reliability_bins(conf, correct, n_bins)
+        ok = b["count"] > 0
+        edges = np.append(b["lower"], b["upper"][-1])
+        acc = np.where(ok, b["acc"], 0.0)
+        mconf = np.where(ok, b["conf"], acc)      # an empty bin: no gap either
+        # one step patch per series (not a Rectangle per bin: 16 panels x 40 bars made
+        # the figure slow to build); white bin separators inside the accuracy bars
+        ax.stairs(acc, edges, fill=True, color=ACC_COLOR, lw=0, zorder=2)
+        ax.vlines(edges[1:-1], 0, np.minimum(acc[:-1], acc[1:]), color="white", lw=0.4,
+                  zorder=2)
+        ax.stairs(np.maximum(acc, mconf), edges, baseline=np.minimum(acc, mconf),
+                  fill=True, **GAP_STYLE, zorder=3)
+        ece = eces.get(key)
+        if ece is None or not np.isfinite(ece):
+            ece = 100 * expected_calibration_error(conf, correct, n_bins)
+        note = notes.get(key, "")
+        panel_title(ax, label, f"ECE {ece:.2f}%" + (f" {note}" if note else ""))
+    shared_legend(axes[0][0].get_figure(root=True), [
         Patch(color=ACC_COLOR, label="accuracy per bin"),
         Patch(**GAP_STYLE, label="gap to mean confidence"),
         Line2D([0], [0], ls="--", color="0.25", lw=0.9, label="perfect calibration")])
@@ -166,39 +92,25 @@ def _reliability_page(cells, blocks, axes, n_bins, notes, eces) -> None:
 def _hist_page(cells, blocks, axes, n_bins) -> None:
     edges = np.linspace(0, 1, n_bins + 1)
     drawn = []
-    for (_, panels), block_axes in zip(blocks, axes):
-        for (key, label), ax in zip(panels, block_axes):
-            ax.set_xlim(0, 1)
-            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
-            label_outer(ax, "confidence", "% of samples")
-            cell = cells.get(key)
-            if not _has(cell):
-                _empty(ax)
-                _panel_title(ax, label, "–")
-                continue
-            conf = np.asarray(cell[0], dtype=np.float64)
-            correct = np.asarray(cell[1], dtype=bool)
-            n = len(conf)
-            h_ok = 100 * np.histogram(conf[correct], bins=edges)[0] / n
-            h_bad = 100 * np.histogram(conf[~correct], bins=edges)[0] / n
-            ax.stairs(h_ok, edges, fill=True, color=CORRECT_COLOR, lw=0)
-            ax.stairs(h_ok + h_bad, edges, baseline=h_ok, fill=True, color=WRONG_COLOR,
-                      alpha=0.8, lw=0)
-            ax.vlines(edges[1:-1], 0, np.minimum(h_ok + h_bad, np.roll(h_ok + h_bad, -1))[:-1],
-                      color="white", lw=0.4)
-            acc, mconf = correct.mean(), conf.mean()
-            ax.axvline(acc, color="k", ls="--", lw=1.0)
-            ax.axvline(mconf, color="k", ls=":", lw=1.3)
-            _panel_title(ax, label, f"acc {100 * acc:.1f}% · conf {100 * mconf:.1f}%")
-            drawn.append(float((h_ok + h_bad).max()))
-    # one y scale per figure, so that the panels compare at a glance
-    top = 1.08 * max(drawn) if drawn else 1.0
-    for block_axes in axes:
-        for ax in block_axes:
-            ax.set_ylim(0, top)
-            ax.locator_params(axis="y", nbins=4)
-    fig = axes[0][0].get_figure(root=True)
-    shared_legend(fig, [
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "% of samples",
+                                            "–"):
+        conf = np.asarray(cell[0], dtype=np.float64)
+        correct = np.asarray(cell[1], dtype=bool)
+        n = len(conf)
+        h_ok = 100 * np.histogram(conf[correct], bins=edges)[0] / n
+        h_bad = 100 * np.histogram(conf[~correct], bins=edges)[0] / n
+        ax.stairs(h_ok, edges, fill=True, color=CORRECT_COLOR, lw=0)
+        ax.stairs(h_ok + h_bad, edges, baseline=h_ok, fill=True, color=WRONG_COLOR,
+                  alpha=0.8, lw=0)
+        ax.vlines(edges[1:-1], 0, np.minimum(h_ok + h_bad, np.roll(h_ok + h_bad, -1))[:-1],
+                  color="white", lw=0.4)
+        acc, mconf = correct.mean(), conf.mean()
+        ax.axvline(acc, color="k", ls="--", lw=1.0)
+        ax.axvline(mconf, color="k", ls=":", lw=1.3)
+        panel_title(ax, label, f"acc {100 * acc:.1f}% · conf {100 * mconf:.1f}%")
+        drawn.append(float((h_ok + h_bad).max()))
+    same_y(axes, 1.08 * max(drawn) if drawn else 1.0)
+    shared_legend(axes[0][0].get_figure(root=True), [
         Patch(color=CORRECT_COLOR, label="correct"),
         Patch(color=WRONG_COLOR, alpha=0.8, label="incorrect"),
         Line2D([0], [0], ls="--", color="k", lw=1.0, label="accuracy"),
@@ -221,7 +133,7 @@ def reliability_grid(cells: Mapping[Key, Cell], rows: Sequence[str], cols: Seque
     followed by ``notes[(method, dataset)]`` (said once in the figure's title when every panel
     has the same note).
     """
-    return _save_all(build_figures("reliability", cells, rows, cols, Path(path).stem, n_bins,
+    return save_figures(build_figures("reliability", cells, rows, cols, Path(path).stem, n_bins,
                                    suptitle, notes, eces), path)
 
 
@@ -233,5 +145,5 @@ def confidence_hist_grid(cells: Mapping[Key, Cell], rows: Sequence[str], cols: S
     incorrect (red) predictions per (method, dataset); dashed line = accuracy, dotted line =
     mean confidence (their distance is the overconfidence). One y scale per figure. Same
     figures and return value as :func:`reliability_grid`."""
-    return _save_all(build_figures("hist", cells, rows, cols, Path(path).stem, n_bins,
+    return save_figures(build_figures("hist", cells, rows, cols, Path(path).stem, n_bins,
                                    suptitle), path)

@@ -1,5 +1,7 @@
 """What every report figure shares: the paper-scale style, the small-multiples grid, wrapped
-titles, the shared legend and the PNG + PDF pair.
+titles, the shared legend and the PNG + PDF pair; and the pages of the methods x datasets
+figures (reliability diagrams, confidence histograms, risk-coverage curves): which figures, their
+panels, the empty and titled panel, one y scale a figure.
 
 Sizes are physical: a panel is about 1.7 in wide, so a row of four fits a NeurIPS text width
 (5.5 in) at ~75 % scale and the 7-8 pt text stays legible there. Layout is matplotlib's
@@ -13,9 +15,10 @@ import re
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import matplotlib
+import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -170,3 +173,108 @@ def remove_stale(png: Path, keep: Sequence[Path]) -> None:
         for old in [png.with_suffix(ext), *png.parent.glob(f"{png.stem}_*{ext}")]:
             if old.name not in keep_names and old.is_file():
                 old.unlink()
+
+
+# ----------------------------------------------------------------------------- methods x datasets
+Cell = Optional[Tuple[np.ndarray, np.ndarray]]   # (conf, correct) or None when no records
+Key = Tuple[str, str]                            # (method, dataset)
+Page = Tuple[str, List[Tuple[Key, str]]]         # (block title, [((method, dataset), label)])
+
+
+def figure_pages(methods: Sequence[str], datasets: Sequence[str], stem: str
+                 ) -> List[Tuple[str, str, List[Page]]]:
+    """The figures for ``methods`` x ``datasets`` (argtca/report/plots/calibration.py's module
+    docstring says which): a list of ``(file stem, title suffix, blocks)``, each block ``(title,
+    [((method, dataset), panel label), ...])``."""
+    m, d = list(methods), list(datasets)
+    if len(d) == 1:
+        return [(stem, d[0], [("", [((x, d[0]), x) for x in m])])]
+    if len(m) == 1:
+        return [(stem, m[0], [("", [((m[0], y), y) for y in d])])]
+    if len(m) <= MAX_COLS and len(d) <= min(MAX_COLS, len(m) + 1):
+        return [(stem, "", [(y, [((x, y), x) for x in m]) for y in d])]
+    names: Dict[str, int] = {}
+    pages = []
+    for y in d:
+        s = slug(y)
+        names[s] = names.get(s, 0) + 1
+        s = s if names[s] == 1 else f"{s}_{names[s]}"
+        pages.append((f"{stem}_{s}", y, [("", [((x, y), x) for x in m])]))
+    return pages
+
+
+def has_records(cell: Cell) -> bool:
+    return cell is not None and len(cell[0]) > 0
+
+
+def panel_title(ax: Axes, label: str, stat: str) -> None:
+    width = chars_per_line(PANEL_IN, 8)
+    ax.set_title(wrap(label, width) + "\n" + wrap(stat, width), fontsize=8, linespacing=1.15)
+
+
+def shared_note(notes: Mapping[Key, str], keys: Sequence[Key]) -> Optional[str]:
+    """The note when every panel carries the same one (said once, in the figure's title)."""
+    vals = {notes.get(k, "") for k in keys}
+    return vals.pop() if len(vals) == 1 else None
+
+
+def cell_figures(cells: Mapping[Key, Cell], methods: Sequence[str], datasets: Sequence[str],
+                 stem: str, title: str, panel_h: float,
+                 draw: Callable[[List[Page], List[List[Optional[Axes]]], Mapping[Key, str]],
+                                None],
+                 notes: Optional[Mapping[Key, str]] = None) -> List[Tuple[str, Figure]]:
+    """One figure per page of :func:`figure_pages`, unsaved: ``[(file stem, figure), ...]``.
+    Each page's title is ``title`` after its suffix, plus the note every drawn panel shares
+    (``notes``; None: no notes); ``draw(blocks, axes, notes)`` fills the panels in the paper
+    style, given the notes left for the panels' own titles (none when shared)."""
+    out = []
+    for page_stem, suffix, blocks in figure_pages(methods, datasets, stem):
+        keys = [k for _, panels in blocks for k, _ in panels if has_records(cells.get(k))]
+        note = shared_note(notes, keys) if notes is not None else ""
+        text = (f"{suffix} · " if suffix else "") + title + (
+            f"; every panel: {note.strip('()')}" if note else "")
+        ncols = max(choose_cols(len(p)) if len(blocks) == 1 else len(p) for _, p in blocks)
+        with paper_style():
+            fig, axes = panel_grid([(b, len(p)) for b, p in blocks], ncols, panel_h, text)
+            draw(blocks, axes, notes if note is None else {})
+        out.append((page_stem, fig))
+    return out
+
+
+def cell_panels(cells: Mapping[Key, Cell], blocks: Sequence[Page],
+                axes: Sequence[Sequence[Axes]], xlabel: str, ylabel: str, missing: str
+                ) -> Iterator[Tuple[Key, str, Axes, Tuple[np.ndarray, np.ndarray]]]:
+    """The panels of a page, x from 0 to 1 and labelled on the outer panels: those without
+    records say so (titled ``missing``); the others are yielded as (key, label, axes, cell)."""
+    for (_, panels), block_axes in zip(blocks, axes):
+        for (key, label), ax in zip(panels, block_axes):
+            ax.set_xlim(0, 1)
+            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
+            label_outer(ax, xlabel, ylabel)
+            cell = cells.get(key)
+            if not has_records(cell):
+                ax.text(0.5, 0.5, "no records", ha="center", va="center",
+                        transform=ax.transAxes, color="0.5")
+                panel_title(ax, label, missing)
+                continue
+            yield key, label, ax, cell
+
+
+def same_y(axes: Sequence[Sequence[Axes]], top: float) -> None:
+    """One y scale (0 to ``top``) for every panel of a figure, so they compare at a glance."""
+    for block_axes in axes:
+        for ax in block_axes:
+            ax.set_ylim(0, top)
+            ax.locator_params(axis="y", nbins=4)
+
+
+def save_figures(figures: Sequence[Tuple[str, Figure]], path) -> Dict[str, Path]:
+    """Save each ``(stem, figure)`` beside ``path`` (PNG + PDF) and delete this stem's figures of
+    an earlier report that no longer apply; {file name: path} of what was written."""
+    path = Path(path)
+    written: Dict[str, Path] = {}
+    with paper_style():
+        for stem, fig in figures:
+            written.update(save(fig, path.with_name(stem + ".png")))
+    remove_stale(path, list(written.values()))
+    return written

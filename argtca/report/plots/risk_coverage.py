@@ -1,5 +1,5 @@
 """Risk-coverage curves (selective prediction) as small multiples, methods x datasets, on the
-grid and pages of the reliability diagrams (:func:`argtca.report.plots.calibration.figure_pages`:
+grid and pages of the reliability diagrams (:func:`argtca.report.plots.layout.figure_pages`:
 at most 5 panels a row, one figure per dataset when there are many methods).
 
 Each panel: the risk (error rate, %) of the images kept against the coverage (the share kept,
@@ -17,10 +17,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
 from argtca.metrics import aurc, risk_coverage
-from argtca.report.plots.calibration import (Cell, Key, _empty, _has, _panel_title, _save_all,
-                                             _shared_note, figure_pages)
-from argtca.report.plots.layout import (ACC_COLOR, PANEL_IN, choose_cols, label_outer,
-                                        panel_grid, paper_style, shared_legend)
+from argtca.report.plots.layout import (ACC_COLOR, PANEL_IN, Cell, Key, cell_figures,
+                                        cell_panels, panel_title, same_y, save_figures,
+                                        shared_legend)
 
 __all__ = ["risk_coverage_figures", "risk_coverage_grid", "optimal_risk"]
 
@@ -40,55 +39,32 @@ def risk_coverage_figures(cells: Mapping[Key, Cell], methods: Sequence[str],
                           notes: Optional[Mapping[Key, str]] = None
                           ) -> List[Tuple[str, Figure]]:
     """The figures of :func:`risk_coverage_grid`, unsaved: ``[(file stem, figure), ...]``."""
-    aurcs, notes = aurcs or {}, notes or {}
-    out = []
-    for page_stem, suffix, blocks in figure_pages(methods, datasets, stem):
-        keys = [k for _, panels in blocks for k, _ in panels if _has(cells.get(k))]
-        note = _shared_note(notes, keys)
-        text = (f"{suffix} · " if suffix else "") + title + (
-            f"; every panel: {note.strip('()')}" if note else "")
-        ncols = max(choose_cols(len(p)) if len(blocks) == 1 else len(p) for _, p in blocks)
-        with paper_style():
-            fig, axes = panel_grid([(b, len(p)) for b, p in blocks], ncols, 0.85 * PANEL_IN,
-                                   text)
-            _page(cells, blocks, axes, aurcs, notes if note is None else {})
-        out.append((page_stem, fig))
-    return out
+    aurcs = aurcs or {}
+    return cell_figures(cells, methods, datasets, stem, title, 0.85 * PANEL_IN,
+                        lambda blocks, axes, left: _page(cells, blocks, axes, aurcs, left),
+                        notes or {})
 
 
 def _page(cells, blocks, axes, aurcs, notes) -> None:
     tops = []
-    for (_, panels), block_axes in zip(blocks, axes):
-        for (key, label), ax in zip(panels, block_axes):
-            ax.set_xlim(0, 1)
-            ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
-            label_outer(ax, "coverage", "risk (% errors)")
-            cell = cells.get(key)
-            if not _has(cell):
-                _empty(ax)
-                _panel_title(ax, label, "AURC –")
-                continue
-            conf, correct = cell
-            rc = risk_coverage(conf, correct)
-            cov = np.r_[0.0, rc["coverage"]]
-            risk = 100 * np.r_[rc["risk"][0], rc["risk"]]
-            errors = int(round(len(conf) - np.asarray(correct, dtype=bool).sum()))
-            best = 100 * optimal_risk(len(conf), errors)
-            ax.plot(cov, risk, color=ACC_COLOR, lw=1.2)
-            ax.plot(cov, np.r_[best[0], best], color=OPTIMAL_COLOR, lw=0.9, ls="--")
-            tops.append(float(risk.max()))
-            area = aurcs.get(key)
-            if area is None or not np.isfinite(area):
-                area = 100 * aurc(conf, correct)
-            note = notes.get(key, "")
-            _panel_title(ax, label, f"AURC {area:.2f}%" + (f" {note}" if note else ""))
-    top = max(1.0, 1.08 * max(tops)) if tops else 1.0
-    for block_axes in axes:
-        for ax in block_axes:
-            ax.set_ylim(0, top)
-            ax.locator_params(axis="y", nbins=4)
-    fig = axes[0][0].get_figure(root=True)
-    shared_legend(fig, [
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "coverage", "risk (% errors)",
+                                            "AURC –"):
+        conf, correct = cell
+        rc = risk_coverage(conf, correct)
+        cov = np.r_[0.0, rc["coverage"]]
+        risk = 100 * np.r_[rc["risk"][0], rc["risk"]]
+        errors = int(round(len(conf) - np.asarray(correct, dtype=bool).sum()))
+        best = 100 * optimal_risk(len(conf), errors)
+        ax.plot(cov, risk, color=ACC_COLOR, lw=1.2)
+        ax.plot(cov, np.r_[best[0], best], color=OPTIMAL_COLOR, lw=0.9, ls="--")
+        tops.append(float(risk.max()))
+        area = aurcs.get(key)
+        if area is None or not np.isfinite(area):
+            area = 100 * aurc(conf, correct)
+        note = notes.get(key, "")
+        panel_title(ax, label, f"AURC {area:.2f}%" + (f" {note}" if note else ""))
+    same_y(axes, max(1.0, 1.08 * max(tops)) if tops else 1.0)
+    shared_legend(axes[0][0].get_figure(root=True), [
         Line2D([0], [0], color=ACC_COLOR, lw=1.2, label="risk of the images kept"),
         Line2D([0], [0], color=OPTIMAL_COLOR, lw=0.9, ls="--",
                label="optimal order (same errors)")])
@@ -103,5 +79,5 @@ def risk_coverage_grid(cells: Mapping[Key, Cell], rows: Sequence[str], cols: Seq
     {file name: path}; this stem's pages of an earlier report that no longer apply are deleted.
     Each title gives the AURC (%) of the panel's records, or ``aurcs[(method, dataset)]`` where
     given (e.g. the table's mean over seeds; ``title`` should say which)."""
-    return _save_all(risk_coverage_figures(cells, rows, cols, Path(path).stem, title, aurcs,
+    return save_figures(risk_coverage_figures(cells, rows, cols, Path(path).stem, title, aurcs,
                                            notes), path)
