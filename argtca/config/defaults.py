@@ -296,6 +296,18 @@ _C.TRAINER.TPS.WEIGHT_DECAY = 0.01     # torch AdamW's default (TPS sets none)
 _C.TRAINER.TPS.PER_CLASS = True        # one shift per class prototype (TPS scripts: --per_label);
                                        # False: one shift shared by every class
 
+# TTL (Imam et al., WACV'25; Razaimam45/TTL-Test-Time-Low-Rank-Adaptation scripts/test_ttl.sh):
+# LoRA in the image tower's attention, tuned per image (TTA.STEPS / LR / WEIGHT_DECAY: AdamW) on
+# every view's confidence-weighted entropy, reset after each image (argtca/engine/lora.py)
+_C.TRAINER.TTL = CN()
+_C.TRAINER.TTL.LAYERS = [-3, -2, -1]   # adapted blocks; negative: from the end (--layer_range 9,11:
+                                       # the last 3 of ViT-B/16's 12 blocks)
+_C.TRAINER.TTL.TARGETS = ["q", "v"]    # projections with an adapter, of q, k, v, out (LoraConfig
+                                       # target_modules q_proj, v_proj)
+_C.TRAINER.TTL.RANK = 16               # r (--rank 16)
+_C.TRAINER.TTL.ALPHA = 32.0            # lora_alpha: the LoRA term is scaled by ALPHA / RANK
+_C.TRAINER.TTL.MARGIN = 0.4            # a view's weight exp(-(H - MARGIN)) (--deyo_margin_e0 0.4)
+
 # ------------------------------------------------ online methods (one stream, TTA.STREAM)
 _C.TRAINER.TDA = CN()
 # TDA (Karmanov et al., CVPR 2024), official kdiAAA/TDA configs/<dataset>.yaml, ViT-B/16. Only the
