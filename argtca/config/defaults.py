@@ -135,7 +135,8 @@ _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, e
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
 # "auto" (fast on CUDA, reference on CPU), "reference" (one image at a time) or "fast" (batched;
-# equals the reference on CPU to 1e-5)
+# equals the reference on CPU to 1e-5); the training-free and online methods run on "features",
+# TTL on "lora", which "auto" picks for them
 _C.TTA.ENGINE = "auto"
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
 _C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off");
