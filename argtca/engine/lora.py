@@ -35,7 +35,8 @@ from argtca.registry import ENGINE_REGISTRY
 class LoRAEngine(ReferenceEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``. ``layers``, ``rank``,
     ``alpha``, ``targets``: the adapters (:class:`~argtca.models.lora.LoRATower`); ``seed``
-    draws their initial A. Only a method that names this engine runs on it
+    draws their initial A. Of the reference engine it keeps the hyper-parameters, precision,
+    loss scale, checks and ``submit``. Only a method that names this engine runs on it
     (:func:`argtca.engine.auto.settle_engine`)."""
 
     batched = True
@@ -63,7 +64,7 @@ class LoRAEngine(ReferenceEngine):
         f = F.normalize(f.float(), dim=-1)
         return self.logit_scale * (f @ self.text.t()).reshape(B, -1, self.text.shape[0])
 
-    def tune(self, tokens: torch.Tensor, B: int,
+    def adapt(self, tokens: torch.Tensor, B: int,
              paths: Optional[Sequence[str]] = None) -> None:
         """``TTA.STEPS`` steps of every image's adapters (reset first) on its views' tokens."""
         self.tower.reset(B)
@@ -100,7 +101,7 @@ class LoRAEngine(ReferenceEngine):
         x = views.flatten(0, 1).to(self.device, non_blocking=True)
         with self.autocast():
             tokens = self.tower.prefix(x)
-        self.tune(tokens, B, paths)
+        self.adapt(tokens, B, paths)
         view0 = tokens.reshape(B, V, *tokens.shape[1:])[:, 0]
         probs = self.objective.probs(self.class_logits(view0, B))[:, 0]
         raise_if_non_finite_probs(probs, paths, self.hint)
