@@ -307,7 +307,8 @@ _C.TRAINER.TTL.TARGETS = ["q", "v"]    # projections with an adapter, of q, k, v
                                        # target_modules q_proj, v_proj)
 _C.TRAINER.TTL.RANK = 16               # r (--rank 16)
 _C.TRAINER.TTL.ALPHA = 32.0            # lora_alpha: the LoRA term is scaled by ALPHA / RANK
-_C.TRAINER.TTL.MARGIN = 0.4            # a view's weight exp(-(H - MARGIN)) (--deyo_margin_e0 0.4)
+_C.TRAINER.TTL.MARGIN = 0.4            # a view's weight exp(-(H - MARGIN)) (--deyo_margin_e0 0.4);
+                                       # a factor on the whole loss: AdamW ignores it but for eps
 
 # ------------------------------------------------ online methods (one stream, TTA.STREAM)
 _C.TRAINER.TDA = CN()

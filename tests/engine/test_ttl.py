@@ -56,6 +56,14 @@ def test_weighted_entropy_and_its_gradient_by_hand():
     assert abs(float(-(p_bar * p_bar.log()).sum()) - want_loss) > 0.1
 
 
+def test_the_margin_scales_every_weight_alike():
+    # exp(-(H - m)) = e^m · e^-H: the margin multiplies the loss and its gradient by e^m, which
+    # AdamW's step g / (sqrt(g²) + eps) ignores but for eps (docs/methods.md says so)
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 0.4, 0.1]]])
+    a, b = (TTLObjective(_node(m)).loss(logits) for m in (0.4, 1.9))
+    assert abs(float(b[0] / a[0]) - math.exp(1.5)) < 1e-5
+
+
 def test_views_above_the_entropy_cap_of_log_1000_are_left_out():
     # 1100 classes: a uniform view has entropy log 1100 > log 1000 and drops out of the mean
     peaked = torch.zeros(1100, dtype=torch.float64)
