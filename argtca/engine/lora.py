@@ -87,12 +87,14 @@ class LoRAEngine(ReferenceEngine):
                 if self.loss_scale != 1.0:
                     p.grad.div_(self.loss_scale)
                 ok &= torch.isfinite(p.grad).flatten(1).all(-1)
-            for p in params:
-                p.grad[~ok] = 0
+            # where() rather than masked assignment: no host sync on the device
+            keep = [ok.view(-1, *[1] * (p.dim() - 1)) for p in params]
+            for p, k in zip(params, keep):
+                p.grad.copy_(torch.where(k, p.grad, torch.zeros_like(p.grad)))
             opt.step()
             with torch.no_grad():
-                for p, b in zip(params, before):
-                    p[~ok] = b[~ok]
+                for p, b, k in zip(params, before, keep):
+                    p.copy_(torch.where(k, p, b))
 
     @torch.no_grad()
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:

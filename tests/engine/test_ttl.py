@@ -309,6 +309,23 @@ def test_a_batch_equals_its_images_alone(tiny_clip):
     assert (together[0] - together[1]).abs().max() > 1e-4    # not one answer for all
 
 
+def test_an_image_without_a_kept_view_skips_its_step(tiny_clip, monkeypatch):
+    eng = _engine(tiny_clip, steps=2, lr=0.05)
+    views = _views(2, seed=2)
+    tuned = eng(views[:1])[0]
+    base = TTLObjective.kept
+    monkeypatch.setattr(TTLObjective, "kept",   # image 1 keeps no view: the official code skips
+                        lambda self, s: base(self, s) & torch.tensor([[True], [False]]))
+    got = eng(views)
+    eng.tower.reset(1)                           # the frozen tower (no step, no weight decay)
+    with torch.no_grad():
+        frozen = _Clip(eng.tower, eng.text, eng.logit_scale)(views[1, :1]).softmax(-1)[0]
+    torch.testing.assert_close(got[1], frozen, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got[0], tuned, rtol=1e-5, atol=1e-6)
+    assert (tuned - _Clip(eng.tower, eng.text, eng.logit_scale)(views[0, :1]).softmax(-1)[0]
+            ).abs().max() > 1e-3
+
+
 # --------------------------------------------------------------------- the trainer's checks
 def _trainer(tmp_path, **over):
     from argtca.trainers.methods import TTL
