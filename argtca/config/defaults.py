@@ -139,7 +139,8 @@ _C.TTA.CTX_CHECKPOINT_EPOCH = 0  # CoOp's --load-epoch; 0: model-best.pth.tar, e
 _C.TTA.PREC = "amp"             # "amp": fp16 autocast on CUDA, fp32 params; "fp32"; CPU is fp32
 _C.TTA.LOSS_SCALE = 1000.0      # static loss scale under fp16 autocast (TPT's GradScaler init)
 # "auto" (fast on CUDA, reference on CPU), "reference" (one image at a time) or "fast" (batched;
-# equals the reference on CPU to 1e-5)
+# equals the reference on CPU to 1e-5); the training-free and online methods run on "features",
+# TTL on "lora", which "auto" picks for them
 _C.TTA.ENGINE = "auto"
 _C.TTA.BATCH_IMAGES = 16        # images tuned together by the fast engine
 _C.TTA.COMPILE = "auto"         # fast engine on CUDA: torch.compile the towers ("on"/"off");
@@ -299,6 +300,19 @@ _C.TRAINER.TPS.STEPS = 1               # shift steps per image (TPS scripts: --t
 _C.TRAINER.TPS.WEIGHT_DECAY = 0.01     # torch AdamW's default (TPS sets none)
 _C.TRAINER.TPS.PER_CLASS = True        # one shift per class prototype (TPS scripts: --per_label);
                                        # False: one shift shared by every class
+
+# TTL (Imam et al., WACV'25; Razaimam45/TTL-Test-Time-Low-Rank-Adaptation scripts/test_ttl.sh):
+# LoRA in the image tower's attention, tuned per image (TTA.STEPS / LR / WEIGHT_DECAY: AdamW) on
+# every view's confidence-weighted entropy, reset after each image (argtca/engine/lora.py)
+_C.TRAINER.TTL = CN()
+_C.TRAINER.TTL.LAYERS = [-3, -2, -1]   # adapted blocks; negative: from the end (--layer_range 9,11:
+                                       # the last 3 of ViT-B/16's 12 blocks)
+_C.TRAINER.TTL.TARGETS = ["q", "v"]    # projections with an adapter, of q, k, v, out (LoraConfig
+                                       # target_modules q_proj, v_proj)
+_C.TRAINER.TTL.RANK = 16               # r (--rank 16)
+_C.TRAINER.TTL.ALPHA = 32.0            # lora_alpha: the LoRA term is scaled by ALPHA / RANK
+_C.TRAINER.TTL.MARGIN = 0.4            # a view's weight exp(-(H - MARGIN)) (--deyo_margin_e0 0.4);
+                                       # a factor on the whole loss: AdamW ignores it but for eps
 
 # ------------------------------------------------ online methods (one stream, TTA.STREAM)
 _C.TRAINER.TDA = CN()

@@ -96,12 +96,22 @@ def canonical_names(cfg) -> dict:
     return out
 
 
-def settle_engine(cfg, adapter: bool, label: str) -> str:
+def settle_engine(cfg, adapter: bool, label: str, own: str = "") -> str:
     """``TTA.ENGINE`` for a method: an adapter method (``adapter``) runs on the features engine,
-    which "auto" picks for it; a prompt-tuning method on any other. A mismatch is a
-    :class:`ConfigError` naming the method ``label``. Returns the engine ("auto": the device
-    decides)."""
+    which "auto" picks for it; a method with an engine of its own (``own``, its trainer's
+    ``engine_name``: TTL's "lora") on that one; a prompt-tuning method on any other but those
+    (an engine class with ``method_only``). A mismatch is a :class:`ConfigError` naming the
+    method ``label``. Returns the engine ("auto": the device decides)."""
     engine = str(cfg.TTA.ENGINE).lower()
+    if own:
+        if engine not in ("auto", own.lower()):
+            raise ConfigError(f"TTA.ENGINE={cfg.TTA.ENGINE!r}: {label} runs on its own engine, "
+                              f"{own}; leave TTA.ENGINE auto")
+        return own.lower()
+    from argtca.registry import ENGINE_REGISTRY
+    if engine in ENGINE_REGISTRY and getattr(ENGINE_REGISTRY.get(engine), "method_only", False):
+        raise ConfigError(f"TTA.ENGINE={cfg.TTA.ENGINE!r} runs only the method built for it; "
+                          f"{label}: use TTA.ENGINE auto")
     if adapter and engine not in ("auto", ADAPTER_ENGINE):
         raise ConfigError(f"TTA.ENGINE={cfg.TTA.ENGINE!r}: {label} tunes no prompt and runs on "
                           f"the features engine; leave TTA.ENGINE auto")
@@ -112,15 +122,16 @@ def settle_engine(cfg, adapter: bool, label: str) -> str:
 
 
 def resolve_auto(cfg, device_type: str, n_images: int, adapter: bool = False,
-                 label: str = "this method", also: Optional[Dict[tuple, object]] = None
-                 ) -> Tuple[object, List[str]]:
+                 label: str = "this method", also: Optional[Dict[tuple, object]] = None,
+                 own_engine: str = "") -> Tuple[object, List[str]]:
     """``cfg`` with its "auto" values replaced (a frozen clone when anything changed) and one log
-    line per choice made. ``adapter``: the method tunes no prompt (:func:`settle_engine`).
-    ``also``: the method's own resolved values ({key path: value}), set in the same clone."""
+    line per choice made. ``adapter``: the method tunes no prompt; ``own_engine``: the engine
+    the method runs on (:func:`settle_engine`). ``also``: the method's own resolved values
+    ({key path: value}), set in the same clone."""
     lines = []
     changes = {}
     cuda = str(device_type) == "cuda"
-    engine = settle_engine(cfg, adapter, label)
+    engine = settle_engine(cfg, adapter, label, own_engine)
     if engine != str(cfg.TTA.ENGINE).lower():
         changes[("TTA", "ENGINE")] = engine
     if engine == "auto":

@@ -220,3 +220,36 @@ class TCAObjective(Objective):
     def regularizer(self, text):
         inter, intra = tca_terms(text, self.prompts_per_class)
         return -self.alpha * inter + self.beta * intra
+
+
+# DeYO's entropy filter as TTL's official code keeps it (deyo.py: ``entropys <= math.log(1000)``,
+# a constant whatever the number of classes: every view passes below 1000 classes)
+TTL_ENTROPY_CAP = math.log(1000)
+
+
+@OBJECTIVE_REGISTRY.register(name="ttl")
+class TTLObjective(Objective):
+    """TTL (Imam et al., WACV'25; official deyo.py ``forward_and_adapt_sar`` as ttl.py runs it):
+    the confidence-weighted entropy of every view, ``mean_v H_v · exp(-(H_v - MARGIN))`` with the
+    weight taken as a constant (``entropys.clone().detach()``), over the views whose entropy is at
+    most log(1000) (all of them below 1000 classes); no confident-view selection. Scores are the
+    logits; the prediction is view 0's softmax (with the tuned adapters)."""
+
+    def __init__(self, node=None):
+        super().__init__(node)
+        self.margin = float(node.MARGIN) if node is not None else 0.4
+
+    def kept(self, scores: torch.Tensor) -> torch.Tensor:
+        """bool [B, V]: the views the loss averages over."""
+        return view_entropy(scores.detach().float()) <= TTL_ENTROPY_CAP
+
+    def entropy_term(self, scores):
+        ent = view_entropy(scores.float())
+        keep = ent.detach() <= TTL_ENTROPY_CAP
+        w = torch.exp(-(ent.detach() - self.margin))
+        return (ent * w * keep).sum(-1) / keep.sum(-1).clamp(min=1)
+
+    def loss(self, scores, text=None):
+        """[B, V, K] -> [B]; an image with no view kept has loss 0 (the engine skips its step,
+        as the official code steps only when a view is left)."""
+        return self.entropy_term(scores)

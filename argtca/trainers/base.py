@@ -95,7 +95,8 @@ class TestTimeTrainer(RunIdentity):
         own, own_lines = self.auto_values(self.cfg)
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
                                        adapter=bool(getattr(self, "adapter_name", "")),
-                                       label=self.label, also=own)
+                                       label=self.label, also=own,
+                                       own_engine=str(getattr(self, "engine_name", "") or ""))
         lines = own_lines + lines
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)

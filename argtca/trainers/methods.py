@@ -10,6 +10,7 @@ from argtca.utils.io import write_json
 from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.attributes import AttributeFile
 from argtca.trainers.base import TestTimeTrainer
+from argtca.engine import lora as _lora  # noqa: F401  (registration: TTL's engine)
 
 
 @TRAINER_REGISTRY.register()
@@ -119,3 +120,53 @@ class TCA(AttributeFile, TestTimeTrainer):
 
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
         return [f"{a} {c}." for c in classnames for a in self.attributes[c]]
+
+
+def _ttl_blocks(cfg):
+    """The adapted blocks of TRAINER.TTL.LAYERS on the backbone's image tower, from its open_clip
+    config (before any weight is read); ConfigError naming the value."""
+    from argtca.config import ConfigError
+    from argtca.models.backbones import open_clip_name
+    from argtca.models.lean import open_clip
+    from argtca.models.lora import resolve_layers
+    backbone = str(cfg.MODEL.BACKBONE.NAME)
+    vision = (open_clip.get_model_config(open_clip_name(backbone)) or {}).get("vision_cfg") or {}
+    n = vision.get("layers")
+    if not isinstance(n, int) or vision.get("timm_model_name"):
+        raise ConfigError(f"TTL adapts the attention of a ViT image tower; MODEL.BACKBONE.NAME="
+                          f"{backbone} has none (use a ViT backbone, e.g. ViT-B/16)")
+    try:
+        return resolve_layers(list(cfg.TRAINER.TTL.LAYERS), n)
+    except ValueError as e:
+        raise ConfigError(f"TRAINER.TTL.LAYERS={list(cfg.TRAINER.TTL.LAYERS)}: {e} of "
+                          f"{backbone}") from None
+
+
+@TRAINER_REGISTRY.register()
+class TTL(TestTimeTrainer):
+    """TTL: low-rank adapters in the image tower's attention, tuned per image on the views'
+    confidence-weighted entropy and reset after it (argtca/engine/lora.py; the objective:
+    argtca/engine/objectives.py ``ttl``); class prompts, frozen."""
+    method, label, objective_name = "ttl", "TTL", "ttl"
+    engine_name = "lora"
+    cfg_ranges = {"RANK": Range(lambda v: v >= 1, ">= 1 (TTL: 16)", True),
+                  "ALPHA": Range(lambda v: v > 0, "> 0 (TTL: 32)"),
+                  "MARGIN": Range(lambda v: True, "a number (TTL: 0.4)")}
+
+    def check_cfg(self, cfg) -> None:
+        from argtca.config import ConfigError
+        from argtca.models.lora import TARGETS
+        targets = list(cfg.TRAINER.TTL.TARGETS)
+        if not targets or any(t not in TARGETS for t in targets) \
+                or len(set(targets)) != len(targets):
+            raise ConfigError(f"TRAINER.TTL.TARGETS={targets} (allowed: distinct names among "
+                              f"{', '.join(TARGETS)}; TTL: q, v)")
+        self.lora_blocks = _ttl_blocks(cfg)
+
+    def engine_kwargs(self) -> Dict[str, object]:
+        node = self.node
+        return {"layers": self.lora_blocks, "rank": int(node.RANK), "alpha": float(node.ALPHA),
+                "targets": list(node.TARGETS), "seed": int(self.cfg.SEED)}
+
+    def summary_extra(self) -> Dict[str, object]:
+        return {"lora_blocks": list(self.lora_blocks)}

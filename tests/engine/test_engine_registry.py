@@ -51,7 +51,7 @@ def test_built_in_engines_are_registered_with_their_batching():
 def test_engine_choices_come_from_the_registry(monkeypatch):
     cfg = get_cfg_default()
     cfg.TTA.ENGINE = "turbo"
-    allowed = r"TTA.ENGINE='turbo' \(allowed: auto, fast, features, reference\)"
+    allowed = r"TTA.ENGINE='turbo' \(allowed: auto, fast, features, lora, reference\)"
     with pytest.raises(ConfigError, match=allowed):
         check_cfg_values(cfg)
     _register(monkeypatch, ENGINE_REGISTRY, "turbo", BatchedReference)
