@@ -310,3 +310,22 @@ def test_the_reward_weights_are_part_of_the_run_identity(tmp_path, monkeypatch):
         want = a if Path(got["path"]) == a else b
         assert got["sha256"] == hashlib.sha256(Path(want).read_bytes()).hexdigest()
         assert summary["n"] == 6 and summary["trainer"] == "RLCF"
+
+
+def test_a_non_finite_rlcf_loss_names_the_image_in_both_engines(tiny_clip):
+    from argtca.engine.reference import NonFiniteLossError
+    model, tok = tiny_clip
+    rmodel, rtok = _reward()
+    reward = RewardCLIP(rmodel, rtok, ["a photo of a a.", "a photo of a b.", "a photo of a c."],
+                        "cpu", "fp32")
+    reward.class_features = torch.full_like(reward.class_features, float("nan"))
+    obj = OBJECTIVE_REGISTRY.get("rlcf")(get_cfg_default().TRAINER.RLCF, reward)
+    enc = PromptTextEncoder(model, tok, ["a.", "b.", "c."])
+    cfg = tiny_cfg(**{"TTA.N_VIEWS": 4, "TTA.SELECTION_P": 0.5})
+    views = torch.randn(2, 4, 3, 32, 32, generator=torch.Generator().manual_seed(0))
+    for eng in (ReferenceEngine(model, enc, obj, cfg, "cpu"),
+                FastEngine(model, enc, obj, cfg, "cpu", grad_mode="recompute")):
+        with pytest.raises(NonFiniteLossError) as e:
+            eng(views[:1] if not eng.batched else views, ["x.jpg", "y.jpg"])
+        msg = str(e.value)
+        assert "x.jpg" in msg and "loss nan" in msg and "entropy term" not in msg
