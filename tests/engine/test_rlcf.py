@@ -329,3 +329,14 @@ def test_a_non_finite_rlcf_loss_names_the_image_in_both_engines(tiny_clip):
             eng(views[:1] if not eng.batched else views, ["x.jpg", "y.jpg"])
         msg = str(e.value)
         assert "x.jpg" in msg and "loss nan" in msg and "entropy term" not in msg
+
+
+def test_empty_reward_keys_reuse_the_policy_clip(tiny_clip):
+    from argtca.models.reward import load_reward, reward_spec
+    cfg = tiny_cfg(**{"TRAINER.RLCF.REWARD_BACKBONE": "", "TRAINER.RLCF.REWARD_PRETRAINED": ""})
+    assert reward_spec(cfg) == ("argtca-tiny-test", "random")
+    model, tok = tiny_clip
+    reward = load_reward(cfg, "cpu", (model, tok), ["a photo of a dog.", "a photo of a cat."])
+    assert reward.model is model            # TTA-VLM's choice: the policy rewards itself
+    cfg.TRAINER.RLCF.REWARD_PRETRAINED = "builtin:demo/assets/demo_clip.pt"
+    assert reward_spec(cfg) == ("argtca-tiny-test", "builtin:demo/assets/demo_clip.pt")
