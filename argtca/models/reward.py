@@ -14,7 +14,7 @@ import torch.nn.functional as F
 
 from argtca.utils.paths import resolve_builtin
 
-from .backbones import backbone_image_size, open_clip_name
+from .backbones import open_clip_name
 from .weights import ModelError
 
 NODE = "TRAINER.RLCF"
@@ -121,8 +121,3 @@ def load_reward(cfg, device, policy, prompts: List[str]) -> RewardCLIP:
         except ModelError as e:
             raise ModelError(f"RLCF's reward model: {_ours(str(e))}") from None
     return RewardCLIP(model, tokenizer, prompts, device, str(cfg.TTA.PREC))
-
-
-def reward_image_size(cfg) -> Optional[Tuple[int, int]]:
-    """(height, width) the reward backbone takes (None when its config declares none)."""
-    return backbone_image_size(reward_spec(cfg)[0])
