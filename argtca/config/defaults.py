@@ -293,6 +293,24 @@ _C.TRAINER.RTPT.TOP_K = 20            # neighbours a view's reliability averages
                                        # rtpt.py get_top_sim: k = 20; capped at N_VIEWS - 1)
 _C.TRAINER.RTPT.TEMPERATURE = 0.01     # softmax temperature of the reliability (rtpt.py: /0.01)
 
+_C.TRAINER.RLCF = CN()
+# RLCF (Zhao et al., ICLR'24), official mzhaoshuai/RLCF TPT/scripts/rlcf-prompt.sh (ImageNet family)
+# and rlcf-prompt-fine.sh (fine-grained sets), ViT-B/16 policy; argtca/trainers/methods.py RLCF
+_C.TRAINER.RLCF.REWARD_BACKBONE = "ViT-L/14"  # the reward CLIP (--reward_arch); "": the policy's
+                                              # MODEL.BACKBONE.NAME (TTA-VLM: the policy itself)
+_C.TRAINER.RLCF.REWARD_PRETRAINED = "openai"  # its weights, as MODEL.PRETRAINED takes them (a
+                                              # tag, a file, hf-hub:); "": MODEL.PRETRAINED
+_C.TRAINER.RLCF.SAMPLE_K = 3            # sampled classes per view: its top-k (--sample_k 3)
+_C.TRAINER.RLCF.CLIPSCORE_WEIGHT = 2.5  # reward = w * max(cos, 0) (CLIPRewards clipscore_weight)
+_C.TRAINER.RLCF.REWARD_PROCESS = True   # subtract the mean reward (--reward_process 1)
+_C.TRAINER.RLCF.PROCESS_BATCH = False   # mean over all views' samples, not a view's k
+                                        # (--process_batch 0)
+_C.TRAINER.RLCF.REWARD_AMPLIFY = False  # also divide by the std + 1e-5 (--reward_amplify 0)
+_C.TRAINER.RLCF.AUTO_STEPS = True       # TTA.STEPS left at its default (1) -> the official
+                                        # scripts' steps for DATASET.NAME: 5 on the fine-grained
+                                        # sets, 3 on the ImageNet family and any other dataset;
+                                        # another TTA.STEPS wins; False: TTA.STEPS as given
+
 _C.TRAINER.TPS = CN()
 _C.TRAINER.TPS.LR = 5e-3               # AdamW lr on the shifts (TPS README / args.py default;
                                        # TTA-VLM uses 1e-3 on the fine-grained sets)

@@ -68,7 +68,7 @@ import torch
 import torch.nn.functional as F
 
 from argtca.engine.jacobian import JacobianAtTheta0
-from argtca.engine.objectives import Objective, avg_entropy, select_confident
+from argtca.engine.objectives import Objective, avg_entropy, objective_loss, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
                                       raise_if_non_finite_probs, _name)
 from argtca.registry import ENGINE_REGISTRY
@@ -293,7 +293,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         return self._reg0
 
     def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths,
-                      img: Optional[torch.Tensor] = None) -> None:
+                      img: Optional[torch.Tensor] = None, inputs=None) -> None:
         """One host sync per batch. For the first bad image the reference episode is re-run alone
         (only on this error path) to name the step and the loss terms; should it not reproduce
         (float reordering), the error names the image and the loss."""
@@ -301,7 +301,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
             return
         i = int(bad_seen.nonzero()[0])
         if img is not None:
-            ReferenceEngine.tune(self, img[i:i + 1], [_name(paths, i)])
+            ReferenceEngine.tune(self, img[i:i + 1], [_name(paths, i)],
+                                 None if inputs is None else inputs[i:i + 1])
         raise_if_non_finite(first_bad, bad_seen, paths, hint=self.hint)
 
     @staticmethod
@@ -311,7 +312,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         return first_bad, bad_seen | bad
 
     # ------------------------------------------------------------------ step 1 at θ0
-    def _step1_cotangent(self, img: torch.Tensor, sel_p: float):
+    def _step1_cotangent(self, img: torch.Tensor, sel_p: float, inputs=None):
         """Per-image loss at θ0 and its cotangent loss_scale·∂L_b/∂T ([B, P, E]); the selection."""
         B = img.shape[0]
         t0 = self.theta0()[1].detach()
@@ -329,7 +330,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                 g, = torch.autograd.grad(ent.sum() * self.loss_scale, t)
                 g = g + reg_grad
             else:
-                loss = self.objective.loss(sel, t.float())
+                loss = objective_loss(self.objective, sel, t.float(), inputs, sel_idx)
                 g, = torch.autograd.grad(loss.sum() * self.loss_scale, t)
         return loss.detach(), g, sel_idx
 
@@ -359,7 +360,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                                                 retain_graph=True)[0]
                             for b in range(cot.shape[0])])
 
-    def _grad_recompute(self, ctx: torch.Tensor, img: torch.Tensor, sel_idx):
+    def _grad_recompute(self, ctx: torch.Tensor, img: torch.Tensor, sel_idx, inputs=None):
         """Loss and (scaled) gradient by a fresh forward/backward at ``ctx``, in image chunks.
         Returns (loss [B], grad [B, n, W], sel_idx)."""
         step = self._images_per_text_call()
@@ -378,7 +379,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                 s_idx = (select_confident(scores.detach(), self.selection_p) if sel_idx is None
                          else sel_idx[i:i + step])
                 sel = torch.gather(scores, 1, s_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
-                loss = self.objective.loss(sel, text.float())
+                loss = objective_loss(self.objective, sel, text.float(),
+                                      None if inputs is None else inputs[i:i + step], s_idx)
                 with self._text_backward_ctx():
                     g, = torch.autograd.grad(loss.sum() * self.loss_scale, x)
             losses.append(loss.detach())
@@ -387,14 +389,16 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         return torch.cat(losses), torch.cat(grads), torch.cat(sels)
 
     # ------------------------------------------------------------------ the episode
-    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
-        """TTA.STEPS AdamW steps from θ0 for every image; returns the tuned contexts [B, n, W]."""
-        ctx, first_bad, bad_seen = self._tune_async(img)
+    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None,
+             inputs=None) -> torch.Tensor:
+        """TTA.STEPS AdamW steps from θ0 for every image; returns the tuned contexts [B, n, W].
+        ``inputs``: the objective's per-view inputs [B, V, ...] (``Objective.view_inputs``)."""
+        ctx, first_bad, bad_seen = self._tune_async(img, inputs)
         if first_bad is not None:
-            self._check_finite(first_bad, bad_seen, paths, img)
+            self._check_finite(first_bad, bad_seen, paths, img, inputs)
         return ctx
 
-    def _tune_async(self, img: torch.Tensor):
+    def _tune_async(self, img: torch.Tensor, inputs=None):
         """The steps without any host synchronisation: (ctx [B, n, W], first non-finite loss [B],
         seen [B] bool) — the last two None without steps; checked by the caller."""
         B = img.shape[0]
@@ -408,10 +412,10 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         sel_idx = None
         for s in range(self.steps):
             if s == 0 and self.grad_mode != "recompute":
-                loss, cot, sel_idx = self._step1_cotangent(img, self.selection_p)
+                loss, cot, sel_idx = self._step1_cotangent(img, self.selection_p, inputs)
                 g = self._vjp_theta0(cot)
             else:
-                loss, g, sel_idx = self._grad_recompute(ctx, img, sel_idx)
+                loss, g, sel_idx = self._grad_recompute(ctx, img, sel_idx, inputs)
             first_bad, bad_seen = self._record_bad(loss, first_bad, bad_seen)
             if self.loss_scale != 1.0:
                 g = g / self.loss_scale
@@ -451,7 +455,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
 
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
-        ctx = self.tune(img, paths) if self.steps > 0 else None
+        ctx = (self.tune(img, paths, self.objective.view_inputs(views)) if self.steps > 0
+               else None)
         probs = self.final(img, ctx)
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs
@@ -471,17 +476,20 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
         batch is written. Same numbers as ``__call__``."""
         img = self.image_features(views)
-        ctx, first_bad, bad_seen = self._tune_async(img) if self.steps > 0 else (None, None, None)
+        inputs = self.objective.view_inputs(views) if self.steps > 0 else None
+        ctx, first_bad, bad_seen = (self._tune_async(img, inputs) if self.steps > 0
+                                    else (None, None, None))
         probs = self.final(img, ctx).float()
-        return Pending(self, probs, paths, img, first_bad, bad_seen)
+        return Pending(self, probs, paths, img, first_bad, bad_seen, inputs)
 
 
 class Pending:
     """One submitted batch: its probabilities are copied to pinned host memory behind the batch's
     work; ``result()`` waits for that copy only (never for work queued after it), then checks."""
 
-    def __init__(self, engine: FastEngine, probs, paths, img, first_bad, bad_seen):
-        self.engine, self.paths, self.img = engine, paths, img
+    def __init__(self, engine: FastEngine, probs, paths, img, first_bad, bad_seen,
+                 inputs=None):
+        self.engine, self.paths, self.img, self.inputs = engine, paths, img, inputs
         self.first_bad, self.bad_seen = first_bad, bad_seen
         self.event = None
         if probs.device.type == "cuda":
@@ -501,6 +509,7 @@ class Pending:
         if self.event is not None:
             self.event.synchronize()   # this batch's copy only (pipeline.predictions times it)
         if self.bad is not None and bool(self.bad.any()):
-            self.engine._check_finite(self.first_bad, self.bad_seen, self.paths, self.img)
+            self.engine._check_finite(self.first_bad, self.bad_seen, self.paths, self.img,
+                                      self.inputs)
         raise_if_non_finite_probs(self.probs, self.paths, self.engine.hint)
         return self.probs

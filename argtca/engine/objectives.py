@@ -108,6 +108,26 @@ class Objective:
         the tuned prompt (used when ``all_views``); here view 0's."""
         return self.probs(logits)[:, 0]
 
+    def view_inputs(self, views: torch.Tensor):
+        """What the loss needs of each view beyond the policy's logits, computed once per image
+        before its steps: a tensor [B, V, ...] from the views [B, V, 3, S, S] (RLCF: the reward
+        model's features of the views), or None (every other objective: :meth:`loss` then gets
+        none). The engines pass the confident views' rows, chosen with the scores' indices, to
+        :meth:`loss` as a third argument (:func:`objective_loss`)."""
+        return None
+
+
+def objective_loss(objective: Objective, selected_scores: torch.Tensor, text: torch.Tensor,
+                   inputs, sel_idx: torch.Tensor) -> torch.Tensor:
+    """``objective.loss`` as the engines call it: with the rows of ``inputs``
+    (:meth:`Objective.view_inputs`, [B, V, ...]) of the selected views ``sel_idx`` [B, S] as a
+    third argument when the objective has any; the two-argument call otherwise."""
+    if inputs is None:
+        return objective.loss(selected_scores, text)
+    idx = sel_idx.reshape(*sel_idx.shape, *([1] * (inputs.dim() - 2)))
+    picked = torch.gather(inputs, 1, idx.expand(-1, -1, *inputs.shape[2:]))
+    return objective.loss(selected_scores, text, picked)
+
 
 @OBJECTIVE_REGISTRY.register(name="none")
 class NoTuning(Objective):
@@ -253,3 +273,82 @@ class TTLObjective(Objective):
         """[B, V, K] -> [B]; an image with no view kept has loss 0 (the engine skips its step,
         as the official code steps only when a view is left)."""
         return self.entropy_term(scores)
+
+# ------------------------------------------------------------------------------ RLCF
+def clip_rewards(sampled: torch.Tensor, image: torch.Tensor, classes: torch.Tensor,
+                 weight: float = 2.5) -> torch.Tensor:
+    """RLCF's CLIPScore of each sampled class: ``weight · max(cos(image, class), 0)``.
+    sampled [B, S, k] class indices, image [B, S, E] and classes [K, E] unit rows (the reward
+    model's) → [B, S, k]."""
+    text = classes.float()[sampled]                          # [B, S, k, E]
+    cos = (text * image.float().unsqueeze(-2)).sum(-1)
+    return (weight * cos).clamp(min=0.0)
+
+
+def reward_baseline(scores: torch.Tensor, per_image: bool = False, amplify: bool = False
+                    ) -> torch.Tensor:
+    """RLCF's ``rewards_post_process``: the scores minus their mean over a view's k samples
+    (``per_image``: over all S·k samples of the image), divided by their (unbiased) standard
+    deviation + 1e-5 with ``amplify``. [B, S, k] → [B, S, k]; a group of one sample is left as
+    it is (the official ``shape[-1] > 1`` test)."""
+    dims = (-2, -1) if per_image else (-1,)
+    n = 1
+    for d in dims:
+        n *= scores.shape[d]
+    if n <= 1:
+        return scores
+    out = scores - scores.mean(dim=dims, keepdim=True)
+    if amplify:
+        out = out / (scores.std(dim=dims, keepdim=True) + 1e-5)
+    return out
+
+
+def rlcf_loss(selected_scores: torch.Tensor, image: torch.Tensor, classes: torch.Tensor,
+              sample_k: int, weight: float = 2.5, process: bool = True, per_image: bool = False,
+              amplify: bool = False) -> torch.Tensor:
+    """RLCF's REINFORCE loss (Zhao et al., ICLR'24; mzhaoshuai/RLCF ``TPT/tpt_cls_rl.py``): each
+    confident view's top-k classes are the samples, each rewarded by the reward CLIP's score of
+    (view, class) (:func:`clip_rewards`, baseline :func:`reward_baseline`); the loss is the mean
+    over the views and samples of reward × cross-entropy(policy logits, sampled class).
+    selected_scores [B, S, K] the policy's logits, image [B, S, E_r] the reward model's features
+    of the same views, classes [K, E_r] its class text features → [B]."""
+    logits = selected_scores.float()
+    sampled = logits.detach().topk(int(sample_k), dim=-1).indices        # [B, S, k]
+    with torch.no_grad():
+        reward = clip_rewards(sampled, image, classes, weight)
+        if process:
+            reward = reward_baseline(reward, per_image, amplify)
+    ce = -torch.gather(logits.log_softmax(-1), -1, sampled)             # [B, S, k]
+    return (reward * ce).mean(dim=(-2, -1))
+
+
+@OBJECTIVE_REGISTRY.register(name="rlcf")
+class RLCFObjective(Objective):
+    """RLCF's prompt tuning: TPT's steps (the views chosen once, at the first step) on
+    :func:`rlcf_loss`, the prediction on view 0. The reward model (``reward``: a
+    :class:`argtca.models.reward.RewardCLIP`, set by the trainer) gives the features of the views
+    (:meth:`view_inputs`, once per image) and of the classes (once per dataset)."""
+
+    def __init__(self, node=None, reward=None):
+        super().__init__(node)
+        self.reward = reward
+
+    def view_inputs(self, views):
+        if self.reward is None:
+            raise RuntimeError("RLCF's objective has no reward model: the trainer sets .reward")
+        return self.reward.image_features(views)
+
+    def text_only(self) -> bool:
+        return False
+
+    def entropy_term(self, selected_scores):
+        return None   # no entropy part: a non-finite loss is named whole
+
+    def loss(self, selected_scores, text, selected_inputs=None):
+        if selected_inputs is None:
+            raise RuntimeError("RLCF's loss needs the reward features of the selected views: "
+                               "the engine passes them (objective_loss)")
+        n = self.node
+        return rlcf_loss(selected_scores, selected_inputs, self.reward.class_features,
+                         int(n.SAMPLE_K), float(n.CLIPSCORE_WEIGHT), bool(n.REWARD_PROCESS),
+                         bool(n.PROCESS_BATCH), bool(n.REWARD_AMPLIFY))

@@ -14,7 +14,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.objectives import Objective, select_confident
+from argtca.engine.objectives import Objective, objective_loss, select_confident
 from argtca.registry import ENGINE_REGISTRY
 
 
@@ -118,8 +118,10 @@ class ReferenceEngine:
     def initial_context(self, B: int) -> torch.Tensor:
         return self.text_encoder.ctx_init.detach().unsqueeze(0).repeat(B, 1, 1).float()
 
-    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
-        """Run TTA.STEPS AdamW steps from the initial context; returns the tuned context [B,n,W]."""
+    def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None,
+             inputs: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Run TTA.STEPS AdamW steps from the initial context; returns the tuned context [B,n,W].
+        ``inputs``: the objective's per-view inputs [B, V, ...] (:meth:`Objective.view_inputs`)."""
         B = img.shape[0]
         ctx = self.initial_context(B).requires_grad_(True)
         if self.steps <= 0:
@@ -136,7 +138,7 @@ class ReferenceEngine:
                     sel_idx = select_confident(scores.detach(), self.selection_p)
                 sel = torch.gather(scores, 1,
                                    sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
-                loss = self.objective.loss(sel, text.float())
+                loss = objective_loss(self.objective, sel, text.float(), inputs, sel_idx)
                 bad = ~torch.isfinite(loss.detach())
                 if bool(bad.any()):
                     raise_if_non_finite(loss.detach(), bad, paths,
@@ -177,7 +179,7 @@ class ReferenceEngine:
 
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         img = self.image_features(views)
-        ctx = self.tune(img, paths)
+        ctx = self.tune(img, paths, self.objective.view_inputs(views) if self.steps > 0 else None)
         probs = self.final(img, ctx)
         raise_if_non_finite_probs(probs, paths, self.hint)
         return probs

@@ -170,3 +170,61 @@ class TTL(TestTimeTrainer):
 
     def summary_extra(self) -> Dict[str, object]:
         return {"lora_blocks": list(self.lora_blocks)}
+
+# RLCF's official steps: rlcf-prompt-fine.sh (the fine-grained sets) 5, rlcf-prompt.sh (the
+# ImageNet family) 3; a dataset's ``fine_grained`` is TPT's rule that also turns AugMix on
+RLCF_STEPS = {True: 5, False: 3}
+
+
+@TRAINER_REGISTRY.register()
+class RLCF(TestTimeTrainer):
+    """RLCF (Zhao et al., ICLR'24; mzhaoshuai/RLCF ``TPT/tpt_cls_rl.py``): TPT's prompt tuning on
+    a REINFORCE loss rewarded by a second, frozen CLIP (``TRAINER.RLCF.REWARD_*``;
+    argtca/models/reward.py, argtca/engine/objectives.py ``rlcf_loss``)."""
+    method, label, objective_name = "rlcf", "RLCF", "rlcf"
+    cfg_ranges = {"SAMPLE_K": Range(lambda v: v >= 1, ">= 1 (RLCF: 3), at most the classes",
+                                    True),
+                  "CLIPSCORE_WEIGHT": Range(lambda v: v > 0, "> 0 (RLCF: 2.5)")}
+
+    def check_cfg(self, cfg) -> None:
+        from argtca.models.reward import check_reward
+        check_reward(cfg)   # a backbone open_clip knows, a weights file that exists
+
+    def build_data_loader(self) -> None:
+        super().build_data_loader()
+        k, n = int(self.node.SAMPLE_K), len(self.classnames)
+        if k > n:
+            from argtca.config import ConfigError
+            raise ConfigError(f"TRAINER.RLCF.SAMPLE_K={k} (allowed: at most the {n} classes of "
+                              f"{self.dataset.name}): set TRAINER.RLCF.SAMPLE_K {min(3, n)}")
+
+    def auto_values(self, cfg):
+        from argtca.config import get_cfg_default
+        if not bool(cfg.TRAINER.RLCF.AUTO_STEPS) or int(cfg.TTA.STEPS) != int(
+                get_cfg_default().TTA.STEPS):
+            return {}, []
+        fine = bool(getattr(self.dataset, "fine_grained", False))
+        steps = RLCF_STEPS[fine]
+        if steps == int(cfg.TTA.STEPS):
+            return {}, []
+        return ({("TTA", "STEPS"): steps},
+                [f"TTA.STEPS={steps} for {self.dataset.name} (RLCF's "
+                 f"{'fine-grained' if fine else 'ImageNet-family'} script; "
+                 f"TRAINER.RLCF.AUTO_STEPS False to run TTA.STEPS as given)"])
+
+    def input_files(self):
+        from argtca.models.reward import reward_weights_file
+        files = super().input_files()
+        path = reward_weights_file(self.cfg)
+        if path:   # another reward model is another experiment
+            files["TRAINER.RLCF.REWARD_PRETRAINED"] = path
+        return files
+
+    def build_objective(self):
+        from argtca.models.reward import load_reward
+        obj = super().build_objective()
+        # the reward's class text: the policy's initial prompt words, "a photo of a {class}."
+        # (the official tokenized_prompts of the prompt learner, CTX_INIT's words also under CoOp)
+        prompts = [f"{self.cfg.TTA.CTX_INIT} {s}" for s in self.prompt_suffixes(self.classnames)]
+        obj.reward = load_reward(self.cfg, self.device, (self.model, self.tokenizer), prompts)
+        return obj

@@ -1,6 +1,6 @@
-"""Every training-free and online method (and R-TPT and TTL) runs end to end on the embedded demo
-through ``python -m argtca.run`` with its own trainer config, far above chance, and writes every
-metric."""
+"""Every training-free and online method (and R-TPT, RLCF and TTL) runs end to end on the
+embedded demo through ``python -m argtca.run`` with its own trainer config, far
+above chance, and writes every metric."""
 import json
 
 import pytest
@@ -9,7 +9,7 @@ from argtca.run import main
 from conftest import REPO
 
 METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe", "dmn_weak", "ecalp",
-           "onzeta", "ttl"]
+           "onzeta", "ttl", "rlcf"]
 
 
 @pytest.mark.usefixtures("one_thread")
