@@ -157,7 +157,10 @@ class DynaPromptAdapter(OnlineAdapter):
         if t.shape[1] != self.n_classes:
             t = F.normalize(t.reshape(t.shape[0], self.n_classes, -1, t.shape[-1]).mean(2),
                             dim=-1)
-        return self.logit_scale * torch.einsum("ve,mke->vmk", img, t)
+        # the official product: every view against all m·K prompt features at once, so that
+        # prompts that are still equal (fresh slots) get bit-equal logits and tie as there
+        m, K, E = t.shape
+        return (self.logit_scale * img @ t.reshape(m * K, E).t()).view(img.shape[0], m, K)
 
     def step(self, img: torch.Tensor) -> torch.Tensor:
         st = self.state
