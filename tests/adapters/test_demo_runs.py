@@ -8,7 +8,7 @@ from argtca.run import main
 from conftest import REPO
 
 METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe", "dmn_weak", "ecalp",
-           "onzeta"]
+           "onzeta", "dynaprompt"]
 
 
 @pytest.mark.usefixtures("one_thread")

@@ -29,7 +29,7 @@ METHODS = {"zeroshot": "ArgtcaZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt
 # "after" order), checked record for record against python -m argtca.run
 ZOO = {"rtpt": "RTPT", "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA", "dmn": "DMN",
        "boostadapter": "BoostAdapter", "dpe": "DPE", "dmn_weak": "DMNWeak", "ecalp": "ECALP",
-       "onzeta": "OnZeta"}
+       "onzeta": "OnZeta", "dynaprompt": "DynaPrompt"}
 ARGTCA_DASSL_TRAINERS = (set(METHODS.values()) | set(ZOO.values())
                          | {"ZeroshotTS", "TPTTS"})   # + temperature scaling
 SMALL = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False",
