@@ -142,7 +142,6 @@ class DynaPromptAdapter(OnlineAdapter):
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         super().load_state_dict(state)
-        self.state["ctx"] = self.state["ctx"].to(self.encoder.ctx_init.device)
         self.scaler = torch.amp.GradScaler("cuda", init_scale=self.init_scale,
                                            enabled=bool(self.engine.amp))
         if self.state["scaler"]:
