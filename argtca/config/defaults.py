@@ -394,6 +394,14 @@ _C.TRAINER.ONZETA.CR = 20.0             # dual (rho) learning rate cr / sqrt(t) 
 _C.TRAINER.ONZETA.ALPHA = -1.0          # OnLab's class-proportion bound alpha / K (--alpha 1)
 _C.TRAINER.ONZETA.BETA = -1.0           # proxy weight beta sqrt(t / n) (--beta 0.8)
 
+_C.TRAINER.DYNAPROMPT = CN()
+# DynaPrompt (Xiao et al., ICLR 2025), official zzzx1224/DynaPrompt run_dynap.sh defaults: a buffer
+# of prompts tuned by TPT's step (TTA.STEPS, TTA.LR, TTA.WEIGHT_DECAY, TTA.SELECTION_P, TTA.N_VIEWS,
+# TTA.CTX_INIT, the GradScaler's TTA.LOSS_SCALE) over one stream (argtca/adapters/dynaprompt.py)
+_C.TRAINER.DYNAPROMPT.NUM_PROMPTS = 12  # prompts in the buffer (num_p=12; TTA-VLM: 10)
+_C.TRAINER.DYNAPROMPT.APPEND = True     # reset the least recently picked prompt once all are used
+                                        # (False: the official 'noapp' ablation)
+
 _C.TRAINER.BOOSTADAPTER = CN()
 # Official code: github.com/taolinzhang/BoostAdapter (runner.py, configs/<dataset>.yaml). -1: the
 # official per-dataset value for DATASET.NAME (table PRESETS in argtca/adapters/boostadapter.py;

@@ -320,3 +320,20 @@ class OnZeta(StreamTrainer):
     def before_loop(self, out_dir: str) -> None:
         super().before_loop(out_dir)
         self.engine.adapter.stream_length = len(self.order)   # beta's schedule sqrt(t / n)
+
+
+@TRAINER_REGISTRY.register()
+class DynaPrompt(StreamTrainer):
+    """An online method that tunes prompts: its adapter gets the engine's text tower (the prompt
+    buffer's features need gradients), and TPT's step keys (TTA.STEPS, TTA.LR, TTA.N_VIEWS >= 2)
+    are checked as for the prompt-tuning methods."""
+    method, label, adapter_name = "dynaprompt", "DynaPrompt", "dynaprompt"
+    tunes = True
+
+    def engine_kwargs(self) -> Dict[str, object]:
+        cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())
+
+        def make(text):
+            return cls(self.node, self.cfg, text, scale, engine=self.engine)
+
+        return dict(super().engine_kwargs(), adapter=make)

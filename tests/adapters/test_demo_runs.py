@@ -9,7 +9,7 @@ from argtca.run import main
 from conftest import REPO
 
 METHODS = ["rtpt", "zero", "mta", "tps", "tda", "dmn", "boostadapter", "dpe", "dmn_weak", "ecalp",
-           "onzeta", "ttl", "rlcf"]
+           "onzeta", "ttl", "rlcf", "dynaprompt"]
 
 
 @pytest.mark.usefixtures("one_thread")

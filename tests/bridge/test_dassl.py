@@ -30,7 +30,7 @@ METHODS = {"zeroshot": "ArgtcaZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt
 ZOO = {"rtpt": "RTPT", "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA", "dmn": "DMN",
        "boostadapter": "BoostAdapter", "dpe": "DPE", "dmn_weak": "DMNWeak", "ecalp": "ECALP",
        "onzeta": "OnZeta", "ttl": "TTL",
-       "rlcf": "RLCF"}
+       "rlcf": "RLCF", "dynaprompt": "DynaPrompt"}
 ARGTCA_DASSL_TRAINERS = (set(METHODS.values()) | set(ZOO.values())
                          | {"ZeroshotTS", "TPTTS"})   # + temperature scaling
 SMALL = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False",

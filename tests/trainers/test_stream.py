@@ -152,9 +152,12 @@ def test_a_prompt_tuning_method_refuses_the_features_engine(data, tmp_path):
 
 
 # ------------------------------------------------------------------ a real method, a real kill
-def test_sigkill_mid_stream_then_resume_gives_the_uninterrupted_records(tmp_path, one_thread):
-    """DMN-ZS (state: its memory) killed with SIGKILL at ~30 % and ~90 % of a 30-image stream,
-    then resumed: the records equal an uninterrupted run's."""
+@pytest.mark.parametrize("method", ["dmn", "dynaprompt"])
+def test_sigkill_mid_stream_then_resume_gives_the_uninterrupted_records(tmp_path, one_thread,
+                                                                       method):
+    """DMN-ZS (state: its memory) and DynaPrompt (state: its prompt buffer, use counts and order)
+    killed with SIGKILL at ~30 % and ~90 % of a 30-image stream, then resumed: the records equal
+    an uninterrupted run's."""
     import os
     import signal
     import subprocess
@@ -169,7 +172,7 @@ def test_sigkill_mid_stream_then_resume_gives_the_uninterrupted_records(tmp_path
     def argv(out):
         return ["--root", str(data), "--seed", "1", "--output-dir", str(out),
                 "--dataset-config-file", str(REPO / "configs/datasets/caltech101.yaml"),
-                "--config-file", str(REPO / "configs/trainers/dmn.yaml"),
+                "--config-file", str(REPO / f"configs/trainers/{method}.yaml"),
                 "MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
                 "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
                 "VERBOSE", "False", "TTA.N_VIEWS", "8", "TTA.BATCH_IMAGES", "2",

@@ -30,9 +30,10 @@ METHODS = {"tda": ("tda", "TDA", ["TRAINER.TDA.POS_SHOT_CAPACITY", "4"]),
            "dpe": ("dpe", "DPE", ["TRAINER.DPE.LR_TEXT", "0.0003"]),
            "dmn_weak": ("dmn_weak", "DMNWeak", ["TRAINER.DMNWEAK.MEMORY_SIZE", "40"]),
            "ecalp": ("ecalp", "ECALP", ["TRAINER.ECALP.K_IMAGE", "5"]),
-           "onzeta": ("onzeta", "OnZeta", ["TRAINER.ONZETA.CW", "0.25"])}
+           "onzeta": ("onzeta", "OnZeta", ["TRAINER.ONZETA.CW", "0.25"]),
+           "dynaprompt": ("dynaprompt", "DynaPrompt", ["TRAINER.DYNAPROMPT.NUM_PROMPTS", "6"])}
 DONOR = {"tda": "dmn", "dmn": "tda", "boostadapter": "dmn", "dpe": "dmn", "dmn_weak": "tda",
-         "ecalp": "dmn", "onzeta": "dmn"}   # another structure
+         "ecalp": "dmn", "onzeta": "dmn", "dynaprompt": "dmn"}   # another structure
 STOP_AT = 6   # records written when the run is interrupted; the state was saved at 4
 
 
