@@ -58,6 +58,12 @@ they change floating-point rounding at most. What each one buys is measured in
   cores (fp32 sums; the reference's own backward runs in fp16 autocast).
 * ``IMAGE_CHUNK`` / ``TEXT_TOKENS``: views per image-tower call / prompt tokens per text-tower
   call: memory bounds.
+* ``CUDA_GRAPH`` (``auto``: on for the eager CUDA engine whose step 1 needs no kept θ0 graph,
+  i.e. grad mode ``jacobian``/``recompute`` or no step): :meth:`FastEngine.submit` captures a
+  batch's whole work (image tower, steps, final prediction) once per batch shape as a CUDA graph
+  and replays it, so the host queues one graph a batch instead of thousands of kernels
+  (:mod:`argtca.engine.graphs`). The first batch of a shape runs eagerly (the warm-up); AdamW
+  steps with ``capturable=True`` inside the graph (fp32 rounding of its bias corrections).
 """
 from __future__ import annotations
 
@@ -67,6 +73,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from argtca.engine.graphs import GraphedBatch, copy_out, objective_key
 from argtca.engine.jacobian import JacobianAtTheta0
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
@@ -99,6 +106,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
     mode ``auto`` depends on it)."""
 
     batched = True
+    _in_graph = False   # inside a CUDA graph's warm-up or capture (see _graphed)
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  n_images: Optional[int] = None, grad_mode: Optional[str] = None,
@@ -108,7 +116,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                  compile_text_grad: Optional[bool] = None,
                  compile_jacobian: Optional[bool] = None, compile_mode: Optional[str] = None,
                  jacobian_tf32: Optional[bool] = None, image_chunk: Optional[int] = None,
-                 text_tokens: Optional[int] = None):
+                 text_tokens: Optional[int] = None, cuda_graph=None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         knobs = cfg.TTA.FAST
@@ -182,6 +190,16 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
         self.asynchronous = on_cuda
+        # one CUDA graph per batch shape (argtca/engine/graphs.py): only where no compiled code
+        # runs and step 1 differentiates no graph kept across batches (vjp/loop); "emulate"
+        # (tests): the graph protocol on any device, without CUDA
+        graph = pick(cuda_graph, "CUDA_GRAPH")
+        self.graph_emulate = str(graph).lower() == "emulate"
+        graphable = (not (self.compile_image or self.compile_text or self.compile_text_grad)
+                     and (self.steps <= 0 or grad_mode in ("jacobian", "recompute")))
+        self.cuda_graph = graphable and (self.graph_emulate
+                                         or (_switch(graph, True) and on_cuda))
+        self._in_graph = False   # inside a graph's warm-up or capture
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -190,8 +208,17 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
         self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
+        self._graphs = {}      # batch key -> GraphedBatch (they read the tensors above)
+        self._graph_seen = set()   # batch keys run once eagerly (the warm-up before a capture)
 
     # ------------------------------------------------------------------ helpers
+    def autocast(self):
+        """fp16 autocast as the reference's; without its cast cache while a graph is captured
+        (a cached cast would outlive the capture). The same casts either way."""
+        if self._in_graph and self.amp and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
+        return super().autocast()
+
     def text_ctx(self):
         """Autocast plus the chosen attention kernel for the text tower (same maths)."""
         name = TEXT_ATTENTION[self.text_attention]
@@ -402,7 +429,9 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         ctx = ctx0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
         if self.steps <= 0:
             return ctx.detach(), None, None
-        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
+        # in a CUDA graph the step count lives on the device (capture needs it there)
+        capturable = self._in_graph and ctx.device.type == "cuda"
+        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd, capturable=capturable)
         first_bad = torch.zeros(B, device=img.device)
         bad_seen = torch.zeros(B, dtype=torch.bool, device=img.device)
         sel_idx = None
@@ -469,11 +498,63 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
     def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> "Pending":
         """Queue one batch on the device without waiting for it: the checks that need the host
         (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
-        batch is written. Same numbers as ``__call__``."""
+        batch is written. Same numbers as ``__call__`` (up to AdamW's rounding in a CUDA graph,
+        ``TTA.FAST.CUDA_GRAPH``)."""
+        out = self._graphed(views)
+        if out is None:
+            img, probs, first_bad, bad_seen = self._batch(views)
+            return Pending(self, probs, paths, img, first_bad, bad_seen)
+        img, probs, first_bad, bad_seen = out
+        # the next replay overwrites the graph's outputs: keep what the checks may read (the
+        # probabilities are copied out by Pending on CUDA)
+        img, first_bad, bad_seen = copy_out((img, first_bad, bad_seen))
+        if probs.device.type != "cuda":
+            probs = probs.clone()
+        return Pending(self, probs, paths, img, first_bad, bad_seen)
+
+    def _batch(self, views: torch.Tensor):
+        """One batch's device work: (view features [B, V, E], probabilities [B, K], first
+        non-finite loss [B], seen [B]) — the last two None without steps."""
         img = self.image_features(views)
         ctx, first_bad, bad_seen = self._tune_async(img) if self.steps > 0 else (None, None, None)
         probs = self.final(img, ctx).float()
-        return Pending(self, probs, paths, img, first_bad, bad_seen)
+        return img, probs, first_bad, bad_seen
+
+    def _graph_setup(self, on: bool) -> None:
+        self._in_graph = bool(on)
+
+    def _graphed(self, views: torch.Tensor):
+        """The batch's outputs from its CUDA graph (captured at the second batch of its shape),
+        or None: run it eagerly (graphs off, the first batch of a shape, an objective that must
+        run eagerly, or a capture that failed: then graphs stay off, with one line)."""
+        if not self.cuda_graph or views.device != self.device:
+            return None
+        okey = objective_key(self.objective)
+        if okey is None:
+            return None
+        key = (tuple(views.shape), views.dtype, okey)
+        g = self._graphs.get(key)
+        if g is None:
+            if key not in self._graph_seen:
+                self._graph_seen.add(key)
+                return None
+            try:
+                g = GraphedBatch(self._batch, views, emulate=self.graph_emulate,
+                                 dtype=torch.float16 if self.half_image else None,
+                                 setup=self._graph_setup)
+            except Exception as e:   # an op that cannot be captured: eager from now on
+                print(f"argtca: fast engine: CUDA graph capture failed ({type(e).__name__}: "
+                      f"{str(e).splitlines()[0] if str(e) else ''}); running eagerly "
+                      f"(TTA.FAST.CUDA_GRAPH off)")
+                self.cuda_graph = False
+                self._graphs.clear()
+                if self.device.type == "cuda":
+                    torch.cuda.synchronize(self.device)
+                return None
+            self._graphs[key] = g
+            if self.device.type == "cuda" and not self.graph_emulate:
+                torch.cuda.empty_cache()   # the eager batches' blocks: the graph has its own
+        return g(views)
 
 
 class Pending:

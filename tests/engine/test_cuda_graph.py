@@ -1,0 +1,104 @@
+"""TTA.FAST.CUDA_GRAPH: a batch's work captured once and replayed (argtca/engine/graphs.py).
+
+CUDA graphs need CUDA; the protocol around them (static input refreshed per batch, everything an
+image starts from created inside the replayed function, outputs that the next replay overwrites)
+runs on the CPU through ``cuda_graph="emulate"`` and must give the eager engine's numbers exactly."""
+import pytest
+import torch
+
+from argtca.config import get_cfg_default
+from argtca.config.checks import CFG_CHOICES
+from argtca.engine.fast import FastEngine
+from argtca.engine.graphs import GraphedBatch, objective_key
+from argtca.models.text import PromptTextEncoder
+from argtca.registry import OBJECTIVE_REGISTRY
+from conftest import tiny_cfg
+
+CLASSES = ["dog", "cat", "fish", "bird", "red car"]
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def _engine(tiny_clip, name="tpt", steps=1, **kw):
+    model, tok = tiny_clip
+    d = get_cfg_default()
+    obj = OBJECTIVE_REGISTRY.get(name)({"tpt": d.TRAINER.TPT, "tca": d.TRAINER.TCA}[name])
+    suffixes = ([f"{a} {c}." for c in CLASSES for a in ("small", "furry")] if name == "tca"
+                else [f"{c}." for c in CLASSES])
+    enc = PromptTextEncoder(model, tok, suffixes)
+    return FastEngine(model, enc, obj, tiny_cfg(**{"TTA.STEPS": steps}), "cpu", **kw)
+
+
+def _views(seed, B=3, V=12):
+    return torch.randn(B, V, 3, 32, 32, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name,grad_mode,steps", [("tpt", "jacobian", 1), ("tpt", "recompute", 2),
+                                                  ("tca", "jacobian", 1), ("tpt", "vjp", 0)])
+def test_replayed_batches_give_the_eager_numbers(tiny_clip, name, grad_mode, steps):
+    eager = _engine(tiny_clip, name, steps, grad_mode=grad_mode, cuda_graph="off")
+    graph = _engine(tiny_clip, name, steps, grad_mode=grad_mode, cuda_graph="emulate")
+    assert graph.cuda_graph and not eager.cuda_graph
+    # batch 0 eager (warm-up), 1 captured, 2-4 replayed; 4 repeats 1's views after others ran
+    batches = [_views(s) for s in (1, 2, 3, 4)] + [_views(2)]
+    # every batch submitted before any result is read: a replay overwrites the previous
+    # batch's outputs, so a Pending that kept them would read the last batch's numbers
+    jobs = [graph.submit(v, [f"{i}.jpg"] * 3) for i, v in enumerate(batches)]
+    got = [j.result() for j in jobs]
+    want = [eager.submit(v).result() for v in batches]
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)
+    assert torch.equal(got[4], got[1])            # nothing carried over from batches 2-3
+    assert not torch.equal(got[1], got[2])        # the static input is refreshed per batch
+    (g,) = graph._graphs.values()
+    assert g.replays == 4                          # batches 1-4 through the graph
+    if steps:   # tuning moved the prediction: the comparison covers the steps
+        zero = _engine(tiny_clip, name, 0, cuda_graph="off").submit(batches[1]).result()
+        assert (zero - want[1]).abs().max() > 1e-6
+
+
+def test_a_new_shape_or_objective_state_gets_its_own_graph(tiny_clip):
+    e = _engine(tiny_clip, grad_mode="jacobian", cuda_graph="emulate")
+    eager = _engine(tiny_clip, grad_mode="jacobian", cuda_graph="off")
+    for v in (_views(1), _views(2), _views(3, B=2), _views(4)):
+        assert torch.equal(e.submit(v).result(), eager.submit(v).result())
+    assert len(e._graphs) == 1 and len(e._graph_seen) == 2   # the 2-image batch ran once, eager
+    # a plain attribute the replayed code reads is part of the key: no stale constant
+    e.objective.extra_scale = 2.0
+    assert torch.equal(e.submit(_views(5)).result(), eager.submit(_views(5)).result())
+    assert len(e._graphs) == 1 and len(e._graph_seen) == 3
+    # an objective collecting on the host (temperature scaling's capture) never replays
+    e.objective.capture = []
+    assert objective_key(e.objective) is None
+    e.submit(_views(6)).result()
+    e.submit(_views(7)).result()
+    assert len(e._graphs) == 1
+    # a new dataset drops the graphs (they read θ0's features and Jᵀ in place)
+    e.forget_dataset()
+    assert e._graphs == {} and e._graph_seen == set()
+
+
+def test_graphs_only_where_they_can_run(tiny_clip):
+    assert not _engine(tiny_clip, grad_mode="jacobian").cuda_graph              # auto: CUDA only
+    assert not _engine(tiny_clip, grad_mode="jacobian", cuda_graph="on").cuda_graph
+    # vjp/loop differentiate the θ0 graph kept across batches: never captured
+    assert not _engine(tiny_clip, grad_mode="vjp", cuda_graph="emulate").cuda_graph
+    assert _engine(tiny_clip, steps=0, grad_mode="vjp", cuda_graph="emulate").cuda_graph
+    assert set(CFG_CHOICES["TTA.FAST.CUDA_GRAPH"]) == {"auto", "on", "off"}
+    assert get_cfg_default().TTA.FAST.CUDA_GRAPH == "auto"
+
+
+def test_graphed_batch_reads_only_its_static_input():
+    calls = []
+
+    def fn(x):
+        calls.append(x.data_ptr())
+        return (x * 2, None)
+    a, b = torch.ones(2, 3), torch.full((2, 3), 5.0)
+    g = GraphedBatch(fn, a, dtype=torch.float64, emulate=True)
+    out = g(b)
+    assert out[0].dtype == torch.float64 and torch.equal(out[0], torch.full((2, 3), 10.0,
+                                                                           dtype=torch.float64))
+    assert out[1] is None and len(set(calls)) == 1          # always the same static buffer
+    first = out[0]
+    assert g(a)[0] is first and torch.equal(first, torch.full((2, 3), 2.0, dtype=torch.float64))
