@@ -120,6 +120,10 @@ _C.TTA.AUGMIX_SEVERITY = 1
 _C.TTA.VIEWS_DEVICE = "cpu"     # "cpu" (TPT's PIL pipeline, exact), "cpu-fast" (the same random
                                 # parameters, tensor arithmetic in the loader workers: statistical)
                                 # or "gpu" (batched on the device, statistical)
+_C.TTA.VIEWS_FLOAT = "auto"     # VIEWS_DEVICE cpu: where ToTensor + Normalize and the AugMix mix
+                                # run: "workers" (with the views), "engine" (on the engine's
+                                # device, from the exact uint8 images the workers ship; the same
+                                # views bit for bit) or "auto" (engine on CUDA, else workers)
 _C.TTA.SELECTION_P = 0.1        # keep the 10% lowest-entropy views
 _C.TTA.STEPS = 1
 _C.TTA.LR = 5e-3

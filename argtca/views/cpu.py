@@ -12,7 +12,7 @@ processing order, on the number of DataLoader workers or on the other images. Cr
 from __future__ import annotations
 
 import math
-from typing import Any, Optional, Sequence, Tuple
+from typing import Any, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -20,8 +20,9 @@ import torchvision.transforms.functional as F
 from PIL import Image
 from torchvision.transforms import InterpolationMode
 
-from .augmix import OPS, augmix_planes_into, augmix_view, normalise_into, sample_plan
-from .exact import ExactMixer, apply_chain_exact
+from .augmix import (OPS, AugMixPlan, augmix_planes_into, augmix_view, normalise_into,
+                     sample_plan)
+from .exact import MIX_COLUMNS, ExactMixer, PixelMixer, apply_chain_exact, mix_row
 from argtca.datasets.images import to_rgb
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
@@ -171,17 +172,63 @@ class ViewGenerator:
             img = to_rgb(img)   # 16-bit, float and transparent images scaled/composited correctly
         mixer = self._mixer()
         mixer.plain_into(views[0], self.base_crop(img))
-        if self.n_views > 1:
-            tg, rng = item_rngs(seed, index)
-            for v in range(1, self.n_views):
-                crop = self.preaugment(img, tg)
-                if not self.augmix:
-                    mixer.plain_into(views[v], crop)
-                    continue
-                plan = sample_plan(rng, self.severity, self.size, OPS)
-                chains = [apply_chain_exact(crop, chain) for chain in plan.chains]
+        for v, (crop, plan, chains) in enumerate(self.random_images(img, seed, index), 1):
+            if plan is None:
+                mixer.plain_into(views[v], crop)
+            else:
                 mixer.augmix_into(views[v], crop, chains, plan)
         return views
+
+    def random_images(self, img: Image.Image, seed: int, index: int
+                      ) -> Iterator[Tuple[Image.Image, Optional[AugMixPlan], List[Image.Image]]]:
+        """``(crop, AugMix plan, chain results)`` of views 1..n_views-1 of an RGB image, in the
+        order their draws are taken (the plan None and no chains without AugMix): the exact
+        uint8 images :meth:`__call__` converts and mixes."""
+        if self.n_views == 1:
+            return
+        tg, rng = item_rngs(seed, index)
+        for _ in range(1, self.n_views):
+            crop = self.preaugment(img, tg)
+            if not self.augmix:
+                yield crop, None, []
+                continue
+            plan = sample_plan(rng, self.severity, self.size, OPS)
+            yield crop, plan, [apply_chain_exact(crop, chain) for chain in plan.chains]
+
+    def pixels(self, img: Image.Image, seed: int, index: int,
+               out: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
+               ) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The exact uint8 images of the views, before any float work (``TTA.VIEWS_FLOAT
+        engine``): ``(pixels uint8 [n, S, S, 3], mix float32 [n_views - 1, 5])``, ``pixels``
+        holding view 0, then per random view its crop and (AugMix) its three chain results,
+        ``mix`` each AugMix view's :data:`argtca.views.exact.MIX_COLUMNS`.
+        :class:`argtca.views.exact.PixelMixer` turns them into :meth:`__call__`'s views, bit for
+        bit. ``out``: the two tensors to write into (a loader worker's shared memory)."""
+        shapes = self.pixels_shapes()
+        if out is None:
+            out = (torch.empty(shapes[0], dtype=torch.uint8), torch.zeros(shapes[1]))
+        px, mix = out
+        if tuple(px.shape) != shapes[0] or px.dtype != torch.uint8 or tuple(mix.shape) != \
+                shapes[1] or mix.dtype != torch.float32:
+            raise ValueError(f"{type(self).__name__}.pixels: out must be uint8 {list(shapes[0])}"
+                             f" and float32 {list(shapes[1])}")
+        if img.mode != "RGB":
+            img = to_rgb(img)
+        dst = px.numpy()
+        dst[0] = np.asarray(self.base_crop(img))
+        k = 1
+        for v, (crop, plan, chains) in enumerate(self.random_images(img, seed, index)):
+            for im in [crop, *chains]:
+                dst[k] = np.asarray(im)
+                k += 1
+            if plan is not None:
+                mix[v] = torch.tensor(mix_row(plan), dtype=torch.float32)
+        return px, mix
+
+    def pixels_shapes(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
+        """Shapes of :meth:`pixels`' two tensors."""
+        n = PixelMixer.n_images(self.n_views, self.augmix)
+        return (n, self.size, self.size, 3), (self.n_views - 1, len(MIX_COLUMNS))
 
     def _out(self, dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
         if dtype not in self.DTYPES:

@@ -17,12 +17,16 @@ and torchvision's wrappers around PIL. What changes here, none of it a change of
   ``m * x + (1 - m) * mix``), each element-wise and correctly rounded, in place on three
   preallocated float32 planes that stay in the cache: no allocation, no page fault.
 
+With ``TTA.VIEWS_FLOAT engine`` (the default on CUDA) the loader workers stop before the float
+stage and ship the exact uint8 images; :class:`PixelMixer` does ExactMixer's float work on the
+engine's device, with the same numbers.
+
 tests/views/test_exact_views.py proves the identity against TPT's own ``augmix_ops.py`` and
 ``AugMixAugmenter`` (from the fetched repository) and against ``ViewGenerator.random_view``.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -30,7 +34,8 @@ from PIL import Image, ImageOps
 
 from .augmix import AugMixPlan, OpCall
 
-__all__ = ["apply_op_exact", "apply_chain_exact", "ExactMixer"]
+__all__ = ["apply_op_exact", "apply_chain_exact", "ExactMixer", "preprocess_lut", "PixelMixer",
+           "MIX_COLUMNS"]
 
 _BILINEAR = Image.Resampling.BILINEAR if hasattr(Image, "Resampling") else Image.BILINEAR
 _AFFINE = Image.Transform.AFFINE if hasattr(Image, "Transform") else Image.AFFINE
@@ -111,3 +116,88 @@ class ExactMixer:
         self.preprocess_into(x, crop)
         x.mul_(float(m32)).add_(mix.mul_(float(np.float32(1) - m32)))
         return out if x is out else out.copy_(x)
+
+
+def preprocess_lut(mean: Sequence[float], std: Sequence[float]) -> torch.Tensor:
+    """float32 [3, 256]: ``ToTensor + Normalize`` of every uint8 level of every channel, computed
+    on the CPU with :meth:`ExactMixer.preprocess_into`'s very operations (``to(float32)``,
+    ``/ 255``, ``- mean``, ``/ std``, element-wise and correctly rounded), so a look-up in it gives
+    the same float32 as the conversion of a pixel, on any device: a gather does no arithmetic."""
+    mixer = ExactMixer(1, mean, std)
+    levels = torch.arange(256, dtype=torch.uint8).expand(3, 1, 256)
+    dst = torch.empty(3, 1, 256)
+    dst.copy_(levels)
+    return dst.div_(255).sub_(mixer.mean).div_(mixer.std).view(3, 256)
+
+
+# the per-view float32 numbers the loader workers ship with the pixels of an AugMix view: the
+# three chain weights, m and 1 - m, each as ExactMixer.augmix_into computes it (numpy float32)
+MIX_COLUMNS = ("w1", "w2", "w3", "m", "1-m")
+
+
+def mix_row(plan: AugMixPlan) -> Tuple[float, ...]:
+    """:data:`MIX_COLUMNS` of ``plan`` (float32 values) in ExactMixer's arithmetic."""
+    m32 = np.float32(plan.m)
+    return tuple(float(np.float32(w)) for w in plan.weights) + (float(m32),
+                                                                 float(np.float32(1) - m32))
+
+
+class PixelMixer:
+    """:class:`ExactMixer`'s float stage on a batch of views at once, on any device (the engine's:
+    ``TTA.VIEWS_FLOAT engine``), from the exact uint8 pixels the loader workers ship: view 0 and
+    each plain view as one image, each AugMix view as four (the crop, then its three chain
+    results) with its :data:`MIX_COLUMNS`.
+
+    The same float32 numbers, bit for bit: ``ToTensor + Normalize`` is a gather from
+    :func:`preprocess_lut` (no division on the device: CUDA divides a tensor by a Python number
+    as a multiplication by its reciprocal), then ExactMixer's operations in its order, each a
+    separate element-wise kernel (no fused multiply-add): ``mix = 0``, ``mix += w_i * c_i``
+    three times, ``m * x + (1 - m) * mix``, then one rounding to the output dtype (float16:
+    round to nearest even on either device). The weights are float32 tensors broadcast over a
+    view ([V, 1, 1, 1]): an element-wise float32 product is the one a float32 scalar gives."""
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], augmix: bool,
+                 device: Union[str, torch.device] = "cpu"):
+        self.augmix = bool(augmix)
+        self.device = torch.device(device)
+        self.lut = preprocess_lut(mean, std).reshape(-1).to(self.device)   # [768]
+        # channel c's levels start at 256 c in the flat table
+        self.offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=self.device)
+        if self.device.type == "cuda":
+            # used on the loader's copy stream, which does not wait for the stream that wrote them
+            torch.cuda.current_stream(self.device).synchronize()
+
+    @staticmethod
+    def n_images(n_views: int, augmix: bool) -> int:
+        """uint8 images an item of ``n_views`` views ships: view 0, then 4 (AugMix) or 1 a view."""
+        return 1 + (int(n_views) - 1) * (4 if augmix else 1)
+
+    def normalise(self, pixels: torch.Tensor) -> torch.Tensor:
+        """uint8 [N, S, S, 3] (PIL's layout) -> float32 [N, 3, S, S] (a channels-last view)."""
+        idx = pixels + self.offsets   # uint8 + int32: int32, one kernel
+        return self.lut[idx].permute(0, 3, 1, 2)
+
+    def __call__(self, pixels: torch.Tensor, mix: torch.Tensor,
+                 out: torch.Tensor) -> torch.Tensor:
+        """Views of one item into ``out`` [V, 3, S, S] (float32 or float16) from ``pixels``
+        uint8 [n_images(V), S, S, 3] and ``mix`` float32 [V - 1, len(MIX_COLUMNS)] (unused
+        without AugMix), all on this mixer's device."""
+        n = out.shape[0]
+        if tuple(pixels.shape) != (self.n_images(n, self.augmix), *out.shape[2:], 3):
+            raise ValueError(f"PixelMixer: pixels {list(pixels.shape)} do not hold {n} views of "
+                             f"{list(out.shape[1:])} (AugMix {'on' if self.augmix else 'off'})")
+        f = self.normalise(pixels)
+        if not self.augmix:
+            return out.copy_(f)
+        out[0].copy_(f[0])
+        if n == 1:
+            return out
+        views = f[1:].unflatten(0, (n - 1, 4))               # [V-1, 4, 3, S, S]
+        col = mix.to(torch.float32).view(n - 1, len(MIX_COLUMNS), 1, 1, 1).unbind(1)
+        acc = torch.zeros_like(views[:, 0])
+        for i in range(3):
+            acc.add_(views[:, 1 + i] * col[i])               # mix += w_i * pre(chain_i)
+        x = views[:, 0] * col[3]                             # m * pre(x)
+        x.add_(acc.mul_(col[4]))                             # + (1 - m) * mix
+        out[1:].copy_(x)
+        return out

@@ -13,11 +13,13 @@ import torch
 from torch.utils.data import DataLoader
 
 from argtca.views.cpu import FastViewGenerator, build_view_generator
-from argtca.views.dataset import TestTimeDataset, build_item_loader, make_loader
+from argtca.views.dataset import (PixelViewDataset, TestTimeDataset, build_item_loader,
+                                  make_loader)
+from argtca.views.exact import PixelMixer
 from argtca.views.gpu import GpuViewMaker
 from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
 
-__all__ = ["ViewsLoader", "build_views_loader"]
+__all__ = ["ViewsLoader", "build_views_loader", "views_float"]
 
 
 class ViewsLoader:
@@ -31,10 +33,16 @@ class ViewsLoader:
     default: the loop is bound by the host thread that launches both, so it gains nothing and costs
     memory
     (``benchmarks/README.md#fast-engine-knobs``).
+
+    ``mixer`` (with ``group``; ``TTA.VIEWS_FLOAT engine``): the loader yields the views' exact
+    uint8 images (:class:`argtca.views.dataset.PixelViewDataset`) and each image's float stage
+    runs here, on ``device`` (on CUDA on the copy stream, after its pixels' copy), into the
+    batch's ``views_dtype`` tensor: the views the workers would have made, bit for bit.
     """
 
     def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
-                 overlap: bool = False, group: int = 0):
+                 overlap: bool = False, group: int = 0, mixer: Optional[PixelMixer] = None,
+                 views_dtype: torch.dtype = torch.float32):
         self.loader = loader
         self.device = torch.device(device)
         self.maker = maker
@@ -44,6 +52,10 @@ class ViewsLoader:
         self.group = int(group)
         if self.group and maker is not None:
             raise ValueError("ViewsLoader: group is for single-image (CPU views) loaders")
+        if mixer is not None and not self.group:
+            raise ValueError("ViewsLoader: mixer needs a single-image loader (group > 0)")
+        self.mixer = mixer
+        self.views_dtype = views_dtype
         # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
         self.seconds = {"workers": 0.0, "views": 0.0}
         self._started = None   # the DataLoader's iterator once start() ran
@@ -107,14 +119,14 @@ class ViewsLoader:
                 except StopIteration:
                     break
                 if cuda:
-                    v = b["views"]
                     with torch.cuda.stream(stream):
                         if views is None:
                             left = len(self.loader) - self._served
-                            views = torch.empty((min(self.group, left), *v.shape), dtype=v.dtype,
-                                                device=self.device)
-                        views[len(items)].copy_(v, non_blocking=True)
+                            views = self._empty(b, min(self.group, left))
+                        self._put(views[len(items)], b)
                     self._served += 1
+                    # its pinned tensors go back to the host allocator once their copy is done
+                    b = {k: b[k] for k in ("index", "label", "path")}
                 items.append(b)
             if not items:
                 return
@@ -124,11 +136,35 @@ class ViewsLoader:
                 current = torch.cuda.current_stream(self.device)
                 current.wait_event(ev)
                 views.record_stream(current)
+            elif self.mixer is not None:
+                views = self._empty(items[0], len(items))
+                for j, b in enumerate(items):
+                    self._put(views[j], b)
             else:
                 views = torch.stack([b["views"] for b in items])
             yield {"index": torch.tensor([b["index"] for b in items], dtype=torch.long),
                    "label": torch.tensor([b["label"] for b in items], dtype=torch.long),
                    "path": [b["path"] for b in items], "views": views}
+
+    def _empty(self, item: Dict[str, Any], n: int) -> torch.Tensor:
+        """The views tensor of a batch of ``n`` images like ``item``, on the device."""
+        if self.mixer is None:
+            v = item["views"]
+            return torch.empty((n, *v.shape), dtype=v.dtype, device=self.device)
+        px = item["pixels"]
+        shape = (n, item["mix"].shape[0] + 1, 3, px.shape[1], px.shape[2])
+        return torch.empty(shape, dtype=self.views_dtype, device=self.device)
+
+    def _put(self, dst: torch.Tensor, item: Dict[str, Any]) -> None:
+        """One image's views into ``dst`` (its row of the batch), on the current stream."""
+        if self.mixer is None:
+            dst.copy_(item["views"], non_blocking=True)
+            return
+        t = time.perf_counter()
+        px = item["pixels"].to(self.device, non_blocking=True)
+        mix = item["mix"].to(self.device, non_blocking=True)
+        self.mixer(px, mix, dst)
+        self.seconds["views"] += time.perf_counter() - t
 
     def _batches(self, it) -> Iterator[Dict[str, Any]]:
         if self.group:
@@ -184,22 +220,30 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
     if where in ("cpu", "cpu-fast"):
         if where == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
             view_gen = FastViewGenerator.like(view_gen)
-        ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
-        if pin and str(cfg.TTA.PREC) == "amp":
-            # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower)
-            # rounds its input to fp16: rounding in the worker instead gives identical features
-            # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
-            ds.out_dtype = torch.float16
+        # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower)
+        # rounds its input to fp16: rounding before the copy instead gives identical features
+        # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
+        dtype = torch.float16 if pin and str(cfg.TTA.PREC) == "amp" else torch.float32
+        mixer = None
+        if where == "cpu" and views_float(cfg, device) == "engine":
+            # the workers ship the exact uint8 images; their float work runs on the device
+            ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices)
+            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device)
+        else:
+            ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
+            ds.out_dtype = dtype
         if int(batch_images) < 1:
             raise ValueError(f"batch_images={batch_images} must be >= 1")
         # single images, grouped into batches by ViewsLoader (all workers on every batch).
         # DATALOADER.PREFETCH counts batches a worker may hold ready; a worker here makes images,
         # so its depth is PREFETCH x BATCH_IMAGES images (capped by PREFETCH_BYTES, e.g. 14 an
-        # image of 64 fp16 views at 224 px on 15 workers), so that they keep making images while
-        # the model is built (they start first) instead of stopping at PREFETCH images each
+        # image of 64 fp16 views at 224 px on 15 workers, 7 of their uint8 images under
+        # VIEWS_FLOAT engine), so that they keep making images while the model is built (they
+        # start first) instead of stopping at PREFETCH images each
         loader = build_item_loader(ds, int(num_workers), pin_memory=pin,
                                    prefetch=int(prefetch) * int(batch_images))
-        return ViewsLoader(loader, device, group=int(batch_images))
+        return ViewsLoader(loader, device, group=int(batch_images), mixer=mixer,
+                           views_dtype=dtype)
     ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
     # an unreadable file raises its one-line DataError here too, also from worker processes
     loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
@@ -208,3 +252,19 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         compile = str(cfg.TTA.get("COMPILE", "off")).lower() in ("on", "true")
     return ViewsLoader(loader, device, GpuViewMaker(view_gen, compile=bool(compile)),
                        overlap=bool(cfg.TTA.FAST.VIEWS_OVERLAP))
+
+
+def views_float(cfg, device) -> str:
+    """Where the float stage of the exact CPU views (``TTA.VIEWS_DEVICE cpu``: ``ToTensor +
+    Normalize`` and the AugMix mix, ~28 % of a worker's time an image) runs, from
+    ``cfg.TTA.VIEWS_FLOAT``: "workers" (in the loader workers, with the rest of the views) or
+    "engine" (on the engine's device, from the uint8 images the workers ship: the same views,
+    bit for bit); "auto": "engine" on CUDA, "workers" elsewhere (on the CPU the main process
+    would take over the workers' work)."""
+    v = str(cfg.TTA.get("VIEWS_FLOAT", "auto")).strip().lower()
+    if v == "auto":
+        return "engine" if torch.device(device).type == "cuda" else "workers"
+    if v not in ("workers", "engine"):
+        raise ValueError(f"TTA.VIEWS_FLOAT={cfg.TTA.VIEWS_FLOAT!r}: use 'auto' (the engine's "
+                         f"device on CUDA), 'workers' or 'engine'")
+    return v

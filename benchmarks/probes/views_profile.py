@@ -8,8 +8,10 @@ path (argtca/views/exact.py), and what running many such workers at once costs.
   torchvision's ``resized_crop``, ``apply_op`` through torchvision's wrappers, four
   ``ToTensor + Normalize`` and ``mix_processed`` with fresh tensors, the float32 views stacked,
   then ``.to(float16)`` as the loader sends them under amp); ``after`` is ``ViewGenerator.__call__``
-  (the same numbers, checked here with ``torch.equal``). Each stage is timed around its calls,
-  in ms per image.
+  (the same numbers, checked here with ``torch.equal``); ``engine float`` is a worker's share
+  under ``TTA.VIEWS_FLOAT engine`` (``ViewGenerator.pixels``: the same images shipped as uint8,
+  their float stage done by the consumer, checked equal through ``PixelMixer``). Each stage is
+  timed around its calls, in ms per image.
 * ``procs``: P processes making views at once (one thread each): ms of one core per image, the
   median over processes; shows what sharing the host's caches and memory bandwidth costs.
 * ``loader``: the DataLoader (1 worker, batches of 16, float16, pinned) against calling the
@@ -34,7 +36,7 @@ from PIL import Image  # noqa: E402
 from argtca.bench.data import _jpeg_pool  # noqa: E402
 from argtca.views.augmix import OPS, apply_op, mix_processed, sample_plan  # noqa: E402
 from argtca.views.cpu import ViewGenerator, item_rngs  # noqa: E402
-from argtca.views.exact import apply_op_exact  # noqa: E402
+from argtca.views.exact import PixelMixer, apply_op_exact, mix_row  # noqa: E402
 
 GEOMETRIC = {"rotate", "shear_x", "shear_y", "translate_x", "translate_y"}
 
@@ -92,29 +94,68 @@ def after(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock) -> to
     return views
 
 
+def pixels(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
+    """A worker's steps under ``TTA.VIEWS_FLOAT engine`` (``ViewGenerator.pixels``), stage by
+    stage: the same images, copied out as uint8; no float work."""
+    img = c("decode", lambda: Image.open(io.BytesIO(data)).convert("RGB"))
+    shapes = vg.pixels_shapes()
+    px, mix = c("alloc + stack", lambda: (torch.empty(shapes[0], dtype=torch.uint8),
+                                          torch.zeros(shapes[1])))
+    dst = px.numpy()
+    c("view 0", lambda: dst.__setitem__(0, np.asarray(vg.base_crop(img))))
+    tg, rng = item_rngs(seed, index)
+    k = 1
+    for v in range(1, vg.n_views):
+        crop = c("crop + flip", vg.preaugment, img, tg)
+        plan = c("draw plan", sample_plan, rng, vg.severity, vg.size, OPS)
+        chains = []
+        for chain in plan.chains:
+            y = crop
+            for op in chain:
+                key = "PIL " + ("geometric: " + op.name if op.name in GEOMETRIC else "colour")
+                y = c(key, apply_op_exact, y, op)
+            chains.append(y)
+        for im in [crop, *chains]:
+            c("uint8 images out (4 a view)", dst.__setitem__, k, np.asarray(im))
+            k += 1
+        mix[v - 1] = torch.tensor(mix_row(plan))
+    return px, mix
+
+
 def stages(n_images: int):
     torch.set_num_threads(1)
     vg = ViewGenerator(224, 64, augmix=True)
     pool = _jpeg_pool(n_images)
     res = {}
-    for name, fn in (("before", before), ("after", after)):
+    names = ("before", "after", "engine float")
+    for name, fn in zip(names, (before, after, pixels)):
         c = Clock()
         fn(vg, pool[0], 0, 0, Clock())          # warm-up
         t = time.perf_counter()
         outs = [fn(vg, pool[i], 1, i, c) for i in range(n_images)]
         res[name] = (c.s, (time.perf_counter() - t) / n_images * 1e3, outs)
+    # the engine-float worker's images through the consumer's float stage, here on the CPU (on
+    # CUDA it runs on the device): the consumer's cost, not the worker's
+    mixer = PixelMixer(vg.mean, vg.std, vg.augmix)
+    t = time.perf_counter()
+    mixed = [mixer(px, mix, torch.empty(vg.n_views, 3, vg.size, vg.size, dtype=torch.float16))
+             for px, mix in res["engine float"][2]]
+    consumer = (time.perf_counter() - t) / n_images * 1e3
     same = all(torch.equal(a, b) for a, b in zip(res["before"][2], res["after"][2]))
-    keys = sorted(set(res["before"][0]) | set(res["after"][0]),
+    same_px = all(torch.equal(a, b) for a, b in zip(mixed, res["after"][2]))
+    keys = sorted(set().union(*(res[n][0] for n in names)),
                   key=lambda k: -res["before"][0].get(k, 0))
     print(f"\nstages, one core, ms per image (64 views, 224 px, AugMix), {n_images} images; "
-          f"after == before (torch.equal): {same}")
-    print("| stage | before | after |\n|---|---|---|")
+          f"after == before (torch.equal): {same}; engine float (its uint8 images through "
+          f"PixelMixer) == after: {same_px}")
+    print("| stage | before | after | engine float (the worker) |\n|---|---|---|---|")
+    fmt = (lambda s: "-" if s is None else f"{s / n_images * 1e3:.1f}")
     for k in keys:
-        b, a = (res[n][0].get(k) for n in ("before", "after"))
-        fmt = (lambda s: "-" if s is None else f"{s / n_images * 1e3:.1f}")
-        print(f"| {k} | {fmt(b)} | {fmt(a)} |")
-    print(f"| **total (wall)** | **{res['before'][1]:.1f}** | **{res['after'][1]:.1f}** |")
-    return same
+        print("| " + k + " | " + " | ".join(fmt(res[n][0].get(k)) for n in names) + " |")
+    print("| **total (wall)** | " + " | ".join(f"**{res[n][1]:.1f}**" for n in names) + " |")
+    print(f"consumer's float stage (PixelMixer) on this CPU, one thread: {consumer:.1f} ms an "
+          f"image (runs on the engine's device under TTA.VIEWS_FLOAT engine)")
+    return same and same_px
 
 
 def _worker(args):
@@ -123,8 +164,7 @@ def _worker(args):
     vg = ViewGenerator(224, 64, augmix=True)
     pool = _jpeg_pool(4)
     out = {}
-    for name in ("before", "after"):
-        fn = before if name == "before" else after
+    for name, fn in (("before", before), ("after", after), ("engine float", pixels)):
         fn(vg, pool[0], 0, 0, Clock())
         t = time.process_time()
         for i in range(n):
@@ -135,19 +175,21 @@ def _worker(args):
 
 def procs(counts, n):
     print("\nP processes at once, ms of one core per image (median over processes)")
-    print("| P | before | after |\n|---|---|---|")
+    names = ("before", "after", "engine float")
+    print("| P | " + " | ".join(names) + " |\n|---|---|---|---|")
     ctx = mp.get_context("fork")
     for p in counts:
         with ctx.Pool(p) as pool:
             rows = pool.map(_worker, [(n, s) for s in range(p)])
-        med = {k: float(np.median([r[k] for r in rows])) for k in ("before", "after")}
-        print(f"| {p} | {med['before']:.0f} | {med['after']:.0f} |", flush=True)
+        med = {k: float(np.median([r[k] for r in rows])) for k in names}
+        print(f"| {p} | " + " | ".join(f"{med[k]:.0f}" for k in names) + " |", flush=True)
 
 
 def loader(n_images: int):
     import tempfile
     from argtca.datasets import Datum
-    from argtca.views.dataset import TestTimeDataset, build_test_loader
+    from argtca.views.dataset import (PixelViewDataset, TestTimeDataset, build_item_loader,
+                                      build_test_loader)
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp()
     items = []
@@ -170,6 +212,18 @@ def loader(n_images: int):
     print(f"\nloader, ms per image: direct {direct:.0f}, through 1 worker (batches of 16, fp16"
           f"{', pinned' if torch.cuda.is_available() else ''}) {through:.0f}: "
           f"{through - direct:+.0f} for collating, transport and the worker's start")
+    # TTA.VIEWS_FLOAT engine: single items of uint8 images (2x the bytes of fp16 views)
+    px = PixelViewDataset(items, ds.view_gen, seed=0)
+    t = time.perf_counter()
+    for k in range(len(px)):
+        px[k]
+    direct = (time.perf_counter() - t) / n_images * 1e3
+    ld = build_item_loader(px, 1, pin_memory=torch.cuda.is_available(), prefetch=16)
+    t = time.perf_counter()
+    n = sum(1 for _ in ld)
+    through = (time.perf_counter() - t) / n * 1e3
+    print(f"loader, engine float (uint8 items, {px.item_bytes() / 1e6:.1f} MB an image), ms per "
+          f"image: direct {direct:.0f}, through 1 worker {through:.0f}: {through - direct:+.0f}")
 
 
 def main(argv=None):

@@ -202,3 +202,42 @@ def test_collate_in_a_worker_writes_shared_memory():
     finally:
         _utils.worker._worker_info = None
     assert shared["views"].is_shared() and torch.equal(shared["views"], plain["views"])
+
+
+@pytest.mark.parametrize("augmix,n_views,dtype", [(True, 64, torch.float32),
+                                                  (True, 24, torch.float16),
+                                                  (False, 12, torch.float16)])
+def test_engine_float_stage_identical_to_official_tpt_augmixaugmenter(tpt, tmp_path, monkeypatch,
+                                                                      augmix, n_views, dtype):
+    """``TTA.VIEWS_FLOAT engine``: the uint8 images a worker ships (``PixelViewDataset``) turned
+    into views by the consumer's float stage (``PixelMixer``, run here on the CPU) equal TPT's
+    own ``AugMixAugmenter`` and the workers' views (``ExactMixer``), tensor for tensor."""
+    from argtca.views.dataset import PixelViewDataset
+    from argtca.views.exact import PixelMixer
+    size = 224
+    paths = _jpegs(tmp_path, 2)
+    base, pre = _tpt_transforms(size)
+    official = tpt.AugMixAugmenter(base, pre, n_views=n_views - 1, augmix=augmix)
+    vg = ViewGenerator(size=size, n_views=n_views, augmix=augmix)
+    items = [Datum(str(p), 0, "c") for p in paths]
+    pixels, workers = PixelViewDataset(items, vg, seed=0), TestTimeDataset(items, vg, seed=0)
+    workers.out_dtype = dtype
+    mixer = PixelMixer(CLIP_MEAN, CLIP_STD, augmix)
+    for k, path in enumerate(paths):
+        _same_draws(monkeypatch, 100 + k, 200 + k)
+        item = pixels[k]
+        assert item["pixels"].dtype == torch.uint8 and item["pixels"].shape == (
+            1 + (n_views - 1) * (4 if augmix else 1), size, size, 3)
+        ours = mixer(item["pixels"], item["mix"],
+                     torch.empty(n_views, 3, size, size, dtype=dtype))
+        assert torch.equal(ours, workers[k]["views"]), k
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(100 + k)
+            state = np.random.get_state()
+            np.random.seed(200 + k)
+            try:
+                ref = torch.stack(official(Image.open(path).convert("RGB")))
+            finally:
+                np.random.set_state(state)
+        assert torch.equal(ours, ref.to(dtype)), \
+            f"image {k}: {(ours != ref.to(dtype)).any(-1).any(-1).any(-1).nonzero().ravel()}"

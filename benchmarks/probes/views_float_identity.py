@@ -1,0 +1,154 @@
+"""``TTA.VIEWS_FLOAT engine`` on a real device: the float stage of the exact CPU views
+(``PixelMixer``: the LUT gather and TPT's mix, on the device) against the workers' views
+(``ExactMixer`` on the CPU), byte for byte, and what each costs.
+
+    python benchmarks/probes/views_float_identity.py [--images 8] [--views 64] [--device cuda]
+
+* ``direct``: for each of ``--images`` synthetic 300x225 JPEGs (the bench's), the views made
+  on the CPU (float32 and float16) and the same views from :meth:`ViewGenerator.pixels` through
+  ``PixelMixer`` on ``--device``: the count of differing bytes (must be 0) over every view
+  (``--images`` x (``--views`` - 1) AugMix views);
+* ``loader``: ``build_views_loader`` with ``TTA.VIEWS_FLOAT workers`` and ``engine`` (loader
+  workers, pinned memory, the copy stream, batches of 16) on the same items: differing bytes of
+  the batches handed to the engine;
+* ``cost``: ms per image of 64 views of the float stage on one CPU core (``ExactMixer``, what
+  a worker no longer does) and on the device (``PixelMixer``, CUDA-synchronised).
+Exit status 1 when any byte differs.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import sys
+import tempfile
+import time
+import types
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+
+import torch  # noqa: E402
+from PIL import Image  # noqa: E402
+
+from argtca.bench.data import _jpeg_pool  # noqa: E402
+from argtca.views.cpu import ViewGenerator  # noqa: E402
+from argtca.views.exact import PixelMixer  # noqa: E402
+
+
+def _bytes_differ(a: torch.Tensor, b: torch.Tensor) -> int:
+    a, b = a.detach().cpu().contiguous(), b.detach().cpu().contiguous()
+    assert a.shape == b.shape and a.dtype == b.dtype, (a.shape, b.shape, a.dtype, b.dtype)
+    return int((a.view(torch.uint8) != b.view(torch.uint8)).sum())
+
+
+def _sync(dev):
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def direct(vg, pool, dev):
+    mixer = PixelMixer(vg.mean, vg.std, vg.augmix, dev)
+    diff = {torch.float32: 0, torch.float16: 0}
+    n_views = 0
+    for k, data in enumerate(pool):
+        img = Image.open(io.BytesIO(data)).convert("RGB")
+        px, mix = vg.pixels(img, 1, k)
+        px, mix = px.to(dev), mix.to(dev)
+        for dtype in diff:
+            ref = vg(img, 1, k, dtype=dtype)
+            got = mixer(px, mix, torch.empty(ref.shape, dtype=dtype, device=dev))
+            diff[dtype] += _bytes_differ(got, ref)
+        n_views += vg.n_views - 1
+    print(f"IDENTITY direct: {len(pool)} images, {n_views} AugMix views + {len(pool)} views 0 on "
+          f"{dev}: differing bytes float32 {diff[torch.float32]}, float16 "
+          f"{diff[torch.float16]}", flush=True)
+    return sum(diff.values())
+
+
+def loader(vg, pool, dev, workers):
+    from argtca.config import get_cfg_default
+    from argtca.datasets import Datum
+    from argtca.views.loader import build_views_loader, views_float
+    tmp = tempfile.mkdtemp(prefix="views_float_")
+    items = []
+    for k, data in enumerate(pool):
+        p = os.path.join(tmp, f"{k}.jpg")
+        with open(p, "wb") as f:
+            f.write(data)
+        items.append(Datum(p, k % 5, "c"))
+    dataset = types.SimpleNamespace(test=items, fine_grained=True)
+    batches = {}
+    for where in ("workers", "engine"):
+        cfg = get_cfg_default()
+        cfg.merge_from_list(["TTA.N_VIEWS", vg.n_views, "TTA.AUGMIX", "on", "INPUT.SIZE",
+                             (vg.size, vg.size), "TTA.VIEWS_FLOAT", where])
+        assert views_float(cfg, dev) == where
+        ld = build_views_loader(cfg, dataset, 1, list(range(len(items))), 16, dev, workers)
+        batches[where] = [(b["index"], b["views"].cpu()) for b in ld]
+    diff = sum(_bytes_differ(a[1], b[1]) for a, b in zip(batches["workers"], batches["engine"]))
+    same_idx = all(torch.equal(a[0], b[0]) for a, b in zip(batches["workers"],
+                                                          batches["engine"]))
+    dtype = batches["engine"][0][1].dtype
+    print(f"IDENTITY loader: {len(items)} images through build_views_loader ({workers} workers, "
+          f"{dtype}, batches of 16) on {dev}: differing bytes {diff}, same order {same_idx}",
+          flush=True)
+    return diff + (0 if same_idx else 1)
+
+
+def cost(vg, pool, dev, reps=5):
+    img = Image.open(io.BytesIO(pool[0])).convert("RGB")
+    px, mix = vg.pixels(img, 1, 0)
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    mixer_cpu = vg._mixer()
+    crops, chains_plans = [], []
+    for crop, plan, chains in vg.random_images(img, 1, 0):
+        crops.append(crop)
+        chains_plans.append((chains, plan))
+    out = torch.empty(vg.n_views, 3, vg.size, vg.size, dtype=torch.float16)
+    t = time.perf_counter()
+    for _ in range(reps):
+        for v, (crop, (chains, plan)) in enumerate(zip(crops, chains_plans), 1):
+            mixer_cpu.augmix_into(out[v], crop, chains, plan)
+    cpu_ms = (time.perf_counter() - t) / reps * 1e3
+    torch.set_num_threads(n)
+    mixer = PixelMixer(vg.mean, vg.std, vg.augmix, dev)
+    pxd, mixd = px.to(dev), mix.to(dev)
+    outd = torch.empty(out.shape, dtype=torch.float16, device=dev)
+    mixer(pxd, mixd, outd)
+    _sync(dev)
+    t = time.perf_counter()
+    for _ in range(reps * 4):
+        mixer(pxd, mixd, outd)
+    _sync(dev)
+    dev_ms = (time.perf_counter() - t) / (reps * 4) * 1e3
+    mb = (px.nbytes + mix.nbytes) / 1e6
+    print(f"COST float stage, ms per image of {vg.n_views} views (float16 out): ExactMixer on one "
+          f"CPU core {cpu_ms:.1f}; PixelMixer on {dev} {dev_ms:.2f}; shipped {mb:.1f} MB uint8 "
+          f"an image (float16 views: {out.nbytes / 1e6:.1f} MB)", flush=True)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--images", type=int, default=8)
+    p.add_argument("--loader-images", type=int, default=40)
+    p.add_argument("--views", type=int, default=64)
+    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    a = p.parse_args(argv)
+    dev = torch.device(a.device)
+    print(f"host: {os.cpu_count()} cores; torch {torch.__version__}; device "
+          f"{torch.cuda.get_device_name(dev) if dev.type == 'cuda' else 'cpu'}", flush=True)
+    vg = ViewGenerator(a.size, a.views, augmix=True)
+    pool = _jpeg_pool(max(a.images, a.loader_images))
+    bad = direct(vg, pool[:a.images], dev)
+    if a.loader_images:
+        bad += loader(vg, pool[:a.loader_images], dev, a.workers)
+    cost(vg, pool, dev)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
