@@ -154,6 +154,7 @@ _C.TTA.FAST.TEXT_ATTENTION = "auto"     # text tower: split, efficient, math, fl
 _C.TTA.FAST.PREFIX_SHARE = True         # SOS + context computed once per image for all prompts
 _C.TTA.FAST.HALF_IMAGE = True           # fp16 autocast: the image tower from an fp16 copy
 _C.TTA.FAST.LEAN_IMAGE = True           # ... with lean SDPA blocks (argtca/engine/towers.py)
+_C.TTA.FAST.FOLD_QUICKGELU = True       # ... QuickGELU as one SiLU pass, 1.702 folded in weights
 _C.TTA.FAST.COMPILE_IMAGE = "auto"      # torch.compile the image tower; "auto": as TTA.COMPILE
 _C.TTA.FAST.COMPILE_TEXT = "auto"       # ... the text tower's no-grad pass; "auto": as TTA.COMPILE
 _C.TTA.FAST.COMPILE_TEXT_GRAD = "auto"  # ... its passes with gradient; "auto": as TTA.COMPILE

@@ -44,9 +44,10 @@ they change floating-point rounding at most. What each one buys is measured in
   without per-prompt copies) is the fastest forward, so ``auto`` takes it where the text tower
   runs forward only (grad mode ``jacobian``, or no step); else the SDPA ``efficient`` kernel,
   whose backward is the fastest for ``recompute``/``vjp``.
-* ``HALF_IMAGE`` / ``LEAN_IMAGE``: under fp16 autocast the image tower runs from a copy stored in
-  fp16 (no weight or LayerNorm casts per call) with the patch embedding as a matrix product and
-  lean SDPA blocks (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
+* ``HALF_IMAGE`` / ``LEAN_IMAGE`` / ``FOLD_QUICKGELU``: under fp16 autocast the image tower runs
+  from a copy stored in fp16 (no weight or LayerNorm casts per call) with the patch embedding as
+  a matrix product, lean SDPA blocks and QuickGELU as one SiLU pass with its 1.702 folded into
+  the MLP's weights (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
 * ``COMPILE_IMAGE`` / ``COMPILE_TEXT`` / ``COMPILE_TEXT_GRAD`` (``auto``: as ``TTA.COMPILE``,
   which :mod:`argtca.engine.auto` turns on only for runs long enough to pay compilation back):
   ``torch.compile`` of the image tower (block by block: one compilation serves every block), of
@@ -116,7 +117,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                  compile_text_grad: Optional[bool] = None,
                  compile_jacobian: Optional[bool] = None, compile_mode: Optional[str] = None,
                  jacobian_tf32: Optional[bool] = None, image_chunk: Optional[int] = None,
-                 text_tokens: Optional[int] = None, cuda_graph=None):
+                 text_tokens: Optional[int] = None, cuda_graph=None,
+                 fold_gelu: Optional[bool] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         knobs = cfg.TTA.FAST
@@ -173,7 +175,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         if self.half_image:
             from argtca.engine.towers import fast_image_tower
             encode = fast_image_tower(model.visual, torch.float16,
-                                      lean_blocks=bool(pick(lean_image, "LEAN_IMAGE")))
+                                      lean_blocks=bool(pick(lean_image, "LEAN_IMAGE")),
+                                      fold_gelu=bool(pick(fold_gelu, "FOLD_QUICKGELU")))
         else:
             encode = model.encode_image
         # torch.compile mode of the image tower (None = default; "max-autotune-no-cudagraphs"

@@ -2,7 +2,7 @@
 
 CUDA graphs need CUDA; the protocol around them (static input refreshed per batch, everything an
 image starts from created inside the replayed function, outputs that the next replay overwrites)
-runs on the CPU through ``cuda_graph="emulate"`` and must give the eager engine's numbers exactly."""
+runs on the CPU through ``cuda_graph="emulate"``: it must give the eager numbers exactly."""
 import pytest
 import torch
 
@@ -102,3 +102,61 @@ def test_graphed_batch_reads_only_its_static_input():
     assert out[1] is None and len(set(calls)) == 1          # always the same static buffer
     first = out[0]
     assert g(a)[0] is first and torch.equal(first, torch.full((2, 3), 2.0, dtype=torch.float64))
+
+
+# ---------------------------------------------------------------------------- FOLD_QUICKGELU
+def test_quick_gelu_folded_into_the_mlp_weights_is_one_silu_pass():
+    """QuickGELU(h) = h·σ(1.702h) = silu(1.702h)/1.702: c_proj(QuickGELU(c_fc x)) computed with
+    1.702·c_fc and c_proj/1.702 around one SiLU, in float64 to 1e-12, with one element-wise op."""
+    from collections import OrderedDict
+
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from argtca.engine.towers import SiluMLP, is_quick_gelu
+
+    class QuickGELU(torch.nn.Module):   # open_clip's definition
+        def forward(self, x):
+            return x * torch.sigmoid(1.702 * x)
+    torch.manual_seed(0)
+    mlp = torch.nn.Sequential(OrderedDict([("c_fc", torch.nn.Linear(8, 32)), ("gelu", QuickGELU()),
+                                           ("c_proj", torch.nn.Linear(32, 8))])).double()
+    assert SiluMLP.supports(mlp) and is_quick_gelu(QuickGELU())
+    assert not is_quick_gelu(torch.nn.GELU()) and not is_quick_gelu(torch.nn.SiLU())
+    gelu = torch.nn.Sequential(OrderedDict([("c_fc", torch.nn.Linear(8, 32)),
+                                            ("gelu", torch.nn.GELU()),
+                                            ("c_proj", torch.nn.Linear(32, 8))]))
+    assert not SiluMLP.supports(gelu)
+    folded = SiluMLP(mlp)
+    x = 3 * torch.randn(5, 7, 8, dtype=torch.float64)
+    with torch.no_grad():
+        want = mlp(x)
+        h = x @ mlp.c_fc.weight.T + mlp.c_fc.bias           # by hand: the definition
+        by_hand = (h * torch.sigmoid(1.702 * h)) @ mlp.c_proj.weight.T + mlp.c_proj.bias
+        assert torch.allclose(want, by_hand, rtol=0, atol=1e-12)
+        assert torch.allclose(folded(x), want, rtol=0, atol=1e-12)
+
+    class Ops(TorchDispatchMode):
+        seen = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.seen.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+    with Ops() as o, torch.no_grad():
+        folded(x)
+    pointwise = [n for n in o.seen if n not in ("addmm", "view", "t", "_unsafe_view", "mm",
+                                                 "add", "reshape", "expand")]
+    assert pointwise == ["silu_"], o.seen
+
+
+def test_fast_image_tower_folds_only_quick_gelu(tiny_clip):
+    from argtca.engine.towers import SiluMLP, fast_image_tower
+    model, _ = tiny_clip
+    blocks = model.visual.transformer.resblocks
+    quick = [SiluMLP.supports(b.mlp) for b in blocks]
+    folded = fast_image_tower(model.visual, torch.float32)
+    plain = fast_image_tower(model.visual, torch.float32, fold_gelu=False)
+    assert [isinstance(b.mlp, SiluMLP) for b in folded.transformer.resblocks] == quick
+    assert not any(isinstance(b.mlp, SiluMLP) for b in plain.transformer.resblocks)
+    x = torch.randn(3, 3, 32, 32)
+    with torch.no_grad():
+        assert torch.allclose(folded(x), model.encode_image(x), atol=1e-5)
