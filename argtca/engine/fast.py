@@ -530,7 +530,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         """The batch's outputs from its CUDA graph (captured at the second batch of its shape),
         or None: run it eagerly (graphs off, the first batch of a shape, an objective that must
         run eagerly, or a capture that failed: then graphs stay off, with one line)."""
-        if not self.cuda_graph or views.device != self.device:
+        # by type: the engine's device may read "cuda" where the views' reads "cuda:0"
+        if not self.cuda_graph or views.device.type != self.device.type:
             return None
         okey = objective_key(self.objective)
         if okey is None:
