@@ -164,7 +164,7 @@ _C.TTA.FAST.JACOBIAN_TF32 = True        # grad mode jacobian: cot @ Jᵀ on TF32
 _C.TTA.FAST.IMAGE_CHUNK = -1            # views per image-tower call; -1: BATCH_IMAGES x N_VIEWS
 _C.TTA.FAST.TEXT_TOKENS = 65536         # prompt tokens per text-tower call with gradient
 _C.TTA.FAST.CUDA_GRAPH = "auto"         # a batch's work captured/replayed as one CUDA graph;
-                                        # "auto": on for the eager CUDA engine (engine/fast.py)
+                                        # "auto" = off (GPU-bound loop: < 1 %; engine/graphs.py)
 _C.TTA.FAST.VIEWS_OVERLAP = False       # GPU views of batch n+1 made while batch n tunes
 
 # class prompts of the training-free and online methods: "class" ("a photo of a {class}.") or

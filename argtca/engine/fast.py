@@ -59,12 +59,13 @@ they change floating-point rounding at most. What each one buys is measured in
   cores (fp32 sums; the reference's own backward runs in fp16 autocast).
 * ``IMAGE_CHUNK`` / ``TEXT_TOKENS``: views per image-tower call / prompt tokens per text-tower
   call: memory bounds.
-* ``CUDA_GRAPH`` (``auto``: on for the eager CUDA engine whose step 1 needs no kept θ0 graph,
-  i.e. grad mode ``jacobian``/``recompute`` or no step): :meth:`FastEngine.submit` captures a
-  batch's whole work (image tower, steps, final prediction) once per batch shape as a CUDA graph
-  and replays it, so the host queues one graph a batch instead of thousands of kernels
+* ``CUDA_GRAPH`` (``auto`` = off; ``on``: the eager CUDA engine whose step 1 needs no kept θ0
+  graph, i.e. grad mode ``jacobian``/``recompute`` or no step): :meth:`FastEngine.submit`
+  captures a batch's whole work (image tower, steps, final prediction) once per batch shape as a
+  CUDA graph and replays it, so the host queues one graph a batch instead of ~840 kernels
   (:mod:`argtca.engine.graphs`). The first batch of a shape runs eagerly (the warm-up); AdamW
-  steps with ``capturable=True`` inside the graph (fp32 rounding of its bias corrections).
+  steps with ``capturable=True`` inside the graph (fp32 rounding of its bias corrections). The
+  eager loop is bound by the GPU, so it frees the host thread but gains < 1 % (round-10-gpu).
 """
 from __future__ import annotations
 
@@ -200,8 +201,9 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self.graph_emulate = str(graph).lower() == "emulate"
         graphable = (not (self.compile_image or self.compile_text or self.compile_text_grad)
                      and (self.steps <= 0 or grad_mode in ("jacobian", "recompute")))
+        # "auto" = off: the loop is bound by the GPU, the graph gains < 1 % (round-10-gpu.md)
         self.cuda_graph = graphable and (self.graph_emulate
-                                         or (_switch(graph, True) and on_cuda))
+                                         or (_switch(graph, False) and on_cuda))
         self._in_graph = False   # inside a graph's warm-up or capture
         self.forget_dataset()
 

@@ -1,10 +1,14 @@
-"""The fast engine's per-batch work as one CUDA graph (``TTA.FAST.CUDA_GRAPH``).
+"""The fast engine's per-batch work as one CUDA graph (``TTA.FAST.CUDA_GRAPH``, off by default).
 
 In the eager loop the host thread queues every kernel of a batch one by one: the image tower's
 blocks, step 1 (scores, selection, the cotangent, ``cot @ Jᵀ``, AdamW) and the final text-tower
 pass, a few thousand launches through Python and the dispatcher per batch
 (``benchmarks/probes/host_ops.py`` counts them). A batch of a fixed shape does the same work on
 the same buffers every time, so it is captured once and replayed: one launch per batch.
+
+Measured (``benchmarks/rounds/round-10-gpu.md``, one H200): the host's time in ``submit`` falls
+from ~117 ms to ~0.6 ms a batch, but the eager loop is bound by the GPU, not by the host (the
+host was waiting on a full launch queue), so the rate moves by < 1 %: hence off by default.
 
 What stays correct, and why:
 
@@ -20,6 +24,8 @@ What stays correct, and why:
   objective's plain attributes (a temperature, say); a batch whose objective attributes differ
   from the captured ones gets its own graph (:func:`objective_key`), and an objective that
   collects tensors on the host (``capture``) runs eagerly.
+* The capture is ``thread_local``: other threads (the loader's pin-memory thread) keep
+  working while the main thread captures.
 * AdamW runs with ``capturable=True`` in the graph (its step count on the device; the same
   update up to fp32 rounding of the bias corrections), and autocast without its cast cache, as
   capture requires.
@@ -79,7 +85,10 @@ class GraphedBatch:
         self.graph = torch.cuda.CUDAGraph()
         self._setup(True)
         try:
-            with torch.cuda.graph(self.graph):
+            # thread_local: the DataLoader's pin-memory thread allocates pinned memory while
+            # the main thread captures; under the default ("global") that call fails and
+            # invalidates the capture (seen on an H200 through the CLI)
+            with torch.cuda.graph(self.graph, capture_error_mode="thread_local"):
                 self.out = self.fn(self.static)
         finally:
             self._setup(False)

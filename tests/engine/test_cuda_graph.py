@@ -153,6 +153,7 @@ def test_fast_image_tower_folds_only_quick_gelu(tiny_clip):
     model, _ = tiny_clip
     blocks = model.visual.transformer.resblocks
     quick = [SiluMLP.supports(b.mlp) for b in blocks]
+    assert all(quick)   # the tiny test model has open_clip's QuickGELU blocks
     folded = fast_image_tower(model.visual, torch.float32)
     plain = fast_image_tower(model.visual, torch.float32, fold_gelu=False)
     assert [isinstance(b.mlp, SiluMLP) for b in folded.transformer.resblocks] == quick
@@ -160,3 +161,43 @@ def test_fast_image_tower_folds_only_quick_gelu(tiny_clip):
     x = torch.randn(3, 3, 32, 32)
     with torch.no_grad():
         assert torch.allclose(folded(x), model.encode_image(x), atol=1e-5)
+
+
+def test_capture_lets_other_threads_work(monkeypatch):
+    """The DataLoader's pin-memory thread allocates pinned memory while the main thread captures:
+    under the default ("global") capture mode that call fails and invalidates the capture (seen
+    through the CLI on an H200), so the capture is thread_local. CUDA is faked here: the test
+    checks what GraphedBatch asks of torch.cuda and that the warm-up and capture both ran."""
+    import contextlib
+    seen = {}
+
+    class FakeGraph:
+        def replay(self):
+            seen["replays"] = seen.get("replays", 0) + 1
+
+    @contextlib.contextmanager
+    def graph(g, **kw):
+        seen["graph_kw"] = kw
+        yield
+
+    class FakeStream:
+        def __init__(self, device=None):
+            pass
+
+        def wait_stream(self, other):
+            pass
+    monkeypatch.setattr(torch.cuda, "Stream", FakeStream)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: FakeStream())
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeGraph)
+    monkeypatch.setattr(torch.cuda, "graph", graph)
+    phases = []
+
+    def fn(x):
+        phases.append("run")
+        return (x + 1,)
+    g = GraphedBatch(fn, torch.zeros(2), setup=lambda on: phases.append(on))
+    assert seen["graph_kw"] == {"capture_error_mode": "thread_local"}
+    assert phases == [True, "run", False, True, "run", False]   # warm-up, then capture
+    g(torch.ones(2))
+    assert seen["replays"] == 1 and torch.equal(g.static, torch.ones(2))
