@@ -75,7 +75,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.graphs import GraphedBatch, copy_out, objective_key
+from argtca.engine.graphs import copy_out, graphed_outputs
 from argtca.engine.jacobian import JacobianAtTheta0
 from argtca.engine.objectives import Objective, avg_entropy, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
@@ -108,7 +108,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
     mode ``auto`` depends on it)."""
 
     batched = True
-    _in_graph = False   # inside a CUDA graph's warm-up or capture (see _graphed)
+    _in_graph = False   # inside a CUDA graph's warm-up or capture (argtca/engine/graphs.py)
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  n_images: Optional[int] = None, grad_mode: Optional[str] = None,
@@ -505,7 +505,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
         batch is written. Same numbers as ``__call__`` (up to AdamW's rounding in a CUDA graph,
         ``TTA.FAST.CUDA_GRAPH``)."""
-        out = self._graphed(views)
+        out = graphed_outputs(self, views)
         if out is None:
             img, probs, first_bad, bad_seen = self._batch(views)
             return Pending(self, probs, paths, img, first_bad, bad_seen)
@@ -527,40 +527,6 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
 
     def _graph_setup(self, on: bool) -> None:
         self._in_graph = bool(on)
-
-    def _graphed(self, views: torch.Tensor):
-        """The batch's outputs from its CUDA graph (captured at the second batch of its shape),
-        or None: run it eagerly (graphs off, the first batch of a shape, an objective that must
-        run eagerly, or a capture that failed: then graphs stay off, with one line)."""
-        # by type: the engine's device may read "cuda" where the views' reads "cuda:0"
-        if not self.cuda_graph or views.device.type != self.device.type:
-            return None
-        okey = objective_key(self.objective)
-        if okey is None:
-            return None
-        key = (tuple(views.shape), views.dtype, okey)
-        g = self._graphs.get(key)
-        if g is None:
-            if key not in self._graph_seen:
-                self._graph_seen.add(key)
-                return None
-            try:
-                g = GraphedBatch(self._batch, views, emulate=self.graph_emulate,
-                                 dtype=torch.float16 if self.half_image else None,
-                                 setup=self._graph_setup)
-            except Exception as e:   # an op that cannot be captured: eager from now on
-                print(f"argtca: fast engine: CUDA graph capture failed ({type(e).__name__}: "
-                      f"{str(e).splitlines()[0] if str(e) else ''}); running eagerly "
-                      f"(TTA.FAST.CUDA_GRAPH off)")
-                self.cuda_graph = False
-                self._graphs.clear()
-                if self.device.type == "cuda":
-                    torch.cuda.synchronize(self.device)
-                return None
-            self._graphs[key] = g
-            if self.device.type == "cuda" and not self.graph_emulate:
-                torch.cuda.empty_cache()   # the eager batches' blocks: the graph has its own
-        return g(views)
 
 
 class Pending:

@@ -112,6 +112,42 @@ class GraphedBatch:
         return self.out
 
 
+def graphed_outputs(engine, views: torch.Tensor) -> Optional[Outputs]:
+    """The :class:`~argtca.engine.fast.FastEngine` ``engine``'s outputs for the batch ``views``
+    from the batch shape's graph (captured at the second batch of that shape), or None: the
+    engine runs it eagerly (graphs off, the first batch of a shape, an objective that must run
+    eagerly, or a capture that failed: then graphs stay off, with one line)."""
+    # by type: the engine's device may read "cuda" where the views' reads "cuda:0"
+    if not engine.cuda_graph or views.device.type != engine.device.type:
+        return None
+    okey = objective_key(engine.objective)
+    if okey is None:
+        return None
+    key = (tuple(views.shape), views.dtype, okey)
+    g = engine._graphs.get(key)
+    if g is None:
+        if key not in engine._graph_seen:
+            engine._graph_seen.add(key)
+            return None
+        try:
+            g = GraphedBatch(engine._batch, views, emulate=engine.graph_emulate,
+                             dtype=torch.float16 if engine.half_image else None,
+                             setup=engine._graph_setup)
+        except Exception as e:   # an op that cannot be captured: eager from now on
+            print(f"argtca: fast engine: CUDA graph capture failed ({type(e).__name__}: "
+                  f"{str(e).splitlines()[0] if str(e) else ''}); running eagerly "
+                  f"(TTA.FAST.CUDA_GRAPH off)")
+            engine.cuda_graph = False
+            engine._graphs.clear()
+            if engine.device.type == "cuda":
+                torch.cuda.synchronize(engine.device)
+            return None
+        engine._graphs[key] = g
+        if engine.device.type == "cuda" and not engine.graph_emulate:
+            torch.cuda.empty_cache()   # the eager batches' blocks: the graph has its own
+    return g(views)
+
+
 def copy_out(out: Sequence[Optional[torch.Tensor]]) -> Outputs:
     """Clones of a graph's outputs that the next replay would overwrite."""
     return tuple(None if t is None else t.clone() for t in out)
