@@ -29,6 +29,7 @@ CFG_CHOICES = {
     "TTA.FAST.COMPILE_IMAGE": ("auto", "on", "off"),
     "TTA.FAST.COMPILE_TEXT": ("auto", "on", "off"),
     "TTA.FAST.COMPILE_TEXT_GRAD": ("auto", "on", "off"),
+    "TTA.FAST.CUDA_GRAPH": ("auto", "on", "off"),
     "TTA.STREAM.ORDER": ("shuffle", "index"),
     "TTA.PROMPTS": ("class", "attributes"),
 }

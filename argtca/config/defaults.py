@@ -15,7 +15,7 @@ from yacs.config import CfgNode as CN
 # keys that take "auto", "on" or "off": YAML reads a bare on/off as a bool (and older configs wrote
 # ``TTA.COMPILE True``), so a bool given for one of them is read as "on"/"off"
 SWITCH_KEYS = ("TTA.COMPILE", "TTA.FAST.COMPILE_IMAGE", "TTA.FAST.COMPILE_TEXT",
-               "TTA.FAST.COMPILE_TEXT_GRAD")
+               "TTA.FAST.COMPILE_TEXT_GRAD", "TTA.FAST.CUDA_GRAPH")
 
 
 def _as_switch(value):
@@ -155,6 +155,7 @@ _C.TTA.FAST.TEXT_ATTENTION = "auto"     # text tower: split, efficient, math, fl
 _C.TTA.FAST.PREFIX_SHARE = True         # SOS + context computed once per image for all prompts
 _C.TTA.FAST.HALF_IMAGE = True           # fp16 autocast: the image tower from an fp16 copy
 _C.TTA.FAST.LEAN_IMAGE = True           # ... with lean SDPA blocks (argtca/engine/towers.py)
+_C.TTA.FAST.FOLD_QUICKGELU = True       # ... QuickGELU as one SiLU pass, 1.702 folded in weights
 _C.TTA.FAST.COMPILE_IMAGE = "auto"      # torch.compile the image tower; "auto": as TTA.COMPILE
 _C.TTA.FAST.COMPILE_TEXT = "auto"       # ... the text tower's no-grad pass; "auto": as TTA.COMPILE
 _C.TTA.FAST.COMPILE_TEXT_GRAD = "auto"  # ... its passes with gradient; "auto": as TTA.COMPILE
@@ -163,6 +164,8 @@ _C.TTA.FAST.COMPILE_MODE = ""           # torch.compile mode of the image tower 
 _C.TTA.FAST.JACOBIAN_TF32 = True        # grad mode jacobian: cot @ Jᵀ on TF32 tensor cores
 _C.TTA.FAST.IMAGE_CHUNK = -1            # views per image-tower call; -1: BATCH_IMAGES x N_VIEWS
 _C.TTA.FAST.TEXT_TOKENS = 65536         # prompt tokens per text-tower call with gradient
+_C.TTA.FAST.CUDA_GRAPH = "auto"         # a batch's work captured/replayed as one CUDA graph;
+                                        # "auto" = off (GPU-bound loop: < 1 %; engine/graphs.py)
 _C.TTA.FAST.VIEWS_OVERLAP = False       # GPU views of batch n+1 made while batch n tunes
 
 # class prompts of the training-free and online methods: "class" ("a photo of a {class}.") or

@@ -44,9 +44,10 @@ they change floating-point rounding at most. What each one buys is measured in
   without per-prompt copies) is the fastest forward, so ``auto`` takes it where the text tower
   runs forward only (grad mode ``jacobian``, or no step); else the SDPA ``efficient`` kernel,
   whose backward is the fastest for ``recompute``/``vjp``.
-* ``HALF_IMAGE`` / ``LEAN_IMAGE``: under fp16 autocast the image tower runs from a copy stored in
-  fp16 (no weight or LayerNorm casts per call) with the patch embedding as a matrix product and
-  lean SDPA blocks (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
+* ``HALF_IMAGE`` / ``LEAN_IMAGE`` / ``FOLD_QUICKGELU``: under fp16 autocast the image tower runs
+  from a copy stored in fp16 (no weight or LayerNorm casts per call) with the patch embedding as
+  a matrix product, lean SDPA blocks and QuickGELU as one SiLU pass with its 1.702 folded into
+  the MLP's weights (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
 * ``COMPILE_IMAGE`` / ``COMPILE_TEXT`` / ``COMPILE_TEXT_GRAD`` (``auto``: as ``TTA.COMPILE``,
   which :mod:`argtca.engine.auto` turns on only for runs long enough to pay compilation back):
   ``torch.compile`` of the image tower (block by block: one compilation serves every block), of
@@ -58,6 +59,13 @@ they change floating-point rounding at most. What each one buys is measured in
   cores (fp32 sums; the reference's own backward runs in fp16 autocast).
 * ``IMAGE_CHUNK`` / ``TEXT_TOKENS``: views per image-tower call / prompt tokens per text-tower
   call: memory bounds.
+* ``CUDA_GRAPH`` (``auto`` = off; ``on``: the eager CUDA engine whose step 1 needs no kept θ0
+  graph, i.e. grad mode ``jacobian``/``recompute`` or no step): :meth:`FastEngine.submit`
+  captures a batch's whole work (image tower, steps, final prediction) once per batch shape as a
+  CUDA graph and replays it, so the host queues one graph a batch instead of ~840 kernels
+  (:mod:`argtca.engine.graphs`). The first batch of a shape runs eagerly (the warm-up); AdamW
+  steps with ``capturable=True`` inside the graph (fp32 rounding of its bias corrections). The
+  eager loop is bound by the GPU, so it frees the host thread but gains < 1 % (round-10-gpu).
 """
 from __future__ import annotations
 
@@ -67,6 +75,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
+from argtca.engine.graphs import copy_out, graphed_outputs
 from argtca.engine.jacobian import JacobianAtTheta0
 from argtca.engine.objectives import Objective, avg_entropy, objective_loss, select_confident
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
@@ -99,6 +108,7 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
     mode ``auto`` depends on it)."""
 
     batched = True
+    _in_graph = False   # inside a CUDA graph's warm-up or capture (argtca/engine/graphs.py)
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  n_images: Optional[int] = None, grad_mode: Optional[str] = None,
@@ -108,7 +118,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
                  compile_text_grad: Optional[bool] = None,
                  compile_jacobian: Optional[bool] = None, compile_mode: Optional[str] = None,
                  jacobian_tf32: Optional[bool] = None, image_chunk: Optional[int] = None,
-                 text_tokens: Optional[int] = None):
+                 text_tokens: Optional[int] = None, cuda_graph=None,
+                 fold_gelu: Optional[bool] = None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         knobs = cfg.TTA.FAST
@@ -165,7 +176,8 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         if self.half_image:
             from argtca.engine.towers import fast_image_tower
             encode = fast_image_tower(model.visual, torch.float16,
-                                      lean_blocks=bool(pick(lean_image, "LEAN_IMAGE")))
+                                      lean_blocks=bool(pick(lean_image, "LEAN_IMAGE")),
+                                      fold_gelu=bool(pick(fold_gelu, "FOLD_QUICKGELU")))
         else:
             encode = model.encode_image
         # torch.compile mode of the image tower (None = default; "max-autotune-no-cudagraphs"
@@ -182,6 +194,18 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self.batch_images = max(1, int(cfg.TTA.BATCH_IMAGES))
         # submit() queues a batch on the device without waiting (argtca/engine/pipeline.py)
         self.asynchronous = on_cuda
+        # one CUDA graph per batch shape (argtca/engine/graphs.py): only where no compiled code
+        # runs and step 1 differentiates no graph kept across batches (vjp/loop); "emulate"
+        # (tests): the graph protocol on any device, without CUDA
+        graph = pick(cuda_graph, "CUDA_GRAPH")
+        self.graph_emulate = str(graph).lower() == "emulate"
+        graphable = (not (self.compile_image or self.compile_text or self.compile_text_grad)
+                     and (self.steps <= 0 or grad_mode in ("jacobian", "recompute")))
+        # "auto" = off: the loop is bound by the GPU, the graph gains < 1 % (round-10-gpu.md)
+        self.cuda_graph = graphable and (self.graph_emulate
+                                         or (_switch(graph, False) and on_cuda))
+        self._in_graph = False   # inside a graph's warm-up or capture
+        self._inputs = None       # the last eager batch's per-view objective inputs (RLCF)
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -190,8 +214,17 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         self._theta0 = None    # cached (ctx0 leaf [n, W], T0 [P, E] with graph)
         self._reg0 = None      # cached (reg(T0) [1], scale * d reg/dT at T0 [P, E])
         self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
+        self._graphs = {}      # batch key -> GraphedBatch (they read the tensors above)
+        self._graph_seen = set()   # batch keys run once eagerly (the warm-up before a capture)
 
     # ------------------------------------------------------------------ helpers
+    def autocast(self):
+        """fp16 autocast as the reference's; without its cast cache while a graph is captured
+        (a cached cast would outlive the capture). The same casts either way."""
+        if self._in_graph and self.amp and self.device.type == "cuda":
+            return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
+        return super().autocast()
+
     def text_ctx(self):
         """Autocast plus the chosen attention kernel for the text tower (same maths)."""
         name = TEXT_ATTENTION[self.text_attention]
@@ -406,7 +439,9 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         ctx = ctx0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
         if self.steps <= 0:
             return ctx.detach(), None, None
-        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd)
+        # in a CUDA graph the step count lives on the device (capture needs it there)
+        capturable = self._in_graph and ctx.device.type == "cuda"
+        opt = torch.optim.AdamW([ctx], lr=self.lr, weight_decay=self.wd, capturable=capturable)
         first_bad = torch.zeros(B, device=img.device)
         bad_seen = torch.zeros(B, dtype=torch.bool, device=img.device)
         sel_idx = None
@@ -474,13 +509,35 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
     def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> "Pending":
         """Queue one batch on the device without waiting for it: the checks that need the host
         (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
-        batch is written. Same numbers as ``__call__``."""
+        batch is written. Same numbers as ``__call__`` (up to AdamW's rounding in a CUDA graph,
+        ``TTA.FAST.CUDA_GRAPH``)."""
+        out = graphed_outputs(self, views)
+        if out is None:
+            img, probs, first_bad, bad_seen = self._batch(views)
+            return Pending(self, probs, paths, img, first_bad, bad_seen, self._inputs)
+        img, probs, first_bad, bad_seen = out
+        # the next replay overwrites the graph's outputs: keep what the checks may read (the
+        # probabilities are copied out by Pending on CUDA)
+        img, first_bad, bad_seen = copy_out((img, first_bad, bad_seen))
+        if probs.device.type != "cuda":
+            probs = probs.clone()
+        return Pending(self, probs, paths, img, first_bad, bad_seen)
+
+    def _batch(self, views: torch.Tensor):
+        """One batch's device work: (view features [B, V, E], probabilities [B, K], first
+        non-finite loss [B], seen [B]) — the last two None without steps."""
         img = self.image_features(views)
         inputs = self.objective.view_inputs(views) if self.steps > 0 else None
+        # for the eager path's Pending (its non-finite check re-runs the loss with them); an
+        # objective with per-view inputs never runs in a graph (graphs.objective_key)
+        self._inputs = inputs
         ctx, first_bad, bad_seen = (self._tune_async(img, inputs) if self.steps > 0
                                     else (None, None, None))
         probs = self.final(img, ctx).float()
-        return Pending(self, probs, paths, img, first_bad, bad_seen, inputs)
+        return img, probs, first_bad, bad_seen
+
+    def _graph_setup(self, on: bool) -> None:
+        self._in_graph = bool(on)
 
 
 class Pending:

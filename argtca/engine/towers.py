@@ -11,6 +11,10 @@ The patch embedding is a convolution with stride = kernel and no padding, i.e. a
 of the flattened patches with the flattened kernel; cuDNN runs it in a slow generic kernel for
 this shape, cuBLAS in a tensor-core GEMM. What both changes buy:
 ``benchmarks/README.md#fast-engine-knobs`` (``HALF_IMAGE``).
+
+QuickGELU, ``h·σ(1.702h)``, runs eagerly as three element-wise passes over the widest activation
+of every block (``[views·tokens, 4·width]``); :class:`SiluMLP` folds its 1.702 into the
+neighbouring weights so one SiLU pass does it (``TTA.FAST.FOLD_QUICKGELU``).
 """
 from __future__ import annotations
 
@@ -47,6 +51,53 @@ class PatchEmbedMatmul(nn.Module):
         x = x.reshape(N, C, gh, p, gw, p).permute(0, 2, 4, 1, 3, 5).reshape(N, gh * gw, C * p * p)
         y = F.linear(x, self.weight, self.bias)                     # [N, gh*gw, D]
         return y.transpose(1, 2).reshape(N, -1, gh, gw)             # a view (no copy)
+
+
+QUICKGELU = 1.702
+
+
+def is_quick_gelu(act: nn.Module) -> bool:
+    """Whether ``act`` computes QuickGELU, ``x·σ(1.702x)`` (open_clip's and OpenAI's), checked on
+    numbers rather than by class name."""
+    if isinstance(act, (nn.GELU, nn.SiLU, nn.ReLU, nn.Identity)) or list(act.parameters()):
+        return False
+    x = torch.linspace(-6, 6, 97, dtype=torch.float64)
+    try:
+        with torch.no_grad():
+            y = act(x)
+    except Exception:
+        return False
+    return torch.allclose(y, x * torch.sigmoid(QUICKGELU * x), rtol=1e-12, atol=1e-12)
+
+
+class SiluMLP(nn.Module):
+    """open_clip's MLP ``c_proj(QuickGELU(c_fc(x)))`` with QuickGELU's 1.702 folded into the
+    weights: ``QuickGELU(h) = silu(1.702·h) / 1.702``, so it runs as
+    ``c_proj'(silu(c_fc'(x)))`` with ``c_fc' = 1.702·c_fc`` (weight and bias) and
+    ``c_proj'.weight = c_proj.weight / 1.702``: one element-wise kernel (SiLU, in place, computed
+    in fp32 inside) instead of three (scale, sigmoid, product). The same function in exact
+    arithmetic; the folded weights are computed in the tower's fp32 and rounded once to its
+    dtype, so in fp16 results differ by fp16 rounding."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        fc, proj = mlp.c_fc, mlp.c_proj
+        a = QUICKGELU
+        self.w1 = nn.Parameter(fc.weight.detach() * a, requires_grad=False)
+        self.b1 = (nn.Parameter(fc.bias.detach() * a, requires_grad=False)
+                   if fc.bias is not None else None)
+        self.w2 = nn.Parameter(proj.weight.detach() / a, requires_grad=False)
+        self.b2 = (nn.Parameter(proj.bias.detach().clone(), requires_grad=False)
+                   if proj.bias is not None else None)
+
+    @staticmethod
+    def supports(mlp: nn.Module) -> bool:
+        return (isinstance(mlp, nn.Sequential) and len(mlp) == 3
+                and all(isinstance(getattr(mlp, k, None), nn.Linear) for k in ("c_fc", "c_proj"))
+                and hasattr(mlp, "gelu") and is_quick_gelu(mlp.gelu))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(F.silu(F.linear(x, self.w1, self.b1), inplace=True), self.w2, self.b2)
 
 
 class LeanBlock(nn.Module):
@@ -104,11 +155,18 @@ def compile_blocks(tower: nn.Module, **compile_kw) -> nn.Module:
 
 
 def fast_image_tower(visual: nn.Module, dtype: torch.dtype = torch.float16,
-                     patch_matmul: bool = True, lean_blocks: bool = True) -> nn.Module:
+                     patch_matmul: bool = True, lean_blocks: bool = True,
+                     fold_gelu: bool = True) -> nn.Module:
     """A frozen copy of ``model.visual`` stored in ``dtype``, its patch convolution replaced by
-    :class:`PatchEmbedMatmul` where it is one and its attention blocks by :class:`LeanBlock`
-    where they have open_clip's form. Call it on inputs of ``dtype`` without autocast."""
+    :class:`PatchEmbedMatmul` where it is one, its attention blocks by :class:`LeanBlock`
+    where they have open_clip's form and (``fold_gelu``) its QuickGELU MLPs by :class:`SiluMLP`.
+    Call it on inputs of ``dtype`` without autocast."""
     v = copy.deepcopy(visual)
+    blocks = getattr(getattr(v, "transformer", None), "resblocks", None)
+    if fold_gelu and blocks is not None:   # folded in fp32, before the cast to ``dtype``
+        for b in blocks:
+            if SiluMLP.supports(getattr(b, "mlp", None)):
+                b.mlp = SiluMLP(b.mlp)
     conv = getattr(v, "conv1", None)
     if patch_matmul and isinstance(conv, nn.Conv2d):
         try:
