@@ -166,3 +166,17 @@ def test_settings_json_names_only_the_nodes_the_run_reads():
     t = _trainer("tpt", "TRAINER.TCA.BETA", "20.0", "TTA.LR", "0.01")
     over = readable_settings(t.cfg, t.fingerprint(), {})["overrides"]
     assert over.get("TTA.LR") == 0.01 and "TRAINER.TCA.BETA" not in over
+
+
+def test_the_report_ignores_an_override_of_a_node_the_run_does_not_read():
+    """Seeds of one experiment folder, one started with another method's override (in its
+    summary's overrides, not in its fingerprint), are one cell of the report."""
+    from argtca.report.identity import settings_of
+    cfg = get_cfg_default()
+    cfg.TRAINER.NAME = "TPT"
+    config = result_fingerprint(cfg, ["TPT"])
+    plain = settings_of(config, {"VERBOSE": False})
+    assert settings_of(config, {"VERBOSE": False, "TRAINER.TCA.BETA": 20.0}) == plain
+    assert plain["TRAINER.TCA.BETA"] == 35.0   # the default: the report's one value for it
+    # a folder without config.json (older) keeps every override
+    assert settings_of({}, {"TRAINER.TCA.BETA": 20.0})["TRAINER.TCA.BETA"] == 20.0
