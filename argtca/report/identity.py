@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
-                          flatten_cfg)
+                          flatten_cfg, trainer_node, unread_node_keys)
 
 # Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
 # SEED is one (it draws the views) but is the axis the report averages over, never part of a
@@ -198,7 +198,11 @@ def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, 
     """A run's identity: argtca's defaults, then the summary's overrides, then its fingerprint
     (``config.json``; older run folders may lack it or some of its keys), without the seed (and
     the stream order it draws: run_folder.seed_axis_keys) and the keys that cannot change a
-    number."""
+    number. A method node the fingerprint holds no key of is one the run does not read: its
+    overrides in the summary are no setting of the run."""
+    if any(trainer_node(k) for k in config):
+        unread = unread_node_keys(overrides, config)
+        overrides = {k: v for k, v in overrides.items() if k not in unread}
     out = dict(default_settings())
     out.update(overrides)
     out.update(config)

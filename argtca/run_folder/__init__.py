@@ -36,7 +36,7 @@ from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, LOCATED_DATASETS, 
                                            config_defaults, config_hash, data_fingerprint,
                                            experiment_hash, experiment_settings, flatten_cfg,
                                            json_sha256, result_fingerprint, run_fingerprint,
-                                           seed_axis_keys)
+                                           seed_axis_keys, trainer_node, unread_node_keys)
 from argtca.run_folder.folder import (DERIVED_FILES, check_or_write_fingerprint, has_records,
                                       read_json_file, record_files)
 from argtca.run_folder.lock import LOCK_NAME, RunLock
@@ -48,6 +48,7 @@ __all__ = ["DERIVED_LEDGER", "check_derived", "record_derived", "ConfigMismatchE
            "NON_RESULT_KEYS", "ROOT_KEY", "STREAM_ORDER_KEY", "TEST_SET_KEYS", "config_defaults",
            "config_hash", "data_fingerprint", "experiment_hash", "experiment_settings",
            "flatten_cfg", "json_sha256", "result_fingerprint", "run_fingerprint", "seed_axis_keys",
+           "trainer_node", "unread_node_keys",
            "DERIVED_FILES", "check_or_write_fingerprint", "has_records", "read_json_file",
            "record_files", "LOCK_NAME", "RunLock", "RECORD_KEYS", "RecordWriter", "check_records",
            "load_records", "write_records"]

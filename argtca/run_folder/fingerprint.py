@@ -1,8 +1,9 @@
 """What identifies a run: the fingerprint (``config.json``) and the names derived from it.
 
 The fingerprint is every configuration key that can change a number (all but
-:data:`NON_RESULT_KEYS`), the test set (:func:`data_fingerprint`), the device type and the sha256
-of every input file. :func:`experiment_hash` names an experiment: the fingerprint without the
+:data:`NON_RESULT_KEYS`; of the method nodes ``TRAINER.<NODE>``, only those the run's trainer
+reads: its ``config_nodes``), the test set (:func:`data_fingerprint`), the device type and the
+sha256 of every input file. :func:`experiment_hash` names an experiment: the fingerprint without the
 keys that follow the seed (:func:`seed_axis_keys`)."""
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import functools
 import hashlib
 import json
 import os
-from typing import Dict, List, Optional
+from typing import Dict, Iterable, List, Optional, Set
 
 from argtca.config import get_cfg_default
 
@@ -69,8 +70,29 @@ def config_defaults() -> Dict[str, object]:
     return json.loads(json.dumps(flatten_cfg(get_cfg_default()), default=str))
 
 
-def result_fingerprint(cfg) -> Dict[str, object]:
-    return {k: v for k, v in sorted(flatten_cfg(cfg).items()) if k not in NON_RESULT_KEYS}
+def trainer_node(key: str) -> str:
+    """The method node a flat key lies in (``TRAINER.TDA.ALPHA`` -> ``TDA``); "" for a key
+    outside the method nodes (``TRAINER.NAME`` too)."""
+    parts = key.split(".")
+    return parts[1] if len(parts) > 2 and parts[0] == "TRAINER" else ""
+
+
+def result_fingerprint(cfg, nodes: Optional[Iterable[str]] = None) -> Dict[str, object]:
+    """The result-defining keys of ``cfg``. ``nodes``: the method nodes (``TRAINER.<NODE>``) the
+    run reads (its trainer's ``config_nodes``); the other methods' nodes are left out, so that
+    adding a method (a new node of defaults) moves no other method's run folder. None keeps
+    every node (a configuration without a trainer)."""
+    keep = None if nodes is None else {str(n).upper() for n in nodes}
+    return {k: v for k, v in sorted(flatten_cfg(cfg).items()) if k not in NON_RESULT_KEYS
+            and (keep is None or not trainer_node(k) or trainer_node(k) in keep)}
+
+
+def unread_node_keys(old: Dict[str, object], want: Dict[str, object]) -> Set[str]:
+    """The keys of ``old`` (a stored fingerprint) in method nodes ``want`` holds no key of:
+    written when a fingerprint held every method's node, they are settings of methods this
+    run does not read, so they cannot have changed its numbers."""
+    read = {trainer_node(k) for k in want}
+    return {k for k in old if trainer_node(k) and trainer_node(k) not in read}
 
 
 def rel_item_path(impath: str, root: str) -> str:
@@ -96,11 +118,13 @@ def data_fingerprint(dataset) -> Dict[str, object]:
 
 
 def run_fingerprint(cfg, dataset, device_type: Optional[str] = None,
-                    inputs: Optional[Dict[str, str]] = None) -> Dict[str, object]:
-    """The fingerprint stored in ``config.json``: result-defining config keys plus the test set,
-    (when given) the device type the run computes on (cuda: fp16 autocast; cpu: fp32) and the
-    sha256 of every input file (``inputs``: role -> sha256, stored as ``FILE_SHA256.<role>``)."""
-    fp = result_fingerprint(cfg)
+                    inputs: Optional[Dict[str, str]] = None,
+                    nodes: Optional[Iterable[str]] = None) -> Dict[str, object]:
+    """The fingerprint stored in ``config.json``: result-defining config keys (of the method
+    nodes, ``nodes``: :func:`result_fingerprint`) plus the test set, (when given) the device type
+    the run computes on (cuda: fp16 autocast; cpu: fp32) and the sha256 of every input file
+    (``inputs``: role -> sha256, stored as ``FILE_SHA256.<role>``)."""
+    fp = result_fingerprint(cfg, nodes)
     fp.update(data_fingerprint(dataset))
     if device_type is not None:
         fp["RUN.DEVICE_TYPE"] = str(device_type)

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from argtca.run_folder.errors import ConfigMismatchError, RunFolderError
 from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, ROOT_KEY, TEST_SET_KEYS,
-                                           config_defaults)
+                                           config_defaults, unread_node_keys)
 from argtca.utils.io import os_error, read_json_object, write_json
 
 # files a run derives from its settings before its first record; stale once config.json changes
@@ -82,6 +82,10 @@ def _upgrade(old: Dict[str, object], want: Dict[str, object]) -> Dict[str, objec
         # written before input files were hashed: what made these records cannot be checked
         # any more; from now on the folder records (and checks) them
         cmp.update({k: v for k, v in want.items() if k.startswith(INPUT_HASH_PREFIX)})
+    # written while a fingerprint held every method's node: the nodes this run does not read
+    # cannot have changed its records
+    for k in unread_node_keys(old, want):
+        cmp.pop(k)
     # a config key added after these records were written, at its default value, cannot
     # have changed them (what the code did then is what the default does now)
     defaults = config_defaults()

@@ -33,6 +33,10 @@ class AttributeFile:
         return load_attributes(self.attribute_file, self.classnames, num_required, dedupe=dedupe)
 
 
+# the method node of Phase 1's settings, read by whoever runs Phase 1 (its config_nodes)
+GRAPH_NODE = "ARGTCA"
+
+
 class GraphAttributes:
     """ArgTCA's Phase 1 as the attribute source of ``trainer`` (settings: ``TRAINER.ARGTCA``).
     ``files``: the :class:`AttributeFile` it reads (the trainer's own by default). Made when the
@@ -53,7 +57,7 @@ class GraphAttributes:
 
     @property
     def node(self):
-        return self.trainer.cfg.TRAINER.ARGTCA
+        return self.trainer.cfg.TRAINER[GRAPH_NODE]
 
     @property
     def selector(self) -> str:

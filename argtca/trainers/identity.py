@@ -10,7 +10,7 @@ import os
 from typing import Dict, Tuple
 
 from argtca.config import get_cfg_default
-from argtca.run_folder import (INPUT_HASH_PREFIX, NON_RESULT_KEYS, experiment_hash, flatten_cfg,
+from argtca.run_folder import (INPUT_HASH_PREFIX, experiment_hash, flatten_cfg,
                                run_fingerprint)
 from argtca.utils.io import write_json
 
@@ -28,13 +28,14 @@ def default_output_dir(method: str, dataset_key: str, fingerprint: Dict[str, obj
 
 
 def readable_settings(cfg, fingerprint: Dict[str, object], paths: Dict[str, str]) -> dict:
-    """What an experiment folder ``<hash8>/`` stands for, for people: the keys that differ from
-    the defaults (the seed aside) and the input files with their sha256."""
+    """What an experiment folder ``<hash8>/`` stands for, for people: the keys of its
+    fingerprint that differ from the defaults (the seed aside; another method's node is none
+    of them) and the input files with their sha256."""
     default = flatten_cfg(get_cfg_default())
     flat = flatten_cfg(cfg)
     return {"experiment": experiment_hash(fingerprint),
             "overrides": {k: v for k, v in sorted(flat.items())
-                          if default.get(k) != v and k != "SEED" and k not in NON_RESULT_KEYS},
+                          if default.get(k) != v and k != "SEED" and k in fingerprint},
             "inputs": {role: {"path": paths.get(role, ""), "sha256": v}
                        for role, v in input_hashes(fingerprint).items()},
             "test_set": {k: v for k, v in fingerprint.items() if k.startswith("TEST_SET.")},
@@ -52,6 +53,18 @@ class RunIdentity:
 
     # files given on the command line that the run reads (``--plugin`` modules): role -> path
     plugin_files: Dict[str, str] = {}
+    # the method nodes (TRAINER.<NODE>) this trainer reads besides its own (config_nodes)
+    reads_nodes: Tuple[str, ...] = ()
+
+    @classmethod
+    def config_nodes(cls, cfg) -> Tuple[str, ...]:
+        """The method nodes a run of this trainer under ``cfg`` reads, the only ones its
+        fingerprint holds (so a new method's node moves no other method's folder): its own,
+        ``TRAINER.<CLASS NAME>`` (``base_node``: the base method's, e.g. a temperature-scaled
+        variant's), and ``reads_nodes``. A trainer that reads another node only under some
+        settings adds it here for those (zoo.py: ``TTA.PROMPTS attributes``)."""
+        own = str(getattr(cls, "base_node", "") or cls.__name__.upper())
+        return tuple(dict.fromkeys((own, *cls.reads_nodes)))
 
     def input_files(self) -> Dict[str, str]:
         """role -> path of every file this run reads that can change a number: the weights file,
@@ -113,7 +126,8 @@ class RunIdentity:
                 except OSError as e:
                     raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
             self.input_paths = paths
-            fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes)
+            fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes,
+                                 nodes=type(self).config_nodes(self.cfg))
             from argtca.trainers.providers import provider_keys
             fp.update(provider_keys(self.providers()))
             self._fingerprint = dict(sorted(fp.items()))

@@ -19,7 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from argtca.run_folder import RunFolderError, config_defaults
+from argtca.run_folder import RunFolderError, config_defaults, unread_node_keys
 
 __all__ = ["STATE_FORMAT", "STATE_FIX", "read_stream_state", "state_structure_problem"]
 
@@ -43,10 +43,12 @@ def _unpickle_reason(e: BaseException) -> str:
 
 def _differing(saved: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     """``key: saved -> now`` for each key whose value differs; a key only one side has counts
-    unless it holds the default (a key added to argtca since, which cannot change a number)."""
+    unless it holds the default (a key added to argtca since, which cannot change a number);
+    a saved key of a method node this run does not read counts neither (saved while a
+    fingerprint held every method's node)."""
     defaults = config_defaults()
     out = []
-    for k in sorted(set(saved) | set(now)):
+    for k in sorted((set(saved) - unread_node_keys(saved, now)) | set(now)):
         if saved.get(k) == now.get(k):
             continue
         if (k not in saved or k not in now) and k in defaults and \

@@ -100,6 +100,7 @@ class TemperatureScaled:
     """Mix-in: ``base_node`` names the base method's config node (its prompts/objective keys)."""
 
     base_node = ""
+    reads_nodes = ("TS",)   # besides the base method's node
     shared_build = True   # temperature.json: rank 0 fits T, the others read it
     rows = ()             # a reference row on request, in none of table1's method sets
     cfg_node_ranges = {"TRAINER.TS": {
@@ -176,8 +177,10 @@ class TemperatureScaled:
         from argtca.run_folder import run_fingerprint
         fit_on = str(self.ts.FIT_ON)
         cfg = self.cfg if fit_on == "method" else self.run_cfg_zeroshot
-        return {"fit_on": fit_on, "val": config_hash(run_fingerprint(cfg, ds, self.device.type)),
-                "config": config_hash(result_fingerprint(cfg))}
+        nodes = self.config_nodes(cfg)   # as in the run's fingerprint: the nodes it reads
+        return {"fit_on": fit_on,
+                "val": config_hash(run_fingerprint(cfg, ds, self.device.type, nodes=nodes)),
+                "config": config_hash(result_fingerprint(cfg, nodes))}
 
     @property
     def run_cfg_zeroshot(self):

@@ -22,7 +22,7 @@ import torch
 from argtca.config import ConfigError
 from argtca.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
 from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
-from argtca.trainers.attributes import AttributePrompts, ClassPrompts
+from argtca.trainers.attributes import GRAPH_NODE, AttributePrompts, ClassPrompts
 from argtca.trainers.base import TestTimeTrainer
 from argtca.trainers.stream_state import (STATE_FIX, STATE_FORMAT, read_stream_state,
                                           state_structure_problem)
@@ -51,6 +51,13 @@ class FeatureTrainer(TestTimeTrainer):
         """The value checks of this trainer's node: its adapter's table (argtca/adapters/)."""
         import argtca.adapters  # noqa: F401  (registration)
         return ADAPTER_REGISTRY.get(cls.adapter_name).cfg_ranges if cls.adapter_name else {}
+
+    @classmethod
+    def config_nodes(cls, cfg):
+        """Its own node, and ArgTCA's (Phase 1's settings) where its prompts are attributes."""
+        nodes = super().config_nodes(cfg)
+        attributes = str(cfg.TTA.get("PROMPTS", "class")) == "attributes"
+        return nodes + (GRAPH_NODE,) if attributes else nodes
 
     def check_cfg(self, cfg) -> None:
         # the attribute machinery (and its selector lookup) exists only where it is used
