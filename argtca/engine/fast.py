@@ -12,10 +12,10 @@ Exact savings over the reference:
 * **θ0 caching.** The context is reset to θ0 for every image, so the text features at θ0,
   ``T0 = T(θ0)`` ([P, E]), are the same for every image: they are computed once per engine (per
   dataset). Step 1 needs per image only the gradient ``J(θ0)ᵀ · ∂L_b/∂T``; the θ0 autograd graph is
-  kept and each batch runs one vector-Jacobian product with the B cotangents (``grad_mode``:
-  ``"vjp"`` batches them with ``torch.autograd.grad(..., is_grads_batched=True)``, ``"loop"`` runs
-  one VJP per image on the kept graph, ``"recompute"`` runs the batched forward at θ0 again as
-  the reference does).
+  kept and each batch runs one vector-Jacobian product with the B cotangents
+  (:mod:`argtca.engine.gradients`; ``grad_mode``: ``"vjp"`` batches them with
+  ``torch.autograd.grad(..., is_grads_batched=True)``, ``"loop"`` runs one VJP per image on the
+  kept graph, ``"recompute"`` runs the batched forward at θ0 again as the reference does).
 * **Text-only regularisers** (``objective.text_only()``): C-TPT/O-TPT/A-TPT/TCA terms depend on the
   text features only, so their value and their gradient at θ0 are computed once.
 * **View 0** features are computed once and reused for the final prediction; prompts are already
@@ -26,7 +26,7 @@ Exact savings over the reference:
   every batch is then one matrix product (``"auto"`` picks it on CUDA for long enough test sets).
 * **No waiting per batch**: :meth:`FastEngine.submit` queues a batch and returns a
   :class:`Pending` whose ``result()`` copies the probabilities back and runs the checks, so the
-  loop (:mod:`argtca.engine.pipeline`) keeps one batch in flight.
+  loop (:mod:`argtca.engine.pipeline`) keeps one batch in flight (:mod:`argtca.engine.submission`).
 * **Zero-shot** (``TTA.STEPS 0``) predicts straight from the cached ``T0``.
 * No host-device synchronisation inside a batch: the non-finite-loss check of the reference is
   accumulated on the device and raised (with the same message) once the batch is done.
@@ -75,12 +75,14 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.graphs import copy_out, graphed_outputs
+from argtca.engine.gradients import StepGradients
 from argtca.engine.jacobian import JacobianAtTheta0
-from argtca.engine.objectives import Objective, avg_entropy, objective_loss, select_confident
-from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
-                                      raise_if_non_finite_probs, _name)
+from argtca.engine.objectives import Objective
+from argtca.engine.reference import ReferenceEngine, raise_if_non_finite_probs
+from argtca.engine.submission import Pending, Submission
 from argtca.registry import ENGINE_REGISTRY
+
+__all__ = ["FastEngine", "Pending", "GRAD_MODES", "TEXT_ATTENTION"]
 
 GRAD_MODES = ("vjp", "loop", "recompute", "jacobian")
 # scaled-dot-product attention kernels for the text tower: prompts are short (L ~ 10-20 tokens), so
@@ -100,7 +102,7 @@ def _switch(value, default: bool) -> bool:
 
 
 @ENGINE_REGISTRY.register(name="fast")
-class FastEngine(JacobianAtTheta0, ReferenceEngine):
+class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API; the
     test loop feeds it ``TTA.BATCH_IMAGES`` images at a time (``batched``). The knobs are read
     from ``cfg.TTA.FAST``; a keyword given here wins over its key (the benchmark compares
@@ -236,6 +238,13 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
         stack.enter_context(sdpa_kernel([getattr(SDPBackend, name)]))
         return stack
 
+    def _text_backward_ctx(self):
+        name = TEXT_ATTENTION[self.text_attention]
+        if name is None or self.device.type != "cuda":
+            return contextlib.nullcontext()
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        return sdpa_kernel([getattr(SDPBackend, name)])
+
     @property
     def num_prompts(self) -> int:
         return int(self.text_encoder.num_prompts)
@@ -325,102 +334,6 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
             self._reg0 = (reg.detach(), g[0].detach())
         return self._reg0
 
-    def _check_finite(self, first_bad: torch.Tensor, bad_seen: torch.Tensor, paths,
-                      img: Optional[torch.Tensor] = None, inputs=None) -> None:
-        """One host sync per batch. For the first bad image the reference episode is re-run alone
-        (only on this error path) to name the step and the loss terms; should it not reproduce
-        (float reordering), the error names the image and the loss."""
-        if not bool(bad_seen.any()):
-            return
-        i = int(bad_seen.nonzero()[0])
-        if img is not None:
-            ReferenceEngine.tune(self, img[i:i + 1], [_name(paths, i)],
-                                 None if inputs is None else inputs[i:i + 1])
-        raise_if_non_finite(first_bad, bad_seen, paths, hint=self.hint)
-
-    @staticmethod
-    def _record_bad(loss, first_bad, bad_seen):
-        bad = ~torch.isfinite(loss.detach())
-        first_bad = torch.where(bad & ~bad_seen, loss.detach(), first_bad)
-        return first_bad, bad_seen | bad
-
-    # ------------------------------------------------------------------ step 1 at θ0
-    def _step1_cotangent(self, img: torch.Tensor, sel_p: float, inputs=None):
-        """Per-image loss at θ0 and its cotangent loss_scale·∂L_b/∂T ([B, P, E]); the selection."""
-        B = img.shape[0]
-        t0 = self.theta0()[1].detach()
-        t = t0.unsqueeze(0).repeat(B, 1, 1).requires_grad_(True)
-        with torch.enable_grad():
-            with self.autocast():
-                logits = self.logits(img, t)
-            scores = self.objective.scores(logits.float())
-            sel_idx = select_confident(scores.detach(), sel_p)
-            sel = torch.gather(scores, 1, sel_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
-            if self._uses_cached_regularizer():
-                reg0, reg_grad = self.regularizer0()
-                ent = avg_entropy(sel)
-                loss = ent + reg0
-                g, = torch.autograd.grad(ent.sum() * self.loss_scale, t)
-                g = g + reg_grad
-            else:
-                loss = objective_loss(self.objective, sel, t.float(), inputs, sel_idx)
-                g, = torch.autograd.grad(loss.sum() * self.loss_scale, t)
-        return loss.detach(), g, sel_idx
-
-    def _vjp_theta0(self, cot: torch.Tensor) -> torch.Tensor:
-        """Jᵀ(θ0)·cot for B cotangents [B, P, E] → [B, n, W] on the kept θ0 graph."""
-        ctx0, t0 = self.theta0()
-        with self._text_backward_ctx():
-            return self._vjp(ctx0, t0, cot)
-
-    def _text_backward_ctx(self):
-        name = TEXT_ATTENTION[self.text_attention]
-        if name is None or self.device.type != "cuda":
-            return contextlib.nullcontext()
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-        return sdpa_kernel([getattr(SDPBackend, name)])
-
-    def _vjp(self, ctx0, t0, cot):
-        if self.grad_mode == "jacobian":
-            jt = self.jacobian_t()
-            with self._jacobian_precision():
-                return (cot.flatten(1).float() @ jt.T).view(cot.shape[0], *ctx0.shape)
-        if self.grad_mode == "vjp":
-            g, = torch.autograd.grad(t0, ctx0, grad_outputs=cot, retain_graph=True,
-                                     is_grads_batched=True)
-            return g
-        return torch.stack([torch.autograd.grad(t0, ctx0, grad_outputs=cot[b],
-                                                retain_graph=True)[0]
-                            for b in range(cot.shape[0])])
-
-    def _grad_recompute(self, ctx: torch.Tensor, img: torch.Tensor, sel_idx, inputs=None):
-        """Loss and (scaled) gradient by a fresh forward/backward at ``ctx``, in image chunks.
-        Returns (loss [B], grad [B, n, W], sel_idx)."""
-        step = self._images_per_text_call()
-        losses, grads, sels = [], [], []
-        for i in range(0, ctx.shape[0], step):
-            x = ctx[i:i + step].detach().requires_grad_(True)
-            n = x.shape[0]
-            with torch.enable_grad():
-                with self.text_ctx():
-                    if self.compile_text_grad:
-                        text = self._encode_text_grad(self._pad_rows(x, step))[:n]
-                    else:
-                        text = self.text(x)
-                    logits = self.logits(img[i:i + step], text)
-                scores = self.objective.scores(logits.float())
-                s_idx = (select_confident(scores.detach(), self.selection_p) if sel_idx is None
-                         else sel_idx[i:i + step])
-                sel = torch.gather(scores, 1, s_idx.unsqueeze(-1).expand(-1, -1, scores.shape[-1]))
-                loss = objective_loss(self.objective, sel, text.float(),
-                                      None if inputs is None else inputs[i:i + step], s_idx)
-                with self._text_backward_ctx():
-                    g, = torch.autograd.grad(loss.sum() * self.loss_scale, x)
-            losses.append(loss.detach())
-            grads.append(g)
-            sels.append(s_idx)
-        return torch.cat(losses), torch.cat(grads), torch.cat(sels)
-
     # ------------------------------------------------------------------ the episode
     def tune(self, img: torch.Tensor, paths: Optional[Sequence[str]] = None,
              inputs=None) -> torch.Tensor:
@@ -505,68 +418,3 @@ class FastEngine(JacobianAtTheta0, ReferenceEngine):
             self.regularizer0()
         if self.needs_jacobian():
             self.jacobian_t()
-
-    def submit(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> "Pending":
-        """Queue one batch on the device without waiting for it: the checks that need the host
-        (non-finite losses and predictions) run in ``Pending.result()``, before any record of the
-        batch is written. Same numbers as ``__call__`` (up to AdamW's rounding in a CUDA graph,
-        ``TTA.FAST.CUDA_GRAPH``)."""
-        out = graphed_outputs(self, views)
-        if out is None:
-            img, probs, first_bad, bad_seen = self._batch(views)
-            return Pending(self, probs, paths, img, first_bad, bad_seen, self._inputs)
-        img, probs, first_bad, bad_seen = out
-        # the next replay overwrites the graph's outputs: keep what the checks may read (the
-        # probabilities are copied out by Pending on CUDA)
-        img, first_bad, bad_seen = copy_out((img, first_bad, bad_seen))
-        if probs.device.type != "cuda":
-            probs = probs.clone()
-        return Pending(self, probs, paths, img, first_bad, bad_seen)
-
-    def _batch(self, views: torch.Tensor):
-        """One batch's device work: (view features [B, V, E], probabilities [B, K], first
-        non-finite loss [B], seen [B]) — the last two None without steps."""
-        img = self.image_features(views)
-        inputs = self.objective.view_inputs(views) if self.steps > 0 else None
-        # for the eager path's Pending (its non-finite check re-runs the loss with them); an
-        # objective with per-view inputs never runs in a graph (graphs.objective_key)
-        self._inputs = inputs
-        ctx, first_bad, bad_seen = (self._tune_async(img, inputs) if self.steps > 0
-                                    else (None, None, None))
-        probs = self.final(img, ctx).float()
-        return img, probs, first_bad, bad_seen
-
-    def _graph_setup(self, on: bool) -> None:
-        self._in_graph = bool(on)
-
-
-class Pending:
-    """One submitted batch: its probabilities are copied to pinned host memory behind the batch's
-    work; ``result()`` waits for that copy only (never for work queued after it), then checks."""
-
-    def __init__(self, engine: FastEngine, probs, paths, img, first_bad, bad_seen,
-                 inputs=None):
-        self.engine, self.paths, self.img, self.inputs = engine, paths, img, inputs
-        self.first_bad, self.bad_seen = first_bad, bad_seen
-        self.event = None
-        if probs.device.type == "cuda":
-            self.probs = torch.empty(probs.shape, dtype=probs.dtype, pin_memory=True)
-            self.probs.copy_(probs, non_blocking=True)
-            self.bad = None
-            if bad_seen is not None:
-                self.bad = torch.empty(bad_seen.shape, dtype=torch.bool, pin_memory=True)
-                self.bad.copy_(bad_seen, non_blocking=True)
-            self.event = torch.cuda.Event()
-            self.event.record()
-        else:
-            self.probs, self.bad = probs, bad_seen
-
-    def result(self) -> torch.Tensor:
-        """Probabilities [B, K] on the CPU, after the reference's non-finite checks."""
-        if self.event is not None:
-            self.event.synchronize()   # this batch's copy only (pipeline.predictions times it)
-        if self.bad is not None and bool(self.bad.any()):
-            self.engine._check_finite(self.first_bad, self.bad_seen, self.paths, self.img,
-                                      self.inputs)
-        raise_if_non_finite_probs(self.probs, self.paths, self.engine.hint)
-        return self.probs

@@ -15,8 +15,9 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.fast import FastEngine, Pending
+from argtca.engine.fast import FastEngine
 from argtca.engine.reference import Done, raise_if_non_finite_probs
+from argtca.engine.submission import Pending
 from argtca.registry import ENGINE_REGISTRY
 
 

@@ -190,7 +190,7 @@ class ReferenceEngine:
 
 
 class Done:
-    """A finished batch with the API of :class:`argtca.engine.fast.Pending`."""
+    """A finished batch with the API of :class:`argtca.engine.submission.Pending`."""
 
     def __init__(self, probs: torch.Tensor):
         self.probs = probs
