@@ -94,6 +94,7 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
     problems: Dict[str, List[str]] = {}
     weights: Dict[Tuple[str, str], List[str]] = {}
     datasets: Dict[str, object] = {}
+    more: Dict[Tuple[str, str, str], List[str]] = {}   # a method's other weights (more_weights)
     for s in specs:
         if s.out is not None and finished(s):   # only re-read
             continue
@@ -108,6 +109,8 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
                 tr = build_run_trainer(s, root, plugins, datasets, device)
                 if s.out_root is not None and s.out is None:
                     s.out = Path(tr.output_dir())
+                for prefix, backbone, pretrained in getattr(tr, "more_weights", list)():
+                    more.setdefault((prefix, backbone, pretrained), []).append(s.name)
             except (Exception, SystemExit) as e:   # noqa: BLE001
                 problems.setdefault(_setup_problem(e), []).append(s.name)
         if not finished(s):
@@ -116,6 +119,12 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
     for (backbone, pretrained), names in weights.items():
         msg = weights_problem(backbone, pretrained)
         if msg:
+            problems.setdefault(msg, []).extend(names)
+    for (prefix, backbone, pretrained), names in more.items():
+        msg = weights_problem(backbone, pretrained)
+        if msg:
+            msg = (msg.replace("MODEL.BACKBONE.NAME", f"{prefix}_BACKBONE")
+                   .replace("MODEL.PRETRAINED", f"{prefix}_PRETRAINED"))
             problems.setdefault(msg, []).extend(names)
     return list(problems.items())
 

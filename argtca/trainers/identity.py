@@ -7,7 +7,7 @@
 from __future__ import annotations
 
 import os
-from typing import Dict, Tuple
+from typing import Dict, List, Tuple
 
 from argtca.config import get_cfg_default
 from argtca.run_folder import (INPUT_HASH_PREFIX, experiment_hash, flatten_cfg,
@@ -65,6 +65,12 @@ class RunIdentity:
         settings adds it here for those (zoo.py: ``TTA.PROMPTS attributes``)."""
         own = str(getattr(cls, "base_node", "") or cls.__name__.upper())
         return tuple(dict.fromkeys((own, *cls.reads_nodes)))
+
+    def more_weights(self) -> List[Tuple[str, str, str]]:
+        """Model weights this run loads besides ``MODEL.PRETRAINED``, as (key prefix, backbone,
+        pretrained): the preflight checks they can be had before the first run starts, and names
+        ``<prefix>_BACKBONE`` / ``<prefix>_PRETRAINED`` in its message (RLCF's reward model)."""
+        return []
 
     def input_files(self) -> Dict[str, str]:
         """role -> path of every file this run reads that can change a number: the weights file,

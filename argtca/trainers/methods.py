@@ -212,6 +212,10 @@ class RLCF(TestTimeTrainer):
                  f"{'fine-grained' if fine else 'ImageNet-family'} script; "
                  f"TRAINER.RLCF.AUTO_STEPS False to run TTA.STEPS as given)"])
 
+    def more_weights(self):
+        from argtca.models.reward import NODE, is_policy, reward_spec
+        return [] if is_policy(self.cfg) else [(f"{NODE}.REWARD", *reward_spec(self.cfg))]
+
     def input_files(self):
         from argtca.models.reward import reward_weights_file
         files = super().input_files()

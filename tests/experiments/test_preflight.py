@@ -58,16 +58,21 @@ def test_table1_script_without_weights_fails_once_and_writes_nothing(tmp_path, c
     # argtca-disc) x 2 seeds
     from argtca.trainers.catalogue import method_sets
     n = 2 * (len(method_sets()["all"]) - 3)
-    assert lines[0] == ("[table1] error: no run started: 1 problem(s) found before the first of "
+    assert lines[0] == ("[table1] error: no run started: 2 problem(s) found before the first of "
                         f"{n} run(s); each with its fix:")
     assert lines[1].startswith("  - MODEL.PRETRAINED openai: offline") and \
         "pass MODEL.PRETRAINED ~/weights/open_clip_model.safetensors" in lines[1] and \
         lines[1].endswith(f"(every run ({n}))")
+    # RLCF's reward model (ViT-L/14, OpenAI's weights) is checked before the first run too, in
+    # its own keys' names, for its two runs
+    assert lines[2].startswith("  - TRAINER.RLCF.REWARD_PRETRAINED openai: offline") and \
+        "ViT-L-14" in lines[2] and "pass TRAINER.RLCF.REWARD_PRETRAINED ~/weights/" in lines[2] \
+        and lines[2].endswith("(rlcf on caltech101, seed 1; rlcf on caltech101, seed 2)"), lines[2]
     # what is left out anyway, each method once
-    assert lines[2] == ("  - not run: tca, argtca-div, argtca-disc on caltech101: no attribute "
+    assert lines[3] == ("  - not run: tca, argtca-div, argtca-disc on caltech101: no attribute "
                         "file (the first lines say where to get it; or set "
                         "DATASET.ATTRIBUTE_FILE)")
-    assert len(lines) == 4 and lines[3].startswith("[table1] nothing was run or written")
+    assert len(lines) == 5 and lines[4].startswith("[table1] nothing was run or written")
     assert not out.exists()
 
 

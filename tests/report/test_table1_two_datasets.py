@@ -36,7 +36,9 @@ def _own_imagefolder(root: Path):
         "DATASET.IMAGEFOLDER.SPLIT_FILE", str(split), "DATASET.ATTRIBUTE_FILE", str(attrs),
         # the demo's tiny CLIP for both datasets: the same weights in every cell of a row
         "MODEL.BACKBONE.NAME", "argtca-demo-clip",
-        "MODEL.PRETRAINED", "builtin:demo/assets/demo_clip.pt", "INPUT.SIZE", "(64, 64)"]
+        "MODEL.PRETRAINED", "builtin:demo/assets/demo_clip.pt", "INPUT.SIZE", "(64, 64)",
+        # RLCF's reward model: the policy's own CLIP, as on the demo (ViT-L/14 is not here)
+        "TRAINER.RLCF.REWARD_BACKBONE", "", "TRAINER.RLCF.REWARD_PRETRAINED", ""]
 
 
 @pytest.fixture(scope="module")
