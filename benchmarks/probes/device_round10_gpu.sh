@@ -6,13 +6,16 @@
 # of each pair compared image by image; then the engine alone (graph_check.py). Wheels for
 # open_clip etc. in .wheels/.
 # Usage (device tree root): OUT=$OUT bash .gpuloop/benchmarks/probes/device_round10_gpu.sh [steps]
-#   steps: before_tpt after_tpt before_tca after_tca engine (default: all, in that order)
+#   steps: before_tpt after_tpt before_tca after_tca engine (default: all, in that order);
+#   graph_tpt: after_tpt with TTA.FAST.CUDA_GRAPH on, compared with after_tpt
 # A CPU smoke test: NG=16 EXTRA="MODEL.BACKBONE.NAME argtca-tiny-test INPUT.SIZE (32,32)
 #   TTA.N_VIEWS 4 USE_CUDA False DATALOADER.NUM_WORKERS 0" ... before_tpt after_tpt
 set -u
 export PYTHONUNBUFFERED=1
 ROOT=$PWD
 S=$ROOT/.gpuloop
+# "before": the device tree itself unless BEFORE names another tree
+BEFORE=${BEFORE:-$ROOT}
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 R=${R:-/tmp/r10g}; mkdir -p $R
 SITE=${SITE:-/tmp/site}
@@ -24,7 +27,7 @@ export PYTHONPATH=$SITE
 STEPS=${*:-before_tpt after_tpt before_tca after_tca engine}
 nvidia-smi -L 2>/dev/null; nproc; date -u
 python3 -c "import torch; print(torch.__version__)"
-echo "before: $(git log --oneline -1 2>/dev/null)"; echo "after: $(cat $S/COMMIT 2>/dev/null)"
+echo "before: $(cat $BEFORE/COMMIT 2>/dev/null || git log --oneline -1 2>/dev/null)"; echo "after: $(cat $S/COMMIT 2>/dev/null)"
 python3 -m compileall -q -j 16 $SITE $S/argtca $ROOT/argtca > /dev/null 2>&1
 python3 - <<PY
 import sys; sys.path.insert(0, "$S")
@@ -70,9 +73,10 @@ print("COMPARE " + json.dumps({"before": sys.argv[1], "after": sys.argv[2], "ima
 PY
 }
 for s in $STEPS; do case $s in
-before_tpt) fits 70 && argtca before_tpt $ROOT tpt ;;
+before_tpt) fits 70 && argtca before_tpt $BEFORE tpt ;;
 after_tpt) fits 70 && argtca after_tpt $S tpt && compare before_tpt after_tpt ;;
-before_tca) fits 75 && argtca before_tca $ROOT tca ;;
+graph_tpt) fits 70 && argtca graph_tpt $S tpt TTA.FAST.CUDA_GRAPH on && compare after_tpt graph_tpt ;;
+before_tca) fits 75 && argtca before_tca $BEFORE tca ;;
 after_tca) fits 75 && argtca after_tca $S tca && compare before_tca after_tca ;;
 engine) fits 60 && (cd $S && PYTHONPATH=$S:$SITE timeout $(( DEADLINE - $(date +%s) + T0 - 5 )) \
   python3 benchmarks/probes/graph_check.py 24 $R/engine.json 2>&1 | grep -v Warning | tail -12) ;;
