@@ -63,9 +63,30 @@ NEEDS_ATTRIBUTES = ("tca", "argtca")
 
 
 def seconds_per_image(method: str, classes: int) -> float:
-    """Estimated GPU seconds per test image (see TTA_S_BASE)."""
+    """Estimated GPU seconds per test image (see TTA_S_BASE), times the method's measured
+    ``gpu_cost`` against TPT's where it declares one (RLCF, TTL, DynaPrompt)."""
+    from ..trainers.catalogue import method_info
     s = TTA_S_BASE + TTA_S_PER_CLASS * classes
-    return s * ZEROSHOT_FRACTION if method.startswith("zeroshot") else s
+    if method.startswith("zeroshot"):
+        return s * ZEROSHOT_FRACTION
+    try:
+        return s * method_info(method).gpu_cost
+    except KeyError:   # a name the plan's own checks report
+        return s
+
+
+def _costs(methods: Sequence[str]) -> str:
+    """The planned methods' measured GPU cost against TPT's, where one declares it."""
+    from ..trainers.catalogue import method_info
+    costs = []
+    for m in dict.fromkeys(split_method(m)[0] for m in methods):
+        try:
+            c = method_info(m).gpu_cost
+        except KeyError:
+            continue
+        if c != 1.0:
+            costs.append(f"{method_info(m).label} x{c:g}")
+    return (", ".join(costs) + " (their GPU time against TPT's, measured); ") if costs else ""
 
 
 def _hours(s: float) -> str:
@@ -102,8 +123,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     lines.append(f"{per} test images per method and seed")
     lines.append(f"{len(methods)} method(s) x {len(seeds)} seed(s); images: the published test "
                  f"splits (CoOp's split files); GPU time: {RATE_SOURCE}, linear in the classes; "
-                 f"zero-shot at 1/64 of a TTA image (not benchmarked); ArgTCA's Phase 1 (once per "
-                 f"dataset) and model loading not included")
+                 f"zero-shot at 1/64 of a TTA image (not benchmarked); {_costs(methods)}ArgTCA's "
+                 f"Phase 1 (once per dataset) and model loading not included")
     lines.append(f"GPU time {VIEWS_ASSUMPTION}")
     if unknown:
         lines.append(f"no published size for {', '.join(unknown)}: not estimated")

@@ -387,6 +387,11 @@ def test_table1_plan_and_default_datasets(tmp_path, monkeypatch):
     # compiled line (143.5 img/s at K=101, 60.5 at K=1000) plus eager's cost at K=101
     assert 1 / seconds_per_image("tca", 101) == pytest.approx(104.1)
     assert seconds_per_image("argtca", 1000) == pytest.approx(1 / 60.5 + 1 / 104.1 - 1 / 143.5)
+    # a method with a measured cost against TPT's (round 10, one H200, 512 images, GPU views:
+    # TPT 97.02, RLCF 18.12, TTL 70.19, DynaPrompt 19.83 img/s steady) is that many times slower
+    for m, rate in (("rlcf", 18.12), ("ttl", 70.19), ("dynaprompt", 19.83)):
+        assert seconds_per_image(m, 101) / seconds_per_image("tpt", 101) == \
+            pytest.approx(97.02 / rate, rel=0.01)
     rc, out, err = _call(["table1", "--plan", "--seeds", "1,2", "--methods", "tpt,zeroshot",
                           "--out-root", str(out_root)])
     assert rc == 0, err
