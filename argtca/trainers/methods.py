@@ -135,8 +135,15 @@ def _ttl_blocks(cfg):
     if not isinstance(n, int) or vision.get("timm_model_name"):
         raise ConfigError(f"TTL adapts the attention of a ViT image tower; MODEL.BACKBONE.NAME="
                           f"{backbone} has none (use a ViT backbone, e.g. ViT-B/16)")
+    layers = list(cfg.TRAINER.TTL.LAYERS)
+    from argtca.config import get_cfg_default
+    default = list(get_cfg_default().TRAINER.TTL.LAYERS)
+    if layers == default and n < len(default):
+        # the default, "the last three blocks", on a shallower tower: every block it has (a
+        # value the user gave is taken as given)
+        layers = [i for i in layers if -n <= i < n]
     try:
-        return resolve_layers(list(cfg.TRAINER.TTL.LAYERS), n)
+        return resolve_layers(layers, n)
     except ValueError as e:
         raise ConfigError(f"TRAINER.TTL.LAYERS={list(cfg.TRAINER.TTL.LAYERS)}: {e} of "
                           f"{backbone}") from None

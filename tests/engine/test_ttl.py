@@ -353,8 +353,8 @@ def test_the_trainer_runs_on_its_own_engine_and_records_its_blocks(tmp_path):
 @pytest.mark.parametrize("over, message", [
     ({"TTA.ENGINE": "fast"}, r"TTA.ENGINE='fast': TTL runs on its own engine, lora; leave "
                              r"TTA.ENGINE auto"),
-    ({"TRAINER.TTL.LAYERS": [-3, -2, -1]}, r"TRAINER.TTL.LAYERS=\[-3, -2, -1\]: block -3 is not "
-                                           r"among the 1 blocks .* of argtca-tiny-test"),
+    ({"TRAINER.TTL.LAYERS": [-2, -1]}, r"TRAINER.TTL.LAYERS=\[-2, -1\]: block -2 is not "
+                                       r"among the 1 blocks .* of argtca-tiny-test"),
     ({"TRAINER.TTL.TARGETS": ["q", "w"]}, r"TRAINER.TTL.TARGETS=\['q', 'w'\] \(allowed: "),
     ({"MODEL.BACKBONE.NAME": "argtca-tiny-rn-test"}, r"TTL adapts the attention of a ViT image "
                                                      r"tower; MODEL.BACKBONE.NAME=argtca-tiny-rn"),
@@ -362,6 +362,15 @@ def test_the_trainer_runs_on_its_own_engine_and_records_its_blocks(tmp_path):
 def test_a_bad_setting_is_refused_at_load_time(tmp_path, over, message):
     with pytest.raises(ConfigError, match=message):
         _trainer(tmp_path, **over)
+
+
+def test_the_default_blocks_on_a_shallower_tower_are_every_block_it_has(tmp_path):
+    """The default, the last three blocks ([-3, -2, -1]: ViT-B/16's 9-11), on the 1-block test
+    tower: its one block (a value the user gives is taken as given: the case above)."""
+    from argtca.config import get_cfg_default
+    assert list(get_cfg_default().TRAINER.TTL.LAYERS) == [-3, -2, -1]
+    t = _trainer(tmp_path, **{"TRAINER.TTL.LAYERS": [-3, -2, -1]})
+    assert t.lora_blocks == [0]
 
 
 def test_the_lora_engine_runs_ttl_only():
