@@ -81,11 +81,11 @@ def _costs(methods: Sequence[str]) -> str:
     costs = []
     for m in dict.fromkeys(split_method(m)[0] for m in methods):
         try:
-            c = method_info(m).gpu_cost
+            info = method_info(m)
         except KeyError:
             continue
-        if c != 1.0:
-            costs.append(f"{method_info(m).label} x{c:g}")
+        if info.gpu_cost != 1.0:
+            costs.append(f"{info.label} x{info.gpu_cost:g}")
     return (", ".join(costs) + " (their GPU time against TPT's, measured); ") if costs else ""
 
 

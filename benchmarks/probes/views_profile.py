@@ -73,6 +73,18 @@ def before(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock) -> t
     return c("to float16", views.to, torch.float16)
 
 
+def _chains(crop, plan, c: Clock) -> list:
+    """The AugMix chains of one view from its crop, each PIL op timed under its stage."""
+    chains = []
+    for chain in plan.chains:
+        y = crop
+        for op in chain:
+            key = "PIL " + ("geometric: " + op.name if op.name in GEOMETRIC else "colour")
+            y = c(key, apply_op_exact, y, op)
+        chains.append(y)
+    return chains
+
+
 def after(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock) -> torch.Tensor:
     """``ViewGenerator.__call__``'s steps, stage by stage (the same calls, timed)."""
     img = c("decode", lambda: Image.open(io.BytesIO(data)).convert("RGB"))
@@ -83,13 +95,7 @@ def after(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock) -> to
     for v in range(1, vg.n_views):
         crop = c("crop + flip", vg.preaugment, img, tg)
         plan = c("draw plan", sample_plan, rng, vg.severity, vg.size, OPS)
-        chains = []
-        for chain in plan.chains:
-            y = crop
-            for op in chain:
-                key = "PIL " + ("geometric: " + op.name if op.name in GEOMETRIC else "colour")
-                y = c(key, apply_op_exact, y, op)
-            chains.append(y)
+        chains = _chains(crop, plan, c)
         c("ToTensor + Normalize + mix", mixer.augmix_into, views[v], crop, chains, plan)
     return views
 
@@ -108,13 +114,7 @@ def pixels(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
     for v in range(1, vg.n_views):
         crop = c("crop + flip", vg.preaugment, img, tg)
         plan = c("draw plan", sample_plan, rng, vg.severity, vg.size, OPS)
-        chains = []
-        for chain in plan.chains:
-            y = crop
-            for op in chain:
-                key = "PIL " + ("geometric: " + op.name if op.name in GEOMETRIC else "colour")
-                y = c(key, apply_op_exact, y, op)
-            chains.append(y)
+        chains = _chains(crop, plan, c)
         for im in [crop, *chains]:
             c("uint8 images out (4 a view)", dst.__setitem__, k, np.asarray(im))
             k += 1

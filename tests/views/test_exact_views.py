@@ -112,6 +112,19 @@ def _same_draws(monkeypatch, torch_seed, np_seed):
     monkeypatch.setattr(cpu, "item_rngs", item_rngs)
 
 
+def _official_views(official, path, torch_seed: int, np_seed: int) -> torch.Tensor:
+    """The official AugMixAugmenter's views of ``path`` under the given torch and numpy seeds,
+    the global generators' states restored after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed)
+        state = np.random.get_state()
+        np.random.seed(np_seed)
+        try:
+            return torch.stack(official(Image.open(path).convert("RGB")))
+        finally:
+            np.random.set_state(state)
+
+
 @pytest.mark.parametrize("augmix,n_views,dtype", [(True, 64, torch.float32),
                                                   (True, 24, torch.float16),
                                                   (False, 24, torch.float32)])
@@ -128,14 +141,7 @@ def test_views_identical_to_official_tpt_augmixaugmenter(tpt, tmp_path, monkeypa
     for k, path in enumerate(paths):
         _same_draws(monkeypatch, 100 + k, 200 + k)
         ours = ds[k]["views"]
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(100 + k)
-            state = np.random.get_state()
-            np.random.seed(200 + k)
-            try:
-                ref = torch.stack(official(Image.open(path).convert("RGB")))
-            finally:
-                np.random.set_state(state)
+        ref = _official_views(official, path, 100 + k, 200 + k)
         assert ours.shape == ref.shape == (n_views, 3, size, size) and ours.dtype == dtype
         assert torch.equal(ours, ref.to(dtype)), \
             f"image {k}: {(ours != ref.to(dtype)).any(-1).any(-1).any(-1).nonzero().ravel()}"
@@ -231,13 +237,6 @@ def test_engine_float_stage_identical_to_official_tpt_augmixaugmenter(tpt, tmp_p
         ours = mixer(item["pixels"], item["mix"],
                      torch.empty(n_views, 3, size, size, dtype=dtype))
         assert torch.equal(ours, workers[k]["views"]), k
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(100 + k)
-            state = np.random.get_state()
-            np.random.seed(200 + k)
-            try:
-                ref = torch.stack(official(Image.open(path).convert("RGB")))
-            finally:
-                np.random.set_state(state)
+        ref = _official_views(official, path, 100 + k, 200 + k)
         assert torch.equal(ours, ref.to(dtype)), \
             f"image {k}: {(ours != ref.to(dtype)).any(-1).any(-1).any(-1).nonzero().ravel()}"
