@@ -22,6 +22,7 @@ CFG_CHOICES = {
     "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
     "TTA.VIEWS_DEVICE": ("cpu", "cpu-fast", "gpu"),
     "TTA.VIEWS_FLOAT": ("auto", "workers", "engine"),
+    "TTA.VIEWS_OPS": ("auto", "workers", "engine"),
     "TTA.PREC": ("amp", "fp32"),
     "TTA.COMPILE": ("auto", "on", "off"),
     "TTA.FAST.GRAD_MODE": ("auto", "vjp", "loop", "recompute", "jacobian"),

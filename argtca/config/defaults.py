@@ -124,6 +124,11 @@ _C.TTA.VIEWS_FLOAT = "auto"     # VIEWS_DEVICE cpu: where ToTensor + Normalize a
                                 # run: "workers" (with the views), "engine" (on the engine's
                                 # device, from the exact uint8 images the workers ship; the same
                                 # views bit for bit) or "auto" (engine on CUDA, else workers)
+_C.TTA.VIEWS_OPS = "auto"       # VIEWS_DEVICE cpu with AugMix: where TPT's AugMix ops (PIL's
+                                # shears, rotations, colour tables) run: "workers" (PIL),
+                                # "engine" (PIL's arithmetic on the engine's device, from the crops
+                                # and chains the workers ship; the same views bit for bit; needs
+                                # the float stage there) or "auto" (where the float stage runs)
 _C.TTA.SELECTION_P = 0.1        # keep the 10% lowest-entropy views
 _C.TTA.STEPS = 1
 _C.TTA.LR = 5e-3

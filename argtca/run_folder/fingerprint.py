@@ -25,8 +25,9 @@ NON_RESULT_KEYS = {"OUTPUT_DIR", "OUTPUT_ROOT", "VERBOSE", "DATALOADER.NUM_WORKE
                    # the GPU views made on another stream: the same kernels, bit-identical views.
                    # The other TTA.FAST knobs change floating-point rounding: they stay in
                    "TTA.FAST.VIEWS_OVERLAP",
-                   # where the exact CPU views' float work runs: the same views bit for bit
-                   "TTA.VIEWS_FLOAT",
+                   # where the exact CPU views' float work and AugMix ops run: the same views
+                   # bit for bit
+                   "TTA.VIEWS_FLOAT", "TTA.VIEWS_OPS",
                    # how often an online method's state is saved: a resume starts at a saved
                    # batch boundary and makes the same batches, so never a different number
                    "TTA.STREAM.CHECKPOINT_IMAGES",

@@ -23,6 +23,7 @@ from torchvision.transforms import InterpolationMode
 from .augmix import (OPS, AugMixPlan, augmix_planes_into, augmix_view, normalise_into,
                      sample_plan)
 from .exact import MIX_COLUMNS, ExactMixer, PixelMixer, apply_chain_exact, mix_row
+from .exact_ops import PLAN_WIDTH, encode_plan
 from argtca.datasets.images import to_rgb
 
 __all__ = ["CLIP_MEAN", "CLIP_STD", "item_rngs", "random_resized_crop_params", "ViewGenerator",
@@ -184,51 +185,70 @@ class ViewGenerator:
         """``(crop, AugMix plan, chain results)`` of views 1..n_views-1 of an RGB image, in the
         order their draws are taken (the plan None and no chains without AugMix): the exact
         uint8 images :meth:`__call__` converts and mixes."""
+        for crop, plan in self.random_crops(img, seed, index):
+            yield crop, plan, [] if plan is None else [apply_chain_exact(crop, chain)
+                                                       for chain in plan.chains]
+
+    def random_crops(self, img: Image.Image, seed: int, index: int
+                     ) -> Iterator[Tuple[Image.Image, Optional[AugMixPlan]]]:
+        """``(crop, AugMix plan)`` of views 1..n_views-1 (the plan None without AugMix): what
+        :meth:`random_images` draws, before the chains are applied."""
         if self.n_views == 1:
             return
         tg, rng = item_rngs(seed, index)
         for _ in range(1, self.n_views):
             crop = self.preaugment(img, tg)
-            if not self.augmix:
-                yield crop, None, []
-                continue
-            plan = sample_plan(rng, self.severity, self.size, OPS)
-            yield crop, plan, [apply_chain_exact(crop, chain) for chain in plan.chains]
+            yield crop, sample_plan(rng, self.severity, self.size, OPS) if self.augmix else None
 
     def pixels(self, img: Image.Image, seed: int, index: int,
-               out: Optional[Tuple[torch.Tensor, torch.Tensor]] = None
-               ) -> Tuple[torch.Tensor, torch.Tensor]:
+               out: Optional[Tuple[torch.Tensor, ...]] = None, ops: bool = False
+               ) -> Tuple[torch.Tensor, ...]:
         """The exact uint8 images of the views, before any float work (``TTA.VIEWS_FLOAT
         engine``): ``(pixels uint8 [n, S, S, 3], mix float32 [n_views - 1, 5])``, ``pixels``
         holding view 0, then per random view its crop and (AugMix) its three chain results,
         ``mix`` each AugMix view's :data:`argtca.views.exact.MIX_COLUMNS`.
         :class:`argtca.views.exact.PixelMixer` turns them into :meth:`__call__`'s views, bit for
-        bit. ``out``: the two tensors to write into (a loader worker's shared memory)."""
-        shapes = self.pixels_shapes()
+        bit. ``ops`` (``TTA.VIEWS_OPS engine``): the chains are not applied here; ``pixels``
+        holds view 0 and the crops only, and a third tensor, float64 [n_views - 1, 3, 3,
+        PLAN_WIDTH], each view's chains encoded for :class:`argtca.views.exact_ops.ChainRunner`.
+        ``out``: the tensors to write into (a loader worker's shared memory)."""
+        shapes = self.pixels_shapes(ops)
+        dtypes = (torch.uint8, torch.float32, torch.float64)[:len(shapes)]
         if out is None:
-            out = (torch.empty(shapes[0], dtype=torch.uint8), torch.zeros(shapes[1]))
-        px, mix = out
-        if tuple(px.shape) != shapes[0] or px.dtype != torch.uint8 or tuple(mix.shape) != \
-                shapes[1] or mix.dtype != torch.float32:
-            raise ValueError(f"{type(self).__name__}.pixels: out must be uint8 {list(shapes[0])}"
-                             f" and float32 {list(shapes[1])}")
+            out = tuple(torch.zeros(s, dtype=d) for s, d in zip(shapes, dtypes))
+        if tuple((tuple(t.shape), t.dtype) for t in out) != tuple(zip(shapes, dtypes)):
+            raise ValueError(f"{type(self).__name__}.pixels: out must be "
+                             + " and ".join(f"{str(d)[6:]} {list(s)}"
+                                            for s, d in zip(shapes, dtypes)))
+        px, mix = out[0], out[1]
         if img.mode != "RGB":
             img = to_rgb(img)
         dst = px.numpy()
         dst[0] = np.asarray(self.base_crop(img))
         k = 1
+        if ops:
+            plans = out[2].numpy()
+            for v, (crop, plan) in enumerate(self.random_crops(img, seed, index)):
+                dst[v + 1] = np.asarray(crop)
+                if plan is not None:
+                    mix[v] = torch.tensor(mix_row(plan), dtype=torch.float32)
+                    encode_plan(plan, self.size, out=plans[v])
+            return out
         for v, (crop, plan, chains) in enumerate(self.random_images(img, seed, index)):
             for im in [crop, *chains]:
                 dst[k] = np.asarray(im)
                 k += 1
             if plan is not None:
                 mix[v] = torch.tensor(mix_row(plan), dtype=torch.float32)
-        return px, mix
+        return out
 
-    def pixels_shapes(self) -> Tuple[Tuple[int, ...], Tuple[int, ...]]:
-        """Shapes of :meth:`pixels`' two tensors."""
-        n = PixelMixer.n_images(self.n_views, self.augmix)
-        return (n, self.size, self.size, 3), (self.n_views - 1, len(MIX_COLUMNS))
+    def pixels_shapes(self, ops: bool = False) -> Tuple[Tuple[int, ...], ...]:
+        """Shapes of :meth:`pixels`' tensors."""
+        n = PixelMixer.n_images(self.n_views, self.augmix and not ops)
+        shapes = ((n, self.size, self.size, 3), (self.n_views - 1, len(MIX_COLUMNS)))
+        if ops:
+            shapes += ((self.n_views - 1, 3, 3, PLAN_WIDTH),)
+        return shapes
 
     def _out(self, dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
         if dtype not in self.DTYPES:

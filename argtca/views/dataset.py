@@ -85,25 +85,39 @@ class PixelViewDataset(TestTimeDataset):
     consumer does on the engine's device (:class:`argtca.views.exact.PixelMixer`,
     ``TTA.VIEWS_FLOAT engine``): the same views, bit for bit, ~115 ms of a core an image (64
     views) less in the workers, twice the bytes of float16 views in transport (4 uint8 images
-    an AugMix view)."""
+    an AugMix view).
+
+    ``ops`` (``TTA.VIEWS_OPS engine``, AugMix views): the workers stop after the crops and the
+    item also holds ``plans``, the chains encoded for the consumer's
+    :class:`argtca.views.exact_ops.ChainRunner`: one uint8 image a view (a quarter of the
+    bytes) and none of PIL's AugMix ops in the workers."""
 
     __test__ = False
+
+    def __init__(self, *args, ops: bool = False, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.ops = bool(ops) and self.view_gen.augmix
 
     def __getitem__(self, k: int) -> Dict[str, Any]:
         index, datum, img = self.load(k)
         vg = self.view_gen
         out = None
         if get_worker_info() is not None:   # straight into shared memory, as the views
-            px_shape, mix_shape = vg.pixels_shapes()
-            out = (_shared_empty(px_shape, torch.uint8), _shared_empty(mix_shape, torch.float32))
-            out[1].zero_()
-        pixels, mix = vg.pixels(img, self.seed, index, out=out)
-        return {"index": index, "pixels": pixels, "mix": mix, "label": int(datum.label),
+            shapes = vg.pixels_shapes(self.ops)
+            dtypes = (torch.uint8, torch.float32, torch.float64)
+            out = tuple(_shared_empty(s, d) for s, d in zip(shapes, dtypes))
+            for t in out[1:]:
+                t.zero_()
+        got = vg.pixels(img, self.seed, index, out=out, ops=self.ops)
+        item = {"index": index, "pixels": got[0], "mix": got[1], "label": int(datum.label),
                 "path": datum.impath}
+        if self.ops:
+            item["plans"] = got[2]
+        return item
 
     def item_bytes(self) -> int:
-        px_shape, mix_shape = self.view_gen.pixels_shapes()
-        return math.prod(px_shape) + 4 * math.prod(mix_shape)
+        shapes = self.view_gen.pixels_shapes(self.ops)
+        return sum(math.prod(s) * b for s, b in zip(shapes, (1, 4, 8)))
 
 
 def _shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

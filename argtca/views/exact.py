@@ -33,6 +33,7 @@ import torch
 from PIL import Image, ImageOps
 
 from .augmix import AugMixPlan, OpCall
+from .exact_ops import ChainRunner
 
 __all__ = ["apply_op_exact", "apply_chain_exact", "ExactMixer", "preprocess_lut", "PixelMixer",
            "MIX_COLUMNS"]
@@ -157,9 +158,11 @@ class PixelMixer:
     view ([V, 1, 1, 1]): an element-wise float32 product is the one a float32 scalar gives."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], augmix: bool,
-                 device: Union[str, torch.device] = "cpu"):
+                 device: Union[str, torch.device] = "cpu", ops: bool = False):
         self.augmix = bool(augmix)
         self.device = torch.device(device)
+        # TTA.VIEWS_OPS engine: the items hold the crops and their encoded chains, run here
+        self.chains = ChainRunner(self.device) if ops and self.augmix else None
         self.lut = preprocess_lut(mean, std).reshape(-1).to(self.device)   # [768]
         # channel c's levels start at 256 c in the flat table
         self.offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=self.device)
@@ -177,27 +180,38 @@ class PixelMixer:
         idx = pixels + self.offsets   # uint8 + int32: int32, one kernel
         return self.lut[idx].permute(0, 3, 1, 2)
 
-    def __call__(self, pixels: torch.Tensor, mix: torch.Tensor,
-                 out: torch.Tensor) -> torch.Tensor:
+    def __call__(self, pixels: torch.Tensor, mix: torch.Tensor, out: torch.Tensor,
+                 plans: np.ndarray = None) -> torch.Tensor:
         """Views of one item into ``out`` [V, 3, S, S] (float32 or float16) from ``pixels``
         uint8 [n_images(V), S, S, 3] and ``mix`` float32 [V - 1, len(MIX_COLUMNS)] (unused
-        without AugMix), all on this mixer's device."""
+        without AugMix), all on this mixer's device. With a :class:`ChainRunner` (``ops``):
+        ``pixels`` [V, S, S, 3] holds view 0 and the crops, ``plans`` (float64 [V - 1, 3, depth,
+        PLAN_WIDTH], on the host) their chains, run here first."""
         n = out.shape[0]
-        if tuple(pixels.shape) != (self.n_images(n, self.augmix), *out.shape[2:], 3):
+        ops = self.chains is not None
+        if tuple(pixels.shape) != (self.n_images(n, self.augmix and not ops), *out.shape[2:], 3):
             raise ValueError(f"PixelMixer: pixels {list(pixels.shape)} do not hold {n} views of "
                              f"{list(out.shape[1:])} (AugMix {'on' if self.augmix else 'off'})")
-        f = self.normalise(pixels)
         if not self.augmix:
-            return out.copy_(f)
-        out[0].copy_(f[0])
+            return out.copy_(self.normalise(pixels))
+        out[0].copy_(self.normalise(pixels[:1])[0])
         if n == 1:
             return out
-        views = f[1:].unflatten(0, (n - 1, 4))               # [V-1, 4, 3, S, S]
+        if ops:
+            crops = pixels[1:]
+            runs = crops.unsqueeze(1).expand(n - 1, 3, *crops.shape[1:]).flatten(0, 1)
+            chains = self.chains(runs, np.asarray(plans).reshape(3 * (n - 1),
+                                                                 *np.shape(plans)[2:]))
+            crop, chain = self.normalise(crops), self.normalise(chains).unflatten(0, (n - 1, 3))
+            chain = chain.unbind(1)
+        else:
+            views = self.normalise(pixels[1:]).unflatten(0, (n - 1, 4))   # [V-1, 4, 3, S, S]
+            crop, chain = views[:, 0], [views[:, 1 + i] for i in range(3)]
         col = mix.to(torch.float32).view(n - 1, len(MIX_COLUMNS), 1, 1, 1).unbind(1)
-        acc = torch.zeros_like(views[:, 0])
+        acc = torch.zeros_like(crop)
         for i in range(3):
-            acc.add_(views[:, 1 + i] * col[i])               # mix += w_i * pre(chain_i)
-        x = views[:, 0] * col[3]                             # m * pre(x)
+            acc.add_(chain[i] * col[i])                      # mix += w_i * pre(chain_i)
+        x = crop * col[3]                                    # m * pre(x)
         x.add_(acc.mul_(col[4]))                             # + (1 - m) * mix
         out[1:].copy_(x)
         return out

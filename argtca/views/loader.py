@@ -19,7 +19,7 @@ from argtca.views.exact import PixelMixer
 from argtca.views.gpu import GpuViewMaker
 from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
 
-__all__ = ["ViewsLoader", "build_views_loader", "views_float"]
+__all__ = ["ViewsLoader", "build_views_loader", "views_float", "views_ops"]
 
 
 # page-locked staging slots of the uint8 items under TTA.VIEWS_FLOAT engine (3 x 38 MB at 224 px)
@@ -171,7 +171,8 @@ class ViewsLoader:
             px, mix = self._staged(px, mix)
         px = px.to(self.device, non_blocking=True)
         mix = mix.to(self.device, non_blocking=True)
-        self.mixer(px, mix, dst)
+        plans = item.get("plans")   # TTA.VIEWS_OPS engine: read on the host by the ChainRunner
+        self.mixer(px, mix, dst, plans=None if plans is None else plans.numpy())
         if self.device.type == "cuda":
             self._ring[self._slot][2].record()   # the slot is free once these copies are done
         self.seconds["views"] += time.perf_counter() - t
@@ -252,10 +253,12 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
         dtype = torch.float16 if pin and str(cfg.TTA.PREC) == "amp" else torch.float32
         mixer = None
+        ops = views_ops(cfg, device) == "engine" if where == "cpu" else False
         if where == "cpu" and views_float(cfg, device) == "engine":
-            # the workers ship the exact uint8 images; their float work runs on the device
-            ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices)
-            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device)
+            # the workers ship the exact uint8 images; their float work (and with ops, their
+            # AugMix chains) runs on the device
+            ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices, ops=ops)
+            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device, ops=ops)
         else:
             ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
             ds.out_dtype = dtype
@@ -295,4 +298,24 @@ def views_float(cfg, device) -> str:
     if v not in ("workers", "engine"):
         raise ValueError(f"TTA.VIEWS_FLOAT={cfg.TTA.VIEWS_FLOAT!r}: use 'auto' (the engine's "
                          f"device on CUDA), 'workers' or 'engine'")
+    return v
+
+
+def views_ops(cfg, device) -> str:
+    """Where the AugMix ops of the exact CPU views (PIL's shears, rotations and colour tables,
+    ~80 % of a worker's time an image) run, from ``cfg.TTA.VIEWS_OPS``: "workers" (PIL, in the
+    loader workers) or "engine" (:class:`argtca.views.exact_ops.ChainRunner` on the engine's
+    device, from the crops and encoded chains the workers ship: the same views, bit for bit);
+    "auto": "engine" where the float stage runs there (:func:`views_float`), else "workers"."""
+    v = str(cfg.TTA.get("VIEWS_OPS", "auto")).strip().lower()
+    if v not in ("auto", "workers", "engine"):
+        raise ValueError(f"TTA.VIEWS_OPS={cfg.TTA.VIEWS_OPS!r}: use 'auto' (with the float "
+                         f"stage), 'workers' or 'engine'")
+    float_stage = views_float(cfg, device)
+    if v == "auto":
+        return float_stage
+    if v == "engine" and float_stage != "engine":
+        raise ValueError(f"TTA.VIEWS_OPS=engine needs the float stage on the engine too: set "
+                         f"TTA.VIEWS_FLOAT engine (it is {cfg.TTA.get('VIEWS_FLOAT', 'auto')!r},"
+                         f" i.e. {float_stage!r} on {torch.device(device).type})")
     return v

@@ -210,14 +210,18 @@ def test_collate_in_a_worker_writes_shared_memory():
     assert shared["views"].is_shared() and torch.equal(shared["views"], plain["views"])
 
 
-@pytest.mark.parametrize("augmix,n_views,dtype", [(True, 64, torch.float32),
-                                                  (True, 24, torch.float16),
-                                                  (False, 12, torch.float16)])
+@pytest.mark.parametrize("augmix,n_views,dtype,ops", [(True, 64, torch.float32, False),
+                                                      (True, 64, torch.float32, True),
+                                                      (True, 24, torch.float16, False),
+                                                      (False, 12, torch.float16, False)])
 def test_engine_float_stage_identical_to_official_tpt_augmixaugmenter(tpt, tmp_path, monkeypatch,
-                                                                      augmix, n_views, dtype):
+                                                                      augmix, n_views, dtype,
+                                                                      ops):
     """``TTA.VIEWS_FLOAT engine``: the uint8 images a worker ships (``PixelViewDataset``) turned
     into views by the consumer's float stage (``PixelMixer``, run here on the CPU) equal TPT's
-    own ``AugMixAugmenter`` and the workers' views (``ExactMixer``), tensor for tensor."""
+    own ``AugMixAugmenter`` and the workers' views (``ExactMixer``), tensor for tensor. With
+    ``ops`` (``TTA.VIEWS_OPS engine``) the worker ships only the crops and the encoded chains,
+    and the consumer runs the AugMix ops too (``ChainRunner``)."""
     from argtca.views.dataset import PixelViewDataset
     from argtca.views.exact import PixelMixer
     size = 224
@@ -226,16 +230,18 @@ def test_engine_float_stage_identical_to_official_tpt_augmixaugmenter(tpt, tmp_p
     official = tpt.AugMixAugmenter(base, pre, n_views=n_views - 1, augmix=augmix)
     vg = ViewGenerator(size=size, n_views=n_views, augmix=augmix)
     items = [Datum(str(p), 0, "c") for p in paths]
-    pixels, workers = PixelViewDataset(items, vg, seed=0), TestTimeDataset(items, vg, seed=0)
+    pixels = PixelViewDataset(items, vg, seed=0, ops=ops)
+    workers = TestTimeDataset(items, vg, seed=0)
     workers.out_dtype = dtype
-    mixer = PixelMixer(CLIP_MEAN, CLIP_STD, augmix)
+    mixer = PixelMixer(CLIP_MEAN, CLIP_STD, augmix, ops=ops)
     for k, path in enumerate(paths):
         _same_draws(monkeypatch, 100 + k, 200 + k)
         item = pixels[k]
         assert item["pixels"].dtype == torch.uint8 and item["pixels"].shape == (
-            1 + (n_views - 1) * (4 if augmix else 1), size, size, 3)
+            1 + (n_views - 1) * (4 if augmix and not ops else 1), size, size, 3)
+        plans = item["plans"].numpy() if ops else None
         ours = mixer(item["pixels"], item["mix"],
-                     torch.empty(n_views, 3, size, size, dtype=dtype))
+                     torch.empty(n_views, 3, size, size, dtype=dtype), plans=plans)
         assert torch.equal(ours, workers[k]["views"]), k
         ref = _official_views(official, path, 100 + k, 200 + k)
         assert torch.equal(ours, ref.to(dtype)), \

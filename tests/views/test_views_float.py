@@ -16,7 +16,7 @@ from argtca.datasets import Datum
 from argtca.views.cpu import CLIP_MEAN, CLIP_STD, ViewGenerator
 from argtca.views.dataset import PixelViewDataset, TestTimeDataset, build_item_loader
 from argtca.views.exact import ExactMixer, PixelMixer, preprocess_lut
-from argtca.views.loader import ViewsLoader, views_float
+from argtca.views.loader import ViewsLoader, views_float, views_ops
 
 
 def test_lut_equals_exactmixer_conversion_at_every_level_and_position():
@@ -74,6 +74,11 @@ def test_item_bytes_are_the_bytes_an_item_ships(tmp_path):
     it = px[0]
     assert px.item_bytes() == it["pixels"].nbytes + it["mix"].nbytes == (1 + 8 * 4) * 32 * 32 * 3 \
         + 8 * 5 * 4
+    # TTA.VIEWS_OPS engine: the crops only, and 3 chains x 3 steps x 7 float64 a view
+    ops = PixelViewDataset(items, vg, seed=0, ops=True)
+    it = ops[0]
+    assert ops.item_bytes() == sum(it[k].nbytes for k in ("pixels", "mix", "plans")) == \
+        9 * 32 * 32 * 3 + 8 * 5 * 4 + 8 * 3 * 3 * 7 * 8
     ds = TestTimeDataset(items, vg, seed=0)
     ds.out_dtype = torch.float16
     assert ds.item_bytes() == ds[0]["views"].nbytes == 9 * 3 * 32 * 32 * 2
@@ -90,10 +95,31 @@ def test_views_loader_with_workers_gives_the_workers_views(tmp_path):
     loader = build_item_loader(PixelViewDataset(items, vg, seed=2), 1)
     got = list(ViewsLoader(loader, "cpu", group=2, mixer=PixelMixer(CLIP_MEAN, CLIP_STD, True),
                            views_dtype=torch.float16))
-    assert [len(b["index"]) for b in got] == [2, 2, 1]
-    for a, b in zip(got, ref):
+    ops = build_item_loader(PixelViewDataset(items, vg, seed=2, ops=True), 1)
+    got_ops = list(ViewsLoader(ops, "cpu", group=2, views_dtype=torch.float16,
+                               mixer=PixelMixer(CLIP_MEAN, CLIP_STD, True, ops=True)))
+    assert [len(b["index"]) for b in got] == [2, 2, 1] == [len(b["index"]) for b in got_ops]
+    for a, b, c in zip(got, ref, got_ops):
         assert torch.equal(a["index"], b["index"]) and torch.equal(a["label"], b["label"])
         assert a["views"].dtype == torch.float16 and torch.equal(a["views"], b["views"])
+        assert torch.equal(c["views"], b["views"])
+
+
+def test_views_ops_switch():
+    cfg = CN({"TTA": CN({"VIEWS_FLOAT": "auto", "VIEWS_OPS": "auto"})})
+    assert views_ops(cfg, "cuda") == "engine" and views_ops(cfg, "cpu") == "workers"
+    cfg.TTA.VIEWS_OPS = "engine"
+    with pytest.raises(ValueError, match="VIEWS_OPS=engine needs the float stage on the engine"):
+        views_ops(cfg, "cpu")
+    cfg.TTA.VIEWS_FLOAT = "engine"
+    assert views_ops(cfg, "cpu") == "engine"
+    cfg.TTA.VIEWS_OPS = "workers"
+    assert views_ops(cfg, "cuda") == "workers"
+    cfg.TTA.VIEWS_OPS = "pil"
+    with pytest.raises(ValueError, match="TTA.VIEWS_OPS='pil'"):
+        views_ops(cfg, "cuda")
+    assert get_cfg_default().TTA.VIEWS_OPS == "auto"
+    assert CFG_CHOICES["TTA.VIEWS_OPS"] == ("auto", "workers", "engine")
 
 
 def test_views_float_switch():
@@ -121,23 +147,28 @@ def test_demo_records_identical_with_the_float_stage_in_the_workers_or_the_engin
     mixed = []
 
     class Counting(PixelMixer):   # the consumer's float stage, counted where it runs
-        def __call__(self, pixels, mix, out):
-            mixed.append(int(out.shape[0]))
-            return super().__call__(pixels, mix, out)
+        def __call__(self, pixels, mix, out, plans=None):
+            mixed.append((int(out.shape[0]), plans is not None))
+            return super().__call__(pixels, mix, out, plans=plans)
 
     monkeypatch.setattr(loader_mod, "PixelMixer", Counting)
     outs = {}
-    for where, workers in (("workers", "0"), ("engine", "1")):
+    for where, workers, ops in (("workers", "0", "auto"), ("engine", "1", "workers"),
+                                ("ops", "1", "engine")):
         out = tmp_path / where
         rc = main(["--dataset-config-file", "configs/datasets/demo.yaml",
                    "--config-file", "configs/trainers/tpt.yaml", "--output-dir", str(out),
                    "DATASET.NUM_IMAGES", "6", "TTA.N_VIEWS", "8", "TTA.AUGMIX", "on",
                    "USE_CUDA", "False", "VERBOSE", "False", "DATALOADER.NUM_WORKERS", workers,
-                   "TTA.VIEWS_FLOAT", where])
+                   "TTA.VIEWS_FLOAT", "workers" if where == "workers" else "engine",
+                   "TTA.VIEWS_OPS", ops])
         assert rc == 0
         outs[where] = out
-    assert mixed == [8] * 6   # the engine run's 6 images, 8 views each; none in the other
-    a, b = ((outs[w] / "records.jsonl").read_bytes() for w in ("workers", "engine"))
-    assert len(a.splitlines()) == 6 and a == b
-    fp = [json.loads((outs[w] / "config.json").read_text()) for w in ("workers", "engine")]
-    assert fp[0] == fp[1]
+    # the engine runs' 6 images, 8 views each, the chains run there in the third; none in the
+    # first
+    assert mixed == [(8, False)] * 6 + [(8, True)] * 6
+    runs = ("workers", "engine", "ops")
+    a, b, c = ((outs[w] / "records.jsonl").read_bytes() for w in runs)
+    assert len(a.splitlines()) == 6 and a == b == c
+    fp = [json.loads((outs[w] / "config.json").read_text()) for w in runs]
+    assert fp[0] == fp[1] == fp[2]
