@@ -51,6 +51,8 @@ def parse_args(argv=None):
     p.add_argument("--cpu", action="store_true", help="run on the CPU (a smoke test)")
     p.add_argument("--data-dir", default="", help="where to build the data (default: temp)")
     p.add_argument("--out", default="bench_zoo.json")
+    p.add_argument("--opts", nargs="*", default=[],
+                   help="more config KEY VALUE pairs for every method (e.g. TTA.VIEWS_OPS workers)")
     return p.parse_args(argv)
 
 
@@ -70,7 +72,7 @@ def run_method(method: str, args, data: Dict[str, str], out_root: str) -> Dict[s
             "TTA.COMPILE", args.compile, "TTA.AUGMIX", "on",
             "DATASET.ATTRIBUTE_FILE", data["attributes"],
             "DATALOADER.NUM_WORKERS", str(args.workers), "OUTPUT_ROOT", out_root,
-            "USE_CUDA", str(not args.cpu), "VERBOSE", "False"]
+            "USE_CUDA", str(not args.cpu), "VERBOSE", "False", *args.opts]
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):   # its accuracy means nothing here
         rc = run_main(argv)

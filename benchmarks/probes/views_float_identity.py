@@ -1,18 +1,20 @@
-"""``TTA.VIEWS_FLOAT engine`` on a real device: the float stage of the exact CPU views
-(``PixelMixer``: the LUT gather and TPT's mix, on the device) against the workers' views
-(``ExactMixer`` on the CPU), byte for byte, and what each costs.
+"""``TTA.VIEWS_FLOAT engine`` and ``TTA.VIEWS_OPS engine`` on a real device: the float stage of
+the exact CPU views (``PixelMixer``: the LUT gather and TPT's mix, on the device) and their AugMix
+ops (``ChainRunner``) against the workers' views (PIL and ``ExactMixer`` on the CPU), byte for
+byte, and what each costs.
 
     python benchmarks/probes/views_float_identity.py [--images 8] [--views 64] [--device cuda]
 
 * ``direct``: for each of ``--images`` synthetic 300x225 JPEGs (the bench's), the views made
   on the CPU (float32 and float16) and the same views from :meth:`ViewGenerator.pixels` through
-  ``PixelMixer`` on ``--device``: the count of differing bytes (must be 0) over every view
-  (``--images`` x (``--views`` - 1) AugMix views);
-* ``loader``: ``build_views_loader`` with ``TTA.VIEWS_FLOAT workers`` and ``engine`` (loader
-  workers, pinned memory, the copy stream, batches of 16) on the same items: differing bytes of
-  the batches handed to the engine;
+  ``PixelMixer`` on ``--device``, without and with the AugMix ops there: the count of differing
+  bytes (must be 0) over every view (``--images`` x (``--views`` - 1) AugMix views);
+* ``loader``: ``build_views_loader`` with the float stage and ops in the workers, the float
+  stage on the engine, and both there (loader workers, pinned memory, the copy stream, batches
+  of 16) on the same items: differing bytes of the batches handed to the engine;
 * ``cost``: ms per image of 64 views of the float stage on one CPU core (``ExactMixer``, what
-  a worker no longer does) and on the device (``PixelMixer``, CUDA-synchronised).
+  a worker no longer does) and on the device (``PixelMixer``, CUDA-synchronised); a worker's
+  ms with and without the AugMix ops, and the ops + float stage on the device.
 Exit status 1 when any byte differs.
 """
 from __future__ import annotations
@@ -47,28 +49,38 @@ def _sync(dev):
 
 
 def direct(vg, pool, dev):
-    mixer = PixelMixer(vg.mean, vg.std, vg.augmix, dev)
-    diff = {torch.float32: 0, torch.float16: 0}
-    n_views = 0
-    for k, data in enumerate(pool):
-        img = Image.open(io.BytesIO(data)).convert("RGB")
-        px, mix = vg.pixels(img, 1, k)
-        px, mix = px.to(dev), mix.to(dev)
-        for dtype in diff:
-            ref = vg(img, 1, k, dtype=dtype)
-            got = mixer(px, mix, torch.empty(ref.shape, dtype=dtype, device=dev))
-            diff[dtype] += _bytes_differ(got, ref)
-        n_views += vg.n_views - 1
-    print(f"IDENTITY direct: {len(pool)} images, {n_views} AugMix views + {len(pool)} views 0 on "
-          f"{dev}: differing bytes float32 {diff[torch.float32]}, float16 "
-          f"{diff[torch.float16]}", flush=True)
-    return sum(diff.values())
+    bad = 0
+    for ops in (False, True):   # TTA.VIEWS_OPS workers / engine
+        mixer = PixelMixer(vg.mean, vg.std, vg.augmix, dev, ops=ops)
+        diff = {torch.float32: 0, torch.float16: 0}
+        n_views = 0
+        for k, data in enumerate(pool):
+            img = Image.open(io.BytesIO(data)).convert("RGB")
+            got = vg.pixels(img, 1, k, ops=ops)
+            px, mix = got[0].to(dev), got[1].to(dev)
+            plans = got[2].numpy() if ops else None
+            for dtype in diff:
+                ref = vg(img, 1, k, dtype=dtype)
+                out = mixer(px, mix, torch.empty(ref.shape, dtype=dtype, device=dev),
+                            plans=plans)
+                diff[dtype] += _bytes_differ(out, ref)
+            n_views += vg.n_views - 1
+        print(f"IDENTITY direct{' ops' if ops else ''}: {len(pool)} images, {n_views} AugMix "
+              f"views + {len(pool)} views 0 on {dev}"
+              f"{' (AugMix ops on the device)' if ops else ''}: differing bytes float32 "
+              f"{diff[torch.float32]}, float16 {diff[torch.float16]}", flush=True)
+        bad += sum(diff.values())
+    return bad
+
+
+MODES = {"workers": ("workers", "workers"), "engine": ("engine", "workers"),
+         "ops": ("engine", "engine")}   # TTA.VIEWS_FLOAT, TTA.VIEWS_OPS
 
 
 def loader(vg, pool, dev, workers):
     from argtca.config import get_cfg_default
     from argtca.datasets import Datum
-    from argtca.views.loader import build_views_loader, views_float
+    from argtca.views.loader import build_views_loader, views_float, views_ops
     tmp = tempfile.mkdtemp(prefix="views_float_")
     items = []
     for k, data in enumerate(pool):
@@ -78,21 +90,25 @@ def loader(vg, pool, dev, workers):
         items.append(Datum(p, k % 5, "c"))
     dataset = types.SimpleNamespace(test=items, fine_grained=True)
     batches = {}
-    for where in ("workers", "engine"):
+    for mode, (where, ops) in MODES.items():
         cfg = get_cfg_default()
         cfg.merge_from_list(["TTA.N_VIEWS", vg.n_views, "TTA.AUGMIX", "on", "INPUT.SIZE",
-                             (vg.size, vg.size), "TTA.VIEWS_FLOAT", where])
-        assert views_float(cfg, dev) == where
+                             (vg.size, vg.size), "TTA.VIEWS_FLOAT", where, "TTA.VIEWS_OPS", ops])
+        assert (views_float(cfg, dev), views_ops(cfg, dev)) == (where, ops)
         ld = build_views_loader(cfg, dataset, 1, list(range(len(items))), 16, dev, workers)
-        batches[where] = [(b["index"], b["views"].cpu()) for b in ld]
-    diff = sum(_bytes_differ(a[1], b[1]) for a, b in zip(batches["workers"], batches["engine"]))
-    same_idx = all(torch.equal(a[0], b[0]) for a, b in zip(batches["workers"],
-                                                          batches["engine"]))
-    dtype = batches["engine"][0][1].dtype
-    print(f"IDENTITY loader: {len(items)} images through build_views_loader ({workers} workers, "
-          f"{dtype}, batches of 16) on {dev}: differing bytes {diff}, same order {same_idx}",
-          flush=True)
-    return diff + (0 if same_idx else 1)
+        batches[mode] = [(b["index"], b["views"].cpu()) for b in ld]
+    bad = 0
+    for mode in ("engine", "ops"):
+        diff = sum(_bytes_differ(a[1], b[1]) for a, b in zip(batches["workers"], batches[mode]))
+        same_idx = all(torch.equal(a[0], b[0]) for a, b in zip(batches["workers"],
+                                                              batches[mode]))
+        dtype = batches[mode][0][1].dtype
+        print(f"IDENTITY loader {mode}: {len(items)} images through build_views_loader "
+              f"({workers} workers, {dtype}, batches of 16, TTA.VIEWS_FLOAT / VIEWS_OPS "
+              f"{' / '.join(MODES[mode])}) on {dev}: differing bytes against the workers' views "
+              f"{diff}, same order {same_idx}", flush=True)
+        bad += diff + (0 if same_idx else 1)
+    return bad
 
 
 def cost(vg, pool, dev, reps=5):
@@ -126,6 +142,29 @@ def cost(vg, pool, dev, reps=5):
     print(f"COST float stage, ms per image of {vg.n_views} views (float16 out): ExactMixer on one "
           f"CPU core {cpu_ms:.1f}; PixelMixer on {dev} {dev_ms:.2f}; shipped {mb:.1f} MB uint8 "
           f"an image (float16 views: {out.nbytes / 1e6:.1f} MB)", flush=True)
+    # TTA.VIEWS_OPS engine: the worker's part on one core, and the chains + float stage on dev
+    torch.set_num_threads(1)
+    worker_ms = {}
+    for ops in (False, True):
+        t = time.perf_counter()
+        for _ in range(reps):
+            got = vg.pixels(img, 1, 0, ops=ops)
+        worker_ms[ops] = (time.perf_counter() - t) / reps * 1e3
+    torch.set_num_threads(n)
+    mixer = PixelMixer(vg.mean, vg.std, vg.augmix, dev, ops=True)
+    pxd, mixd, plans = got[0].to(dev), got[1].to(dev), got[2].numpy()
+    mixer(pxd, mixd, outd, plans=plans)
+    _sync(dev)
+    t = time.perf_counter()
+    for _ in range(reps * 4):
+        mixer(pxd, mixd, outd, plans=plans)
+    _sync(dev)
+    ops_ms = (time.perf_counter() - t) / (reps * 4) * 1e3
+    mb_ops = sum(x.nbytes for x in got) / 1e6
+    print(f"COST AugMix ops, ms per image of {vg.n_views} views: a worker on one CPU core "
+          f"(ViewGenerator.pixels) with the ops {worker_ms[False]:.1f}, without "
+          f"{worker_ms[True]:.1f}; ChainRunner + PixelMixer on {dev} {ops_ms:.2f} (host thread "
+          f"and device, synchronised); shipped {mb_ops:.1f} MB an image", flush=True)
 
 
 def main(argv=None):
