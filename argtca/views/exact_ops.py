@@ -33,6 +33,7 @@ from typing import List, Sequence, Tuple, Union
 import numpy as np
 import torch
 
+from . import exact_ops_triton as _triton
 from .augmix import AugMixPlan, OpCall
 
 __all__ = ["OP_NONE", "OP_AFFINE", "OP_AUTOCONTRAST", "OP_EQUALIZE", "OP_LUT", "PLAN_WIDTH",
@@ -133,8 +134,16 @@ class ChainRunner:
     others stay as they are. The grouping is read from the plans on the host (they come with the
     item), so the device never waits for the host."""
 
-    def __init__(self, device: Union[str, torch.device] = "cpu"):
+    def __init__(self, device: Union[str, torch.device] = "cpu", kernels: str = "auto"):
         self.device = torch.device(device)
+        # "auto": the Triton kernels on CUDA where Triton is installed, else torch's ops
+        if kernels not in ("auto", "torch", "triton"):
+            raise ValueError(f"ChainRunner kernels={kernels!r}: use 'auto', 'torch' or 'triton'")
+        if kernels == "auto":
+            kernels = "triton" if self.device.type == "cuda" and _triton.available() else "torch"
+        if kernels == "triton" and not _triton.available():
+            raise RuntimeError("ChainRunner kernels='triton': Triton is not installed")
+        self.kernels = kernels
 
     def __call__(self, images: torch.Tensor, plans: np.ndarray) -> torch.Tensor:
         """``images`` uint8 [N, S, S, 3] on the device (not modified), ``plans`` float64
@@ -143,6 +152,8 @@ class ChainRunner:
         if plans.ndim != 3 or plans.shape[0] != images.shape[0] or plans.shape[2] != PLAN_WIDTH:
             raise ValueError(f"ChainRunner: plans {list(plans.shape)} do not encode "
                              f"{images.shape[0]} chains of [depth, {PLAN_WIDTH}]")
+        if self.kernels == "triton":
+            return self._triton(images.contiguous(), plans)
         x = images
         for d in range(plans.shape[1]):
             step = plans[:, d]
@@ -159,6 +170,56 @@ class ChainRunner:
                 idx = self._rows(col)
                 x.index_copy_(0, idx, self.colour(x.index_select(0, idx), step[col]))
         return x
+
+    def _triton(self, images: torch.Tensor, plans: np.ndarray) -> torch.Tensor:
+        """:meth:`__call__` with one Triton kernel a step for the geometry and one for the
+        colour look-ups (exact_ops_triton.py). Everything the steps read from the host goes up
+        in one copy: per step its affine rows ``[row, a0 .. a5]``, then its colour rows (the
+        autocontrast ones, then equalize, then posterize / solarize, whose tables are built
+        here on the host); the two data-dependent kinds get theirs on the device."""
+        steps, meta, fixed, at = [], [], [], 0
+        for d in range(plans.shape[1]):
+            step = plans[:, d]
+            codes = step[:, 0].astype(np.int64)
+            geo = np.flatnonzero(codes == OP_AFFINE)
+            kinds = [np.flatnonzero(codes == k) for k in (OP_AUTOCONTRAST, OP_EQUALIZE, OP_LUT)]
+            col = np.concatenate(kinds)
+            meta.append(np.concatenate([geo[:, None].astype(np.float64), step[geo, 1:]], 1)
+                        .ravel())
+            meta.append(col.astype(np.float64))
+            tables = np.zeros((len(col), 3, 256), dtype=np.uint8)
+            if len(kinds[2]):
+                tables[len(col) - len(kinds[2]):] = _lut_tables(step[kinds[2]])[:, None]
+            fixed.append(tables)
+            steps.append((at, len(geo), at + 7 * len(geo), len(kinds[0]), len(kinds[1]),
+                          len(col)))
+            at += 7 * len(geo) + len(col)
+        meta_d = torch.from_numpy(np.concatenate(meta)).to(self.device, non_blocking=True)
+        luts_d = torch.from_numpy(np.concatenate(fixed)).to(self.device, non_blocking=True)
+        src, dst, spare, lut_at = images, None, None, 0
+        for g0, n_geo, c0, n_auto, n_eq, n_col in steps:
+            if not n_geo + n_col:
+                continue
+            if dst is None:
+                dst = torch.empty_like(images)
+            dst.copy_(src)
+            if n_geo:
+                _triton.affine(src, dst, meta_d[g0:g0 + 7 * n_geo].view(n_geo, 7))
+            if n_col:
+                rows, luts = meta_d[c0:c0 + n_col], luts_d[lut_at:lut_at + n_col]
+                if n_auto + n_eq:
+                    idx = rows[:n_auto + n_eq].long()
+                    planes = src.index_select(0, idx).permute(0, 3, 1, 2).flatten(2)
+                    if n_auto:
+                        luts[:n_auto] = _autocontrast_luts(planes[:n_auto])
+                    if n_eq:
+                        luts[n_auto:n_auto + n_eq] = _equalize_luts(planes[n_auto:])
+                _triton.lookup(src, dst, rows, luts)
+                lut_at += n_col
+            # the next step reads this one's result and writes the other buffer
+            spare = src if src is not images else spare
+            src, dst = dst, spare
+        return images.clone() if src is images else src
 
     def _rows(self, rows: np.ndarray) -> torch.Tensor:
         return torch.as_tensor(rows, dtype=torch.long).to(self.device, non_blocking=True)
@@ -268,7 +329,7 @@ def _equalize_luts(planes: torch.Tensor) -> torch.Tensor:
     n, c, p = planes.shape
     dev = planes.device
     base = torch.arange(n * c, device=dev).mul_(256).view(n, c, 1)
-    h = torch.bincount((planes.to(torch.long) + base).view(-1), minlength=n * c * 256)
+    h = torch.bincount((planes.to(torch.long) + base).reshape(-1), minlength=n * c * 256)
     h = h.view(n, c, 256)
     used = h > 0
     last = 255 - used.flip(-1).to(torch.uint8).argmax(dim=-1, keepdim=True)

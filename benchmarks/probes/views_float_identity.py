@@ -161,6 +161,29 @@ def cost(vg, pool, dev, reps=5):
     _sync(dev)
     ops_ms = (time.perf_counter() - t) / (reps * 4) * 1e3
     mb_ops = sum(x.nbytes for x in got) / 1e6
+    # the chains alone, by kernels: host ms (launches, not waiting) and synchronised ms
+    from argtca.views.exact_ops import ChainRunner
+    crops = pxd[1:]
+    runs = crops.unsqueeze(1).expand(crops.shape[0], 3, *crops.shape[1:]).flatten(0, 1)
+    flat = plans.reshape(runs.shape[0], *plans.shape[2:])
+    for kernels in ("torch", "triton") if dev.type == "cuda" else ("torch",):
+        try:
+            runner = ChainRunner(dev, kernels=kernels)
+            ref = runner(runs, flat)
+        except Exception as e:   # noqa: BLE001 (report, go on)
+            print(f"COST chains {kernels}: {type(e).__name__}: {e}"[:300], flush=True)
+            continue
+        _sync(dev)
+        t = time.perf_counter()
+        host = 0.0
+        for _ in range(reps * 4):
+            h = time.perf_counter()
+            runner(runs, flat)
+            host += time.perf_counter() - h
+        _sync(dev)
+        total = (time.perf_counter() - t) / (reps * 4) * 1e3
+        print(f"COST chains {kernels} on {dev}: {total:.2f} ms an image synchronised, host "
+              f"{host / (reps * 4) * 1e3:.2f} ms", flush=True)
     print(f"COST AugMix ops, ms per image of {vg.n_views} views: a worker on one CPU core "
           f"(ViewGenerator.pixels) with the ops {worker_ms[False]:.1f}, without "
           f"{worker_ms[True]:.1f}; ChainRunner + PixelMixer on {dev} {ops_ms:.2f} (host thread "

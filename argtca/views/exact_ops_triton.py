@@ -1,0 +1,101 @@
+"""The two per-pixel passes of :class:`argtca.views.exact_ops.ChainRunner` as Triton kernels on
+CUDA: Pillow's bilinear affine and the look-up of the colour ops, each one kernel for all the
+images of a step (the torch version takes ~60 element-wise kernels a step, each a trip through
+memory, and as many launches from the host thread the test loop runs on).
+
+The affine kernel evaluates Geometry.c's expressions in their order in float64 and is compiled
+with ``enable_fp_fusion=False`` (ptxas ``--fmad=false``): no multiply-add is fused, so every
+product and sum is rounded as Pillow's C rounds it, and the pixels are Pillow's, bit for bit
+(``benchmarks/probes/views_float_identity.py`` checks them against PIL on the device). Without
+Triton (the CPU, or a build without it) ChainRunner runs its torch version: the same pixels.
+"""
+from __future__ import annotations
+
+try:
+    import triton
+    import triton.language as tl
+except ImportError:   # pragma: no cover - depends on the installation
+    triton = None
+
+__all__ = ["available", "affine", "lookup"]
+
+BLOCK = 1024
+
+
+def available() -> bool:
+    return triton is not None
+
+
+if triton is not None:
+    @triton.jit
+    def _affine_kernel(src, dst, meta, H, W, BLOCK: tl.constexpr):
+        # meta [n, 7] float64: the image's row in src / dst, then Pillow's matrix a0 .. a5
+        g = tl.program_id(1)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        hw = H * W
+        mask = offs < hw
+        row = tl.load(meta + g * 7).to(tl.int64)
+        a0 = tl.load(meta + g * 7 + 1)
+        a1 = tl.load(meta + g * 7 + 2)
+        a2 = tl.load(meta + g * 7 + 3)
+        a3 = tl.load(meta + g * 7 + 4)
+        a4 = tl.load(meta + g * 7 + 5)
+        a5 = tl.load(meta + g * 7 + 6)
+        y = offs // W
+        x = offs - y * W
+        xo = x.to(tl.float64) + 0.5
+        yo = y.to(tl.float64) + 0.5
+        xin = a0 * xo + a1 * yo + a2                  # affine_transform
+        yin = a3 * xo + a4 * yo + a5
+        inside = (xin >= 0.0) & (xin < W) & (yin >= 0.0) & (yin < H)
+        xin = xin - 0.5                                # BILINEAR_HEAD
+        yin = yin - 0.5
+        xf = tl.floor(xin)
+        yf = tl.floor(yin)
+        dx = xin - xf
+        dy = yin - yf
+        xi = tl.where(inside, xf, 0.0).to(tl.int32)
+        yi = tl.where(inside, yf, 0.0).to(tl.int32)
+        x0 = tl.minimum(tl.maximum(xi, 0), W - 1)     # XCLIP, YCLIP; a second row past the
+        x1 = tl.minimum(tl.maximum(xi + 1, 0), W - 1)  # last is the first again: v2 = v1
+        y0 = tl.minimum(tl.maximum(yi, 0), H - 1)
+        y1 = tl.minimum(tl.maximum(yi + 1, 0), H - 1)
+        base = row * hw * 3
+        load = mask & inside
+        for c in tl.static_range(3):                   # BILINEAR_BODY, band by band
+            p00 = tl.load(src + base + (y0 * W + x0) * 3 + c, mask=load, other=0).to(tl.float64)
+            p01 = tl.load(src + base + (y0 * W + x1) * 3 + c, mask=load, other=0).to(tl.float64)
+            p10 = tl.load(src + base + (y1 * W + x0) * 3 + c, mask=load, other=0).to(tl.float64)
+            p11 = tl.load(src + base + (y1 * W + x1) * 3 + c, mask=load, other=0).to(tl.float64)
+            v1 = p00 + (p01 - p00) * dx
+            v2 = p10 + (p11 - p10) * dx
+            v = v1 + (v2 - v1) * dy
+            out = tl.where(inside, v.to(tl.int32), 0).to(tl.uint8)   # (UINT8) v: truncation
+            tl.store(dst + base + offs * 3 + c, out, mask=mask)
+
+    @triton.jit
+    def _lookup_kernel(src, dst, meta, luts, HW3, BLOCK: tl.constexpr):
+        # meta [n] float64: the image's row; luts [n, 3, 256] uint8
+        g = tl.program_id(1)
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < HW3
+        base = tl.load(meta + g).to(tl.int64) * HW3
+        v = tl.load(src + base + offs, mask=mask, other=0).to(tl.int32)
+        c = offs % 3
+        out = tl.load(luts + g * 768 + c * 256 + v, mask=mask, other=0)
+        tl.store(dst + base + offs, out, mask=mask)
+
+
+def affine(src, dst, meta) -> None:
+    """Pillow's bilinear affine of the images ``meta[:, 0]`` of ``src`` uint8 [N, H, W, 3] into
+    the same rows of ``dst``, with the matrices ``meta[:, 1:]`` (float64 [n, 7], on the device)."""
+    n, (h, w) = meta.shape[0], src.shape[1:3]
+    _affine_kernel[(triton.cdiv(h * w, BLOCK), n)](src, dst, meta, h, w, BLOCK=BLOCK,
+                                                   enable_fp_fusion=False)
+
+
+def lookup(src, dst, rows, luts) -> None:
+    """``dst[rows[k]] = luts[k][channel][src[rows[k]]]`` (rows float64 [n], luts uint8 [n, 3,
+    256], on the device)."""
+    n, hw3 = rows.shape[0], src[0].numel()
+    _lookup_kernel[(triton.cdiv(hw3, BLOCK), n)](src, dst, rows, luts, hw3, BLOCK=BLOCK)
