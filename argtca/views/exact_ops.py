@@ -208,12 +208,7 @@ class ChainRunner:
             if n_col:
                 rows, luts = meta_d[c0:c0 + n_col], luts_d[lut_at:lut_at + n_col]
                 if n_auto + n_eq:
-                    idx = rows[:n_auto + n_eq].long()
-                    planes = src.index_select(0, idx).permute(0, 3, 1, 2).flatten(2)
-                    if n_auto:
-                        luts[:n_auto] = _autocontrast_luts(planes[:n_auto])
-                    if n_eq:
-                        luts[n_auto:n_auto + n_eq] = _equalize_luts(planes[n_auto:])
+                    _triton.tables(src, rows[:n_auto + n_eq], luts, n_auto)
                 _triton.lookup(src, dst, rows, luts)
                 lut_at += n_col
             # the next step reads this one's result and writes the other buffer

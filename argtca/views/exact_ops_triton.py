@@ -17,7 +17,7 @@ try:
 except ImportError:   # pragma: no cover - depends on the installation
     triton = None
 
-__all__ = ["available", "affine", "lookup"]
+__all__ = ["available", "affine", "lookup", "tables"]
 
 BLOCK = 1024
 
@@ -84,6 +84,62 @@ if triton is not None:
         c = offs % 3
         out = tl.load(luts + g * 768 + c * 256 + v, mask=mask, other=0)
         tl.store(dst + base + offs, out, mask=mask)
+
+
+    @triton.jit
+    def _histogram_kernel(src, hist, meta, HW, BLOCK: tl.constexpr):
+        # hist [n, 3, 256] int32 (zeroed): per image ``meta[k]`` and channel, its levels' counts
+        p = tl.program_id(1)                           # image k, channel c
+        g = p // 3
+        c = p - g * 3
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        mask = offs < HW
+        base = tl.load(meta + g).to(tl.int64) * HW * 3
+        v = tl.load(src + base + offs * 3 + c, mask=mask, other=0).to(tl.int32)
+        h = tl.histogram(v, 256)
+        # the masked tail was counted at level 0
+        bins = tl.arange(0, 256)
+        h = h - tl.where(bins == 0, BLOCK - tl.sum(mask.to(tl.int32)), 0)
+        tl.atomic_add(hist + p * 256 + bins, h)
+
+    @triton.jit
+    def _tables_kernel(hist, luts, n_auto):
+        # ImageOps.autocontrast (images k < n_auto) or equalize tables from the histograms, one
+        # program an image and channel, written into luts [n, 3, 256] uint8
+        p = tl.program_id(0)
+        i = tl.arange(0, 256)
+        h = tl.load(hist + p * 256 + i).to(tl.int64)
+        used = h > 0
+        lo = tl.min(tl.where(used, i, 256))
+        hi = tl.max(tl.where(used, i, -1))
+        if p // 3 < n_auto:
+            # scale = 255.0 / (hi - lo); offset = -lo * scale; int(ix * scale + offset)
+            # float64 division is IEEE's (div.rn.f64; only float32's is approximate)
+            scale = tl.full([], 255.0, tl.float64) / tl.maximum(hi - lo, 1).to(tl.float64)
+            offset = (-lo).to(tl.float64) * scale
+            v = (i.to(tl.float64) * scale + offset).to(tl.int32)    # int(): toward zero
+            lut = tl.minimum(tl.maximum(v, 0), 255)
+            lut = tl.where(hi <= lo, i, lut)
+        else:
+            # step = (count - count of the last used level) // 255; (step // 2 + below) // step
+            total = tl.sum(h)
+            step = (total - tl.sum(tl.where(i == hi, h, 0))) // 255
+            below = tl.cumsum(h, 0) - h
+            lut64 = tl.minimum((step // 2 + below) // tl.maximum(step, 1), 255)
+            same = (tl.sum(used.to(tl.int32)) <= 1) | (step == 0)
+            lut = tl.where(same, i, lut64.to(tl.int32))
+        tl.store(luts + p * 256 + i, lut.to(tl.uint8))
+
+
+def tables(src, rows, luts, n_auto: int) -> None:
+    """The autocontrast (the first ``n_auto``) and equalize tables of the images ``rows``
+    (float64 [n], on the device) of ``src`` uint8 [N, H, W, 3], written into ``luts`` uint8
+    [n, 3, 256]: a histogram kernel, then one program per image and channel."""
+    n, hw = rows.shape[0], src.shape[1] * src.shape[2]
+    import torch
+    hist = torch.zeros((n, 3, 256), dtype=torch.int32, device=src.device)
+    _histogram_kernel[(triton.cdiv(hw, BLOCK), n * 3)](src, hist, rows, hw, BLOCK=BLOCK)
+    _tables_kernel[(n * 3,)](hist, luts, n_auto, enable_fp_fusion=False)
 
 
 def affine(src, dst, meta) -> None:

@@ -114,3 +114,20 @@ def test_input_untouched_and_plans_checked():
         ChainRunner()(x, plans[:1])
     with pytest.raises(ValueError, match="posterize bits=0"):
         encode_op(OpCall("posterize", 0), 16)
+
+
+def test_triton_kernels_interpreted_equal_pillow():
+    """The CUDA kernels' arithmetic (exact_ops_triton.py), run by Triton's interpreter on the
+    CPU: Pillow's pixels (on a GPU the device probe checks the compiled kernels the same way)."""
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    here = Path(__file__).resolve()
+    env = dict(os.environ, TRITON_INTERPRET="1",
+               PYTHONPATH=os.pathsep.join([str(here.parents[2]), os.environ.get("PYTHONPATH", "")]))
+    r = subprocess.run([sys.executable, str(here.with_name("exact_ops_interpreted.py"))],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    assert r.stdout.split() == ["ok", "54"]
