@@ -166,10 +166,16 @@ def cost(vg, pool, dev, reps=5):
     crops = pxd[1:]
     runs = crops.unsqueeze(1).expand(crops.shape[0], 3, *crops.shape[1:]).flatten(0, 1)
     flat = plans.reshape(runs.shape[0], *plans.shape[2:])
+    first = None
     for kernels in ("torch", "triton") if dev.type == "cuda" else ("torch",):
         try:
             runner = ChainRunner(dev, kernels=kernels)
-            ref = runner(runs, flat)
+            res = runner(runs, flat)
+            if first is None:
+                first = res
+            else:
+                print(f"IDENTITY chains {kernels} against torch: differing bytes "
+                      f"{_bytes_differ(res, first)}", flush=True)
         except Exception as e:   # noqa: BLE001 (report, go on)
             print(f"COST chains {kernels}: {type(e).__name__}: {e}"[:300], flush=True)
             continue
