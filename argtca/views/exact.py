@@ -158,11 +158,12 @@ class PixelMixer:
     view ([V, 1, 1, 1]): an element-wise float32 product is the one a float32 scalar gives."""
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], augmix: bool,
-                 device: Union[str, torch.device] = "cpu", ops: bool = False):
+                 device: Union[str, torch.device] = "cpu", ops: bool = False, size: int = 0):
         self.augmix = bool(augmix)
         self.device = torch.device(device)
         # TTA.VIEWS_OPS engine: the items hold the crops and their encoded chains, run here
-        self.chains = ChainRunner(self.device) if ops and self.augmix else None
+        # (``size``, the views' side: the chains' kernels are compiled ahead)
+        self.chains = ChainRunner(self.device, size=size) if ops and self.augmix else None
         self.lut = preprocess_lut(mean, std).reshape(-1).to(self.device)   # [768]
         # channel c's levels start at 256 c in the flat table
         self.offsets = torch.tensor([0, 256, 512], dtype=torch.int32, device=self.device)

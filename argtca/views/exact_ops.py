@@ -28,6 +28,7 @@ tests/views/test_exact_ops.py; ``benchmarks/probes/views_float_identity.py`` che
 from __future__ import annotations
 
 import math
+import threading
 from typing import List, Sequence, Tuple, Union
 
 import numpy as np
@@ -134,7 +135,8 @@ class ChainRunner:
     others stay as they are. The grouping is read from the plans on the host (they come with the
     item), so the device never waits for the host."""
 
-    def __init__(self, device: Union[str, torch.device] = "cpu", kernels: str = "auto"):
+    def __init__(self, device: Union[str, torch.device] = "cpu", kernels: str = "auto",
+                 size: int = 0):
         self.device = torch.device(device)
         # "auto": the Triton kernels on CUDA where Triton is installed, else torch's ops
         if kernels not in ("auto", "torch", "triton"):
@@ -144,6 +146,25 @@ class ChainRunner:
         if kernels == "triton" and not _triton.available():
             raise RuntimeError("ChainRunner kernels='triton': Triton is not installed")
         self.kernels = kernels
+        self._warming = None
+        if kernels == "triton" and size:
+            # Triton compiles its kernels on their first call (seconds, then cached on disk): with
+            # the image size known, that happens now, beside the model's build, not in the loop
+            self._warming = threading.Thread(target=self._warm, args=(int(size),), daemon=True,
+                                             name="argtca-chain-kernels")
+            self._warming.start()
+
+    def _warm(self, size: int) -> None:
+        ops = [OpCall("shear_x", 0.01), OpCall("autocontrast"), OpCall("equalize"),
+               OpCall("posterize", 4)]
+        plans = np.zeros((len(ops), 3, PLAN_WIDTH))
+        for k, op in enumerate(ops):
+            plans[k, 0] = encode_op(op, size)
+        stream = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(stream):
+            self._triton(torch.zeros((len(ops), size, size, 3), dtype=torch.uint8,
+                                     device=self.device), plans)
+        stream.synchronize()
 
     def __call__(self, images: torch.Tensor, plans: np.ndarray) -> torch.Tensor:
         """``images`` uint8 [N, S, S, 3] on the device (not modified), ``plans`` float64
@@ -153,6 +174,9 @@ class ChainRunner:
             raise ValueError(f"ChainRunner: plans {list(plans.shape)} do not encode "
                              f"{images.shape[0]} chains of [depth, {PLAN_WIDTH}]")
         if self.kernels == "triton":
+            if self._warming is not None:
+                self._warming.join()
+                self._warming = None
             return self._triton(images.contiguous(), plans)
         x = images
         for d in range(plans.shape[1]):
@@ -204,12 +228,11 @@ class ChainRunner:
                 dst = torch.empty_like(images)
             dst.copy_(src)
             if n_geo:
-                _triton.affine(src, dst, meta_d[g0:g0 + 7 * n_geo].view(n_geo, 7))
+                _triton.affine(src, dst, meta_d, g0, n_geo)
             if n_col:
-                rows, luts = meta_d[c0:c0 + n_col], luts_d[lut_at:lut_at + n_col]
                 if n_auto + n_eq:
-                    _triton.tables(src, rows[:n_auto + n_eq], luts, n_auto)
-                _triton.lookup(src, dst, rows, luts)
+                    _triton.tables(src, meta_d, c0, n_auto + n_eq, luts_d, lut_at, n_auto)
+                _triton.lookup(src, dst, meta_d, c0, n_col, luts_d, lut_at)
                 lut_at += n_col
             # the next step reads this one's result and writes the other buffer
             spare = src if src is not images else spare

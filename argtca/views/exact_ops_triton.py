@@ -27,9 +27,12 @@ def available() -> bool:
 
 
 if triton is not None:
-    @triton.jit
-    def _affine_kernel(src, dst, meta, H, W, BLOCK: tl.constexpr):
-        # meta [n, 7] float64: the image's row in src / dst, then Pillow's matrix a0 .. a5
+    # buffers are passed whole with integer offsets into them (never specialised): a slice's
+    # pointer would change Triton's alignment specialisation, i.e. compile the kernel again
+    @triton.jit(do_not_specialize=["at"])
+    def _affine_kernel(src, dst, meta, at, H, W, BLOCK: tl.constexpr):
+        # meta[at:] [n, 7] float64: the image's row in src / dst, then Pillow's matrix a0 .. a5
+        meta = meta + at
         g = tl.program_id(1)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         hw = H * W
@@ -73,9 +76,11 @@ if triton is not None:
             out = tl.where(inside, v.to(tl.int32), 0).to(tl.uint8)   # (UINT8) v: truncation
             tl.store(dst + base + offs * 3 + c, out, mask=mask)
 
-    @triton.jit
-    def _lookup_kernel(src, dst, meta, luts, HW3, BLOCK: tl.constexpr):
-        # meta [n] float64: the image's row; luts [n, 3, 256] uint8
+    @triton.jit(do_not_specialize=["at", "lut_at"])
+    def _lookup_kernel(src, dst, meta, at, luts, lut_at, HW3, BLOCK: tl.constexpr):
+        # meta[at:] [n] float64: the image's row; luts[lut_at:] [n, 3, 256] uint8
+        meta = meta + at
+        luts = luts + lut_at * 768
         g = tl.program_id(1)
         offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
         mask = offs < HW3
@@ -86,9 +91,11 @@ if triton is not None:
         tl.store(dst + base + offs, out, mask=mask)
 
 
-    @triton.jit
-    def _histogram_kernel(src, hist, meta, HW, BLOCK: tl.constexpr):
-        # hist [n, 3, 256] int32 (zeroed): per image ``meta[k]`` and channel, its levels' counts
+    @triton.jit(do_not_specialize=["at"])
+    def _histogram_kernel(src, hist, meta, at, HW, BLOCK: tl.constexpr):
+        # hist [n, 3, 256] int32 (zeroed): per image ``meta[at + k]`` and channel, its levels'
+        # counts
+        meta = meta + at
         p = tl.program_id(1)                           # image k, channel c
         g = p // 3
         c = p - g * 3
@@ -102,10 +109,11 @@ if triton is not None:
         h = h - tl.where(bins == 0, BLOCK - tl.sum(mask.to(tl.int32)), 0)
         tl.atomic_add(hist + p * 256 + bins, h)
 
-    @triton.jit
-    def _tables_kernel(hist, luts, n_auto):
+    @triton.jit(do_not_specialize=["lut_at", "n_auto"])
+    def _tables_kernel(hist, luts, lut_at, n_auto):
         # ImageOps.autocontrast (images k < n_auto) or equalize tables from the histograms, one
-        # program an image and channel, written into luts [n, 3, 256] uint8
+        # program an image and channel, written into luts[lut_at:] [n, 3, 256] uint8
+        luts = luts + lut_at * 768
         p = tl.program_id(0)
         i = tl.arange(0, 256)
         h = tl.load(hist + p * 256 + i).to(tl.int64)
@@ -131,27 +139,30 @@ if triton is not None:
         tl.store(luts + p * 256 + i, lut.to(tl.uint8))
 
 
-def tables(src, rows, luts, n_auto: int) -> None:
-    """The autocontrast (the first ``n_auto``) and equalize tables of the images ``rows``
-    (float64 [n], on the device) of ``src`` uint8 [N, H, W, 3], written into ``luts`` uint8
-    [n, 3, 256]: a histogram kernel, then one program per image and channel."""
-    n, hw = rows.shape[0], src.shape[1] * src.shape[2]
+def tables(src, meta, at: int, n: int, luts, lut_at: int, n_auto: int) -> None:
+    """The autocontrast (the first ``n_auto``) and equalize tables of the ``n`` images
+    ``meta[at:at + n]`` (float64 row numbers, on the device) of ``src`` uint8 [N, H, W, 3],
+    written into ``luts[lut_at:lut_at + n]`` (uint8 [., 3, 256]): a histogram kernel, then one
+    program per image and channel."""
     import torch
+    hw = src.shape[1] * src.shape[2]
     hist = torch.zeros((n, 3, 256), dtype=torch.int32, device=src.device)
-    _histogram_kernel[(triton.cdiv(hw, BLOCK), n * 3)](src, hist, rows, hw, BLOCK=BLOCK)
-    _tables_kernel[(n * 3,)](hist, luts, n_auto, enable_fp_fusion=False)
+    _histogram_kernel[(triton.cdiv(hw, BLOCK), n * 3)](src, hist, meta, at, hw, BLOCK=BLOCK)
+    _tables_kernel[(n * 3,)](hist, luts, lut_at, n_auto, enable_fp_fusion=False)
 
 
-def affine(src, dst, meta) -> None:
-    """Pillow's bilinear affine of the images ``meta[:, 0]`` of ``src`` uint8 [N, H, W, 3] into
-    the same rows of ``dst``, with the matrices ``meta[:, 1:]`` (float64 [n, 7], on the device)."""
-    n, (h, w) = meta.shape[0], src.shape[1:3]
-    _affine_kernel[(triton.cdiv(h * w, BLOCK), n)](src, dst, meta, h, w, BLOCK=BLOCK,
+def affine(src, dst, meta, at: int, n: int) -> None:
+    """Pillow's bilinear affine of ``n`` images of ``src`` uint8 [N, H, W, 3] into the same rows
+    of ``dst``: ``meta[at:at + 7 n]`` (float64, on the device) holds per image its row, then
+    its matrix."""
+    h, w = src.shape[1:3]
+    _affine_kernel[(triton.cdiv(h * w, BLOCK), n)](src, dst, meta, at, h, w, BLOCK=BLOCK,
                                                    enable_fp_fusion=False)
 
 
-def lookup(src, dst, rows, luts) -> None:
-    """``dst[rows[k]] = luts[k][channel][src[rows[k]]]`` (rows float64 [n], luts uint8 [n, 3,
-    256], on the device)."""
-    n, hw3 = rows.shape[0], src[0].numel()
-    _lookup_kernel[(triton.cdiv(hw3, BLOCK), n)](src, dst, rows, luts, hw3, BLOCK=BLOCK)
+def lookup(src, dst, meta, at: int, n: int, luts, lut_at: int) -> None:
+    """``dst[r] = luts[lut_at + k][channel][src[r]]`` for the ``n`` rows ``r = meta[at + k]``
+    (float64, on the device; luts uint8 [., 3, 256])."""
+    hw3 = src[0].numel()
+    _lookup_kernel[(triton.cdiv(hw3, BLOCK), n)](src, dst, meta, at, luts, lut_at, hw3,
+                                                 BLOCK=BLOCK)

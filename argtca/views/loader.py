@@ -258,7 +258,8 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
             # the workers ship the exact uint8 images; their float work (and with ops, their
             # AugMix chains) runs on the device
             ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices, ops=ops)
-            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device, ops=ops)
+            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device, ops=ops,
+                               size=view_gen.size)
         else:
             ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
             ds.out_dtype = dtype
