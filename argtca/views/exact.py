@@ -171,6 +171,11 @@ class PixelMixer:
             # used on the loader's copy stream, which does not wait for the stream that wrote them
             torch.cuda.current_stream(self.device).synchronize()
 
+    def warm_up(self) -> None:
+        """:meth:`ChainRunner.warm_up` (after the loader's workers forked)."""
+        if self.chains is not None:
+            self.chains.warm_up()
+
     @staticmethod
     def n_images(n_views: int, augmix: bool) -> int:
         """uint8 images an item of ``n_views`` views ships: view 0, then 4 (AugMix) or 1 a view."""

@@ -146,11 +146,16 @@ class ChainRunner:
         if kernels == "triton" and not _triton.available():
             raise RuntimeError("ChainRunner kernels='triton': Triton is not installed")
         self.kernels = kernels
+        self.size = int(size)
         self._warming = None
-        if kernels == "triton" and size:
-            # Triton compiles its kernels on their first call (seconds, then cached on disk): with
-            # the image size known, that happens now, beside the model's build, not in the loop
-            self._warming = threading.Thread(target=self._warm, args=(int(size),), daemon=True,
+
+    def warm_up(self) -> None:
+        """Triton compiles its kernels on their first call (seconds; then cached on disk): with
+        the image size known, start that now in a thread, beside the model's build, not in the
+        loop. Call it after the loader's workers have forked: a fork while the thread holds a
+        lock (an import's, say) would leave the child waiting on it for ever."""
+        if self.kernels == "triton" and self.size and self._warming is None:
+            self._warming = threading.Thread(target=self._warm, args=(self.size,), daemon=True,
                                              name="argtca-chain-kernels")
             self._warming.start()
 

@@ -100,14 +100,22 @@ class ViewsLoader:
         the workers then fork from a small process without a CUDA context, and make their
         first batches while the model loads and the per-dataset work runs."""
         if self._started is None:
-            self._started = iter(self.loader)
+            self._started = self._fork()
         return self
+
+    def _fork(self):
+        """The DataLoader's iterator (its workers fork in it), then the mixer's kernels start
+        compiling in a thread: never before a fork."""
+        it = iter(self.loader)
+        if self.mixer is not None:
+            self.mixer.warm_up()
+        return it
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         # not a generator function: the workers start at iter() (before the engine's per-dataset
         # work, which their start then overlaps), not at the first next()
         it, self._started = self._started, None
-        return self._batches(iter(self.loader) if it is None else it)
+        return self._batches(self._fork() if it is None else it)
 
     def _grouped(self, it) -> Iterator[Dict[str, Any]]:
         """Batches of ``group`` single images. On CUDA each image's views are copied (pinned,
