@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import threading
-from typing import List, Sequence, Tuple, Union
+from typing import List, Tuple, Union
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ from . import exact_ops_triton as _triton
 from .augmix import AugMixPlan, OpCall
 
 __all__ = ["OP_NONE", "OP_AFFINE", "OP_AUTOCONTRAST", "OP_EQUALIZE", "OP_LUT", "PLAN_WIDTH",
-           "encode_op", "encode_plan", "ChainRunner", "rotate_matrix"]
+           "encode_op", "encode_plan", "ChainRunner", "rotate_matrix", "wait_for_warm_ups"]
 
 # an encoded op: [code, p0 .. p5] (float64); p = the affine matrix, or a LUT op's parameter
 OP_NONE, OP_AFFINE, OP_AUTOCONTRAST, OP_EQUALIZE, OP_LUT = 0, 1, 2, 3, 4
@@ -128,6 +128,18 @@ def _lut_tables(rows: np.ndarray) -> np.ndarray:
     return out
 
 
+# the compile threads started by ChainRunner.warm_up (see wait_for_warm_ups)
+_WARMING: set = set()
+
+
+def wait_for_warm_ups() -> None:
+    """Wait for every kernel warm-up thread still running: called before a loader forks its
+    workers (another loader's thread may still compile)."""
+    for t in list(_WARMING):
+        t.join()
+        _WARMING.discard(t)
+
+
 class ChainRunner:
     """Runs encoded AugMix chains (:func:`encode_plan`) on uint8 images [N, S, S, 3] (PIL's
     layout) on ``device``, step by step: at each step the images whose op is geometric go
@@ -157,6 +169,7 @@ class ChainRunner:
         if self.kernels == "triton" and self.size and self._warming is None:
             self._warming = threading.Thread(target=self._warm, args=(self.size,), daemon=True,
                                              name="argtca-chain-kernels")
+            _WARMING.add(self._warming)
             self._warming.start()
 
     def _warm(self, size: int) -> None:
@@ -362,9 +375,3 @@ def _equalize_luts(planes: torch.Tensor) -> torch.Tensor:
     lut = torch.minimum((step // 2 + below) // step.clamp(min=1), torch.full_like(below, 255))
     i = _levels(dev, torch.long)
     return torch.where(step == 0, i.expand_as(lut), lut).to(torch.uint8)
-
-
-def chain_rows(plans: Sequence[AugMixPlan], size: int) -> np.ndarray:
-    """float64 [len(plans) x chains, depth, PLAN_WIDTH]: each plan's chains, one row a chain."""
-    return np.concatenate([encode_plan(p, size) for p in plans]) if plans else \
-        np.zeros((0, 3, PLAN_WIDTH))

@@ -16,6 +16,7 @@ from argtca.views.cpu import FastViewGenerator, build_view_generator
 from argtca.views.dataset import (PixelViewDataset, TestTimeDataset, build_item_loader,
                                   make_loader)
 from argtca.views.exact import PixelMixer
+from argtca.views.exact_ops import wait_for_warm_ups
 from argtca.views.gpu import GpuViewMaker
 from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_device
 
@@ -105,7 +106,8 @@ class ViewsLoader:
 
     def _fork(self):
         """The DataLoader's iterator (its workers fork in it), then the mixer's kernels start
-        compiling in a thread: never before a fork."""
+        compiling in a thread: never beside a fork."""
+        wait_for_warm_ups()   # another loader's, if it still runs
         it = iter(self.loader)
         if self.mixer is not None:
             self.mixer.warm_up()

@@ -131,3 +131,29 @@ def test_triton_kernels_interpreted_equal_pillow():
                        env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert r.stdout.split() == ["ok", "54"]
+
+
+def test_kernel_warm_up_starts_after_the_workers_fork_and_waits_for_others():
+    """A fork beside a running thread can leave the child waiting on a lock the thread held: the
+    loader joins any running warm-up before it forks, and starts its mixer's after."""
+    import threading
+    import time
+
+    from argtca.views import exact_ops
+    from argtca.views.loader import ViewsLoader
+    events = []
+
+    class Loader(list):
+        def __iter__(self):
+            events.append("fork")
+            return super().__iter__()
+
+    class Mixer:
+        def warm_up(self):
+            events.append("warm up")
+
+    other = threading.Thread(target=lambda: (time.sleep(0.2), events.append("other done")))
+    exact_ops._WARMING.add(other)
+    other.start()
+    ViewsLoader(Loader(), "cpu", group=1, mixer=Mixer()).start()
+    assert events == ["other done", "fork", "warm up"] and not exact_ops._WARMING
