@@ -37,6 +37,7 @@ from argtca.bench.data import _jpeg_pool  # noqa: E402
 from argtca.views.augmix import OPS, apply_op, mix_processed, sample_plan  # noqa: E402
 from argtca.views.cpu import ViewGenerator, item_rngs  # noqa: E402
 from argtca.views.exact import PixelMixer, apply_op_exact, mix_row  # noqa: E402
+from argtca.views.exact_ops import encode_plan  # noqa: E402
 
 GEOMETRIC = {"rotate", "shear_x", "shear_y", "translate_x", "translate_y"}
 
@@ -122,13 +123,33 @@ def pixels(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
     return px, mix
 
 
+def pixels_ops(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
+    """A worker's steps under ``TTA.VIEWS_OPS engine`` (``ViewGenerator.pixels(ops=True)``):
+    the crops out as uint8 and the chains encoded; no PIL AugMix op, no float work."""
+    img = c("decode", lambda: Image.open(io.BytesIO(data)).convert("RGB"))
+    shapes = vg.pixels_shapes(ops=True)
+    px, mix, plans = c("alloc + stack", lambda: (torch.empty(shapes[0], dtype=torch.uint8),
+                                                 torch.zeros(shapes[1]),
+                                                 torch.zeros(shapes[2], dtype=torch.float64)))
+    dst, enc = px.numpy(), plans.numpy()
+    c("view 0", lambda: dst.__setitem__(0, np.asarray(vg.base_crop(img))))
+    tg, rng = item_rngs(seed, index)
+    for v in range(1, vg.n_views):
+        crop = c("crop + flip", vg.preaugment, img, tg)
+        plan = c("draw plan", sample_plan, rng, vg.severity, vg.size, OPS)
+        c("encode the chains", encode_plan, plan, vg.size, enc[v - 1])
+        c("uint8 images out (1 a view)", dst.__setitem__, v, np.asarray(crop))
+        mix[v - 1] = torch.tensor(mix_row(plan))
+    return px, mix, plans
+
+
 def stages(n_images: int):
     torch.set_num_threads(1)
     vg = ViewGenerator(224, 64, augmix=True)
     pool = _jpeg_pool(n_images)
     res = {}
-    names = ("before", "after", "engine float")
-    for name, fn in zip(names, (before, after, pixels)):
+    names = ("before", "after", "engine float", "engine ops")
+    for name, fn in zip(names, (before, after, pixels, pixels_ops)):
         c = Clock()
         fn(vg, pool[0], 0, 0, Clock())          # warm-up
         t = time.perf_counter()
@@ -141,20 +162,29 @@ def stages(n_images: int):
     mixed = [mixer(px, mix, torch.empty(vg.n_views, 3, vg.size, vg.size, dtype=torch.float16))
              for px, mix in res["engine float"][2]]
     consumer = (time.perf_counter() - t) / n_images * 1e3
+    ops_mixer = PixelMixer(vg.mean, vg.std, vg.augmix, ops=True)
+    t = time.perf_counter()
+    mixed_ops = [ops_mixer(px, mix, torch.empty(vg.n_views, 3, vg.size, vg.size,
+                                                dtype=torch.float16), plans=plans.numpy())
+                 for px, mix, plans in res["engine ops"][2]]
+    consumer_ops = (time.perf_counter() - t) / n_images * 1e3
     same = all(torch.equal(a, b) for a, b in zip(res["before"][2], res["after"][2]))
-    same_px = all(torch.equal(a, b) for a, b in zip(mixed, res["after"][2]))
+    same_px = all(torch.equal(a, b) for a, b in zip(mixed, res["after"][2])) and \
+        all(torch.equal(a, b) for a, b in zip(mixed_ops, res["after"][2]))
     keys = sorted(set().union(*(res[n][0] for n in names)),
                   key=lambda k: -res["before"][0].get(k, 0))
     print(f"\nstages, one core, ms per image (64 views, 224 px, AugMix), {n_images} images; "
-          f"after == before (torch.equal): {same}; engine float (its uint8 images through "
-          f"PixelMixer) == after: {same_px}")
-    print("| stage | before | after | engine float (the worker) |\n|---|---|---|---|")
+          f"after == before (torch.equal): {same}; engine float and engine ops (their items "
+          f"through PixelMixer) == after: {same_px}")
+    print("| stage | before | after | engine float (the worker) | engine ops (the worker) |\n"
+          "|---|---|---|---|---|")
     fmt = (lambda s: "-" if s is None else f"{s / n_images * 1e3:.1f}")
     for k in keys:
         print("| " + k + " | " + " | ".join(fmt(res[n][0].get(k)) for n in names) + " |")
     print("| **total (wall)** | " + " | ".join(f"**{res[n][1]:.1f}**" for n in names) + " |")
     print(f"consumer's float stage (PixelMixer) on this CPU, one thread: {consumer:.1f} ms an "
-          f"image (runs on the engine's device under TTA.VIEWS_FLOAT engine)")
+          f"image (runs on the engine's device under TTA.VIEWS_FLOAT engine); with the chains "
+          f"(ChainRunner, torch ops): {consumer_ops:.1f} (TTA.VIEWS_OPS engine)")
     return same and same_px
 
 
