@@ -19,7 +19,9 @@ and torchvision's wrappers around PIL. What changes here, none of it a change of
 
 With ``TTA.VIEWS_FLOAT engine`` (the default on CUDA) the loader workers stop before the float
 stage and ship the exact uint8 images; :class:`PixelMixer` does ExactMixer's float work on the
-engine's device, with the same numbers.
+engine's device, with the same numbers. With ``TTA.VIEWS_OPS engine`` too (also the default on
+CUDA) they stop after the crops, and the mixer first runs the AugMix chains there
+(:class:`argtca.views.exact_ops.ChainRunner`: Pillow's arithmetic, the same pixels).
 
 tests/views/test_exact_views.py proves the identity against TPT's own ``augmix_ops.py`` and
 ``AugMixAugmenter`` (from the fetched repository) and against ``ViewGenerator.random_view``.
@@ -204,6 +206,9 @@ class PixelMixer:
         if n == 1:
             return out
         if ops:
+            if plans is None:
+                raise ValueError("PixelMixer: the AugMix ops run here (ops=True) but the item "
+                                 "holds no plans: build its dataset with ops=True as well")
             crops = pixels[1:]
             runs = crops.unsqueeze(1).expand(n - 1, 3, *crops.shape[1:]).flatten(0, 1)
             chains = self.chains(runs, np.asarray(plans).reshape(3 * (n - 1),
