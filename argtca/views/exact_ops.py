@@ -27,7 +27,6 @@ tests/views/test_exact_ops.py; ``benchmarks/probes/views_float_identity.py`` che
 """
 from __future__ import annotations
 
-import math
 import threading
 from typing import List, Tuple, Union
 
@@ -35,7 +34,7 @@ import numpy as np
 import torch
 
 from . import exact_ops_triton as _triton
-from .augmix import AugMixPlan, OpCall
+from .augmix import AugMixPlan, OpCall, _rotate_matrix
 
 __all__ = ["OP_NONE", "OP_AFFINE", "OP_AUTOCONTRAST", "OP_EQUALIZE", "OP_LUT", "PLAN_WIDTH",
            "encode_op", "encode_plan", "ChainRunner", "rotate_matrix", "wait_for_warm_ups"]
@@ -63,13 +62,7 @@ def rotate_matrix(angle: float, width: int, height: int) -> Tuple[float, ...]:
         return (0.0, -1.0, w, 1.0, 0.0, 0.0)
     if angle == 270 and width == height:    # out(x, y) = in(y, H - 1 - x)
         return (0.0, 1.0, 0.0, -1.0, 0.0, h)
-    a = -math.radians(angle)
-    m = [round(math.cos(a), 15), round(math.sin(a), 15), 0.0,
-         round(-math.sin(a), 15), round(math.cos(a), 15), 0.0]
-    cx, cy = w / 2, h / 2
-    m[2] = m[0] * -cx + m[1] * -cy + m[2] + cx
-    m[5] = m[3] * -cx + m[4] * -cy + m[5] + cy
-    return tuple(m)
+    return _rotate_matrix(angle, width, height)
 
 
 def encode_op(op: OpCall, size: int) -> List[float]:
