@@ -56,13 +56,15 @@ class FeatureTrainer(TestTimeTrainer):
     def config_nodes(cls, cfg):
         """Its own node, and ArgTCA's (Phase 1's settings) where its prompts are attributes."""
         nodes = super().config_nodes(cfg)
-        attributes = str(cfg.TTA.get("PROMPTS", "class")) == "attributes"
-        return nodes + (GRAPH_NODE,) if attributes else nodes
+        return nodes + (GRAPH_NODE,) if cls._attribute_prompts(cfg) else nodes
 
     def check_cfg(self, cfg) -> None:
         # the attribute machinery (and its selector lookup) exists only where it is used
-        attributes = str(cfg.TTA.get("PROMPTS", "class")) == "attributes"
-        self.prompts = AttributePrompts(self) if attributes else ClassPrompts()
+        self.prompts = AttributePrompts(self) if self._attribute_prompts(cfg) else ClassPrompts()
+
+    @staticmethod
+    def _attribute_prompts(cfg) -> bool:
+        return str(cfg.TTA.get("PROMPTS", "class")) == "attributes"
 
     @property
     def attribute_file(self):

@@ -74,9 +74,7 @@ class TestTimeDataset(Dataset):
 
     def item_bytes(self) -> int:
         """Bytes of one item's views as the workers ship them (the prefetch budget's unit)."""
-        vg = self.view_gen
-        return vg.n_views * 3 * vg.size * vg.size * torch.empty(
-            0, dtype=self.out_dtype).element_size()
+        return views_bytes(self.view_gen, self.out_dtype)
 
 
 class PixelViewDataset(TestTimeDataset):
@@ -288,6 +286,11 @@ def _item_bytes(dataset) -> int:
     size = getattr(dataset, "item_bytes", None)
     if size is not None:
         return int(size())
-    vg = dataset.view_gen   # a dataset of float views of another kind
-    return vg.n_views * 3 * vg.size * vg.size * torch.empty(
-        0, dtype=getattr(dataset, "out_dtype", torch.float32)).element_size()
+    # a dataset of float views of another kind
+    return views_bytes(dataset.view_gen, getattr(dataset, "out_dtype", torch.float32))
+
+
+def views_bytes(view_gen, dtype: torch.dtype) -> int:
+    """Bytes of one image's views [n_views, 3, size, size] in ``dtype``."""
+    return view_gen.n_views * 3 * view_gen.size * view_gen.size * torch.empty(
+        0, dtype=dtype).element_size()

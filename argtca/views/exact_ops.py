@@ -110,15 +110,14 @@ def encode_plan(plan: AugMixPlan, size: int, out: np.ndarray = None,
 
 
 def _lut_tables(rows: np.ndarray) -> np.ndarray:
-    """uint8 [n, 256] of OP_LUT rows ``[code, kind, p, ...]``: ImageOps' lists."""
+    """uint8 [n, 256] of OP_LUT rows ``[code, kind, p, ...]``: ImageOps' lists, posterize
+    ``i & ~(2 ** (8 - bits) - 1)`` or solarize ``i if i < threshold else 255 - i``."""
     i = np.arange(256, dtype=np.int64)
-    out = np.empty((len(rows), 256), dtype=np.uint8)
-    for k, (kind, p) in enumerate(rows[:, 1:3].tolist()):
-        if int(kind) == _POSTERIZE:      # i & ~(2 ** (8 - bits) - 1)
-            out[k] = i & (~(2 ** (8 - int(p)) - 1) & 0xFF)
-        else:                            # i if i < threshold else 255 - i
-            out[k] = np.where(i < p, i, 255 - i)
-    return out
+    kind, p = rows[:, 1:2], rows[:, 2:3]
+    bits = np.where(kind == _POSTERIZE, p, 8).astype(np.int64)
+    posterized = i & (~((1 << (8 - bits)) - 1) & 0xFF)
+    solarized = np.where(i < p, i, 255 - i)
+    return np.where(kind == _POSTERIZE, posterized, solarized).astype(np.uint8)
 
 
 # the compile threads started by ChainRunner.warm_up (see wait_for_warm_ups)

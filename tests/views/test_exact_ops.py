@@ -157,3 +157,14 @@ def test_kernel_warm_up_starts_after_the_workers_fork_and_waits_for_others():
     other.start()
     ViewsLoader(Loader(), "cpu", group=1, mixer=Mixer()).start()
     assert events == ["other done", "fork", "warm up"] and not exact_ops._WARMING
+
+
+@pytest.mark.parametrize("op", [OpCall("posterize", b) for b in range(1, 9)]
+                         + [OpCall("solarize", t) for t in (0, 1, 100, 231.5, 255, 256)],
+                         ids=lambda op: f"{op.name}{op.magnitude:g}")
+def test_tables_at_every_level(op):
+    """Posterize at every bit count and solarize at integer and fractional thresholds: every
+    level 0..255 as Pillow maps it."""
+    ramp = np.arange(256, dtype=np.uint8).reshape(16, 16)
+    img = np.stack([ramp, ramp[::-1], ramp.T], axis=-1)
+    assert np.array_equal(_run(img, op), np.asarray(apply_op_exact(Image.fromarray(img), op)))
