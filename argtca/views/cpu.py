@@ -212,20 +212,17 @@ class ViewGenerator:
         holds view 0 and the crops only, and a third tensor, float64 [n_views - 1, 3, 3,
         PLAN_WIDTH], each view's chains encoded for :class:`argtca.views.exact_ops.ChainRunner`.
         ``out``: the tensors to write into (a loader worker's shared memory)."""
-        shapes = self.pixels_shapes(ops)
-        dtypes = (torch.uint8, torch.float32, torch.float64)[:len(shapes)]
+        layout = self.pixels_layout(ops)
         if out is None:
-            out = tuple(torch.zeros(s, dtype=d) for s, d in zip(shapes, dtypes))
-        if tuple((tuple(t.shape), t.dtype) for t in out) != tuple(zip(shapes, dtypes)):
+            out = tuple(torch.zeros(s, dtype=d) for s, d in layout)
+        if tuple((tuple(t.shape), t.dtype) for t in out) != layout:
             raise ValueError(f"{type(self).__name__}.pixels: out must be "
-                             + " and ".join(f"{str(d)[6:]} {list(s)}"
-                                            for s, d in zip(shapes, dtypes)))
+                             + " and ".join(f"{str(d)[6:]} {list(s)}" for s, d in layout))
         px, mix = out[0], out[1]
         if img.mode != "RGB":
             img = to_rgb(img)
         dst = px.numpy()
         dst[0] = np.asarray(self.base_crop(img))
-        k = 1
         if ops:
             plans = out[2].numpy()
             for v, (crop, plan) in enumerate(self.random_crops(img, seed, index)):
@@ -234,6 +231,7 @@ class ViewGenerator:
                     mix[v] = torch.tensor(mix_row(plan), dtype=torch.float32)
                     encode_plan(plan, self.size, out=plans[v])
             return out
+        k = 1
         for v, (crop, plan, chains) in enumerate(self.random_images(img, seed, index)):
             for im in [crop, *chains]:
                 dst[k] = np.asarray(im)
@@ -242,13 +240,15 @@ class ViewGenerator:
                 mix[v] = torch.tensor(mix_row(plan), dtype=torch.float32)
         return out
 
-    def pixels_shapes(self, ops: bool = False) -> Tuple[Tuple[int, ...], ...]:
-        """Shapes of :meth:`pixels`' tensors."""
+    def pixels_layout(self, ops: bool = False
+                      ) -> Tuple[Tuple[Tuple[int, ...], torch.dtype], ...]:
+        """``(shape, dtype)`` of each of :meth:`pixels`' tensors."""
         n = PixelMixer.n_images(self.n_views, self.augmix and not ops)
-        shapes = ((n, self.size, self.size, 3), (self.n_views - 1, len(MIX_COLUMNS)))
+        layout = (((n, self.size, self.size, 3), torch.uint8),
+                  ((self.n_views - 1, len(MIX_COLUMNS)), torch.float32))
         if ops:
-            shapes += ((self.n_views - 1, 3, 3, PLAN_WIDTH),)
-        return shapes
+            layout += (((self.n_views - 1, 3, 3, PLAN_WIDTH), torch.float64),)
+        return layout
 
     def _out(self, dtype: torch.dtype, out: Optional[torch.Tensor]) -> torch.Tensor:
         if dtype not in self.DTYPES:

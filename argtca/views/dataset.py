@@ -101,9 +101,7 @@ class PixelViewDataset(TestTimeDataset):
         vg = self.view_gen
         out = None
         if get_worker_info() is not None:   # straight into shared memory, as the views
-            shapes = vg.pixels_shapes(self.ops)
-            dtypes = (torch.uint8, torch.float32, torch.float64)
-            out = tuple(_shared_empty(s, d) for s, d in zip(shapes, dtypes))
+            out = tuple(_shared_empty(s, d) for s, d in vg.pixels_layout(self.ops))
             for t in out[1:]:
                 t.zero_()
         got = vg.pixels(img, self.seed, index, out=out, ops=self.ops)
@@ -114,8 +112,7 @@ class PixelViewDataset(TestTimeDataset):
         return item
 
     def item_bytes(self) -> int:
-        shapes = self.view_gen.pixels_shapes(self.ops)
-        return sum(math.prod(s) * b for s, b in zip(shapes, (1, 4, 8)))
+        return sum(math.prod(s) * d.itemsize for s, d in self.view_gen.pixels_layout(self.ops))
 
 
 def _shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

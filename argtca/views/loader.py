@@ -23,7 +23,8 @@ from argtca.views.gpu_host import GpuViewDataset, collate_gpu_views, views_devic
 __all__ = ["ViewsLoader", "build_views_loader", "views_float", "views_ops"]
 
 
-# page-locked staging slots of the uint8 items under TTA.VIEWS_FLOAT engine (3 x 38 MB at 224 px)
+# page-locked staging slots of the uint8 items under TTA.VIEWS_FLOAT engine (at 224 px and 64
+# views: 3 x 9.7 MB with TTA.VIEWS_OPS engine, 3 x 38 MB without)
 PIN_SLOTS = 3
 
 
@@ -189,10 +190,10 @@ class ViewsLoader:
 
     def _staged(self, px: torch.Tensor, mix: torch.Tensor):
         """``px``, ``mix`` copied into the next of a few reused page-locked slots. The uint8 items
-        (38 MB an image) are not pinned by the DataLoader: its pin thread would page-lock every
-        waiting item in fresh memory (gigabytes of ``cudaHostAlloc`` at the loop's start, which
-        serialises with the first CUDA work); a ring of :data:`PIN_SLOTS` slots is allocated
-        once and reused as soon as its copy to the device has run."""
+        (9.7 or 38 MB an image) are not pinned by the DataLoader: its pin thread would page-lock
+        every waiting item in fresh memory (gigabytes of ``cudaHostAlloc`` at the loop's start,
+        which serialises with the first CUDA work); a ring of :data:`PIN_SLOTS` slots is
+        allocated once and reused as soon as its copy to the device has run."""
         self._slot = (self._slot + 1) % PIN_SLOTS
         if len(self._ring) < PIN_SLOTS:
             self._ring.append((torch.empty(px.shape, dtype=px.dtype, pin_memory=True),

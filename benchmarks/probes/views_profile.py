@@ -105,9 +105,8 @@ def pixels(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
     """A worker's steps under ``TTA.VIEWS_FLOAT engine`` (``ViewGenerator.pixels``), stage by
     stage: the same images, copied out as uint8; no float work."""
     img = c("decode", lambda: Image.open(io.BytesIO(data)).convert("RGB"))
-    shapes = vg.pixels_shapes()
-    px, mix = c("alloc + stack", lambda: (torch.empty(shapes[0], dtype=torch.uint8),
-                                          torch.zeros(shapes[1])))
+    px, mix = c("alloc + stack", lambda: tuple(torch.zeros(s, dtype=d)
+                                               for s, d in vg.pixels_layout()))
     dst = px.numpy()
     c("view 0", lambda: dst.__setitem__(0, np.asarray(vg.base_crop(img))))
     tg, rng = item_rngs(seed, index)
@@ -127,10 +126,8 @@ def pixels_ops(vg: ViewGenerator, data: bytes, seed: int, index: int, c: Clock):
     """A worker's steps under ``TTA.VIEWS_OPS engine`` (``ViewGenerator.pixels(ops=True)``):
     the crops out as uint8 and the chains encoded; no PIL AugMix op, no float work."""
     img = c("decode", lambda: Image.open(io.BytesIO(data)).convert("RGB"))
-    shapes = vg.pixels_shapes(ops=True)
-    px, mix, plans = c("alloc + stack", lambda: (torch.empty(shapes[0], dtype=torch.uint8),
-                                                 torch.zeros(shapes[1]),
-                                                 torch.zeros(shapes[2], dtype=torch.float64)))
+    px, mix, plans = c("alloc + stack", lambda: tuple(torch.zeros(s, dtype=d)
+                                                      for s, d in vg.pixels_layout(ops=True)))
     dst, enc = px.numpy(), plans.numpy()
     c("view 0", lambda: dst.__setitem__(0, np.asarray(vg.base_crop(img))))
     tg, rng = item_rngs(seed, index)
