@@ -27,7 +27,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
-                          flatten_cfg, trainer_node, unread_node_keys)
+                          flatten_cfg, trainer_node)
 
 # Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
 # SEED is one (it draws the views) but is the axis the report averages over, never part of a
@@ -152,8 +152,20 @@ def method_defaults(method: str, dataset: str = "") -> Dict[str, Any]:
     cfg = get_cfg_default()
     files = [p for p in sorted(DATASET_CONFIGS.glob("*.yaml"))
              if dataset and _alnum(p.stem) == _alnum(dataset)]
-    files.append(TRAINER_CONFIGS / f"{method}.yaml")
-    for path in files:
+    own = TRAINER_CONFIGS / f"{method}.yaml"
+    before = flatten_cfg(cfg)
+    for path in files + [own]:
+        if path == own:
+            # a dataset file's setting of a method's own key (the demo's RLCF reward model) is a
+            # setting of that dataset, not the method's default: the report shows it on the row
+            after = flatten_cfg(cfg)
+            for k, v in after.items():
+                if trainer_node(k) and v != before.get(k):
+                    *path_, last = k.split(".")
+                    node = cfg
+                    for part in path_:
+                        node = node[part]
+                    node[last] = before[k]
         if path.is_file():
             try:
                 cfg.merge_from_file(str(path))
@@ -194,17 +206,21 @@ def stream_seed(settings: Dict[str, Any]) -> Optional[int]:
     return -1 if seed is None or int(seed) < 0 else int(seed)
 
 
-def settings_of(config: Dict[str, Any], overrides: Dict[str, Any]) -> Dict[str, Any]:
+def settings_of(config: Dict[str, Any], overrides: Dict[str, Any],
+                trainer: str = "") -> Dict[str, Any]:
     """A run's identity: argtca's defaults, then the summary's overrides, then its fingerprint
     (``config.json``; older run folders may lack it or some of its keys), without the seed (and
     the stream order it draws: run_folder.seed_axis_keys) and the keys that cannot change a
-    number. A method node the fingerprint holds no key of is one the run does not read: its
-    overrides in the summary are no setting of the run."""
-    if any(trainer_node(k) for k in config):
-        unread = unread_node_keys(overrides, config)
-        overrides = {k: v for k, v in overrides.items() if k not in unread}
-    out = dict(default_settings())
-    out.update(overrides)
+    number. Of the method nodes (``TRAINER.<NODE>``) only those the run reads are settings of
+    it: the nodes its fingerprint holds, or (a folder without one) its trainer's own node."""
+    read = {trainer_node(k) for k in config if trainer_node(k)}
+    if not read:   # an older folder without config.json: its trainer's node, and what it set
+        read = {str(trainer).upper()} if trainer else {
+            trainer_node(k) for k in overrides if trainer_node(k)}
+    out = {k: v for k, v in default_settings().items()
+           if not trainer_node(k) or trainer_node(k) in read}
+    out.update({k: v for k, v in overrides.items()
+                if not trainer_node(k) or trainer_node(k) in read})
     out.update(config)
     # the seed, and the stream order drawn from it, are the axis a cell averages over
     return {k: _plain(v) for k, v in sorted(experiment_settings(out).items())

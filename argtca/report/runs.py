@@ -166,7 +166,8 @@ class Run:
             key = PROVIDER_PREFIX + "SELECTOR"
             if key not in config and isinstance(prov, dict) and prov.get("builtin") is False:
                 config[key] = f"{prov.get('module', '?')} ({prov.get('file', '?')})"
-            self._settings = settings_of(config, self.overrides)
+            self._settings = settings_of(config, self.overrides,
+                                         str(self.summary.get("trainer") or ""))
         return self._settings
 
     @property
@@ -196,7 +197,7 @@ class Run:
     def user_set(self, key: str) -> bool:
         """Whether the run's value of ``key`` is not its method's default (nor what "auto"
         resolved)."""
-        return (self.default(key) is not None
+        return (key in self.settings and self.default(key) is not None
                 and not same_value(self.settings.get(key), self.default(key))
                 and not self.auto_resolved(key))
 

@@ -208,6 +208,9 @@ class TestTimeTrainer(RunIdentity):
         set_random_seed(int(cfg.SEED))
         out_dir = self.output_dir()
         print(f"argtca: run folder {os.path.abspath(out_dir)}", flush=True)
+        from argtca.trainers.notes import note_lines
+        for line in note_lines(self):   # once, before the first image (and in the result block)
+            print(f"argtca: note: {line}", flush=True)
         # a run that fails before its first record (weights missing, ...) removes the folders it
         # made: the corrected command may have another hash, and would never reuse them
         made = missing_dirs(out_dir)
@@ -268,7 +271,8 @@ class TestTimeTrainer(RunIdentity):
                 writer.close()
                 bar.close()
             elapsed = time.time() - t0
-            timing = dict(loop_timing(clock), loop_s=round(elapsed, 2))
+            timing = dict(loop_timing(clock, getattr(loader, "seconds", None)),
+                          loop_s=round(elapsed, 2))
         else:
             elapsed, timing = 0.0, None
         return self.finish(out_dir, records, fp, elapsed, len(todo), timing)
@@ -348,7 +352,6 @@ class TestTimeTrainer(RunIdentity):
         m = compute_metrics([r["conf"] for r in records], [r["pred"] for r in records],
                             [r["label"] for r in records], p_label=[r["p_label"] for r in records],
                             brier=[r["brier"] for r in records], n_bins=20)
-        default = flatten_cfg(get_cfg_default())
         flat = flatten_cfg(self.cfg)
         summary = {
             "method": self.method, "selector": self.selector, "label": self.display_label,
@@ -362,8 +365,7 @@ class TestTimeTrainer(RunIdentity):
             "config_hash": config_hash(fp), "experiment": experiment_hash(fp),
             "inputs": {role: {"path": getattr(self, "input_paths", {}).get(role, ""),
                               "sha256": digest} for role, digest in input_hashes(fp).items()},
-            "overrides": {k: v for k, v in flat.items()
-                          if default.get(k) != v and k != "OUTPUT_DIR"},
+            "overrides": self.overrides(),
             "trainer_cfg": {k: v for k, v in flat.items()
                             if k.startswith(f"TRAINER.{type(self).__name__.upper()}.")},
             "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
@@ -372,15 +374,24 @@ class TestTimeTrainer(RunIdentity):
         if timing:
             summary["timing"] = timing
         summary.update(self.summary_extra())
+        from argtca.trainers.notes import note_lines, run_notes
+        summary.update(run_notes(self))   # an inactive mechanism, OOD images of ID classes
         write_json(os.path.join(out_dir, "summary.json"), summary)
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
-                 f"* mce: {m['mce']:.2f}%"]
+                 f"* mce: {m['mce']:.2f}%"] + [f"* note: {x}" for x in note_lines(self)]
         if timing and n_new:
             lines.append(f"* time: {timing_line(timing, n_new)}")
         header = f"{self.display_label} on {self.dataset.name}, seed {self.cfg.SEED}"
         self.log_result(out_dir, header, lines)
         return summary
+
+    def overrides(self) -> Dict[str, object]:
+        """The keys of this run's configuration that differ from argtca's defaults (summary.json
+        ``overrides``; the output folder aside)."""
+        default = flatten_cfg(get_cfg_default())
+        return {k: v for k, v in flatten_cfg(self.cfg).items()
+                if default.get(k) != v and k != "OUTPUT_DIR"}
 
     def log_result(self, out_dir: str, header: str, lines: List[str]) -> None:
         """The one writer of the result block. Here: a short block on the console and the full
