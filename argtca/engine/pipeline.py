@@ -40,6 +40,7 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
         prepare()                            # overlaps the workers' start
         clock["prepare"] += now() - t
     ahead = bool(getattr(engine, "asynchronous", False))
+    clock["asynchronous"] = ahead            # result() then waits for the device, not computes
     pending = None
 
     def finish(job):
@@ -78,10 +79,17 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
             yield batch, finish(job)
 
 
-def loop_timing(seconds: Dict[str, float]) -> Dict[str, float]:
+def loop_timing(seconds: Dict[str, float],
+                loader_seconds: Optional[Dict[str, float]] = None) -> Dict[str, float]:
     """A test loop's timeline from :func:`predictions`' ``seconds``: the once-per-dataset work
     (``prepare_s``), when the first batch was done (``first_batch_s``: loader start, preparation,
-    the first batch's views and tuning) and the rate after it (``steady_img_per_s``), rounded."""
+    the first batch's views and tuning) and the rate after it (``steady_img_per_s``), rounded.
+
+    Where the host thread waited, for :func:`loop_bound`: ``wait_workers_s`` (blocked on the
+    views loader's workers, ``loader_seconds["workers"]`` of :class:`argtca.views.loader.
+    ViewsLoader`), ``engine_s`` (the engine's own time: waiting for the device's results when it
+    runs ahead, else its whole ``submit``), ``views_s`` (the main process making views on the
+    device side) and ``launch_s`` (queueing an asynchronous engine's work)."""
     out = {"prepare_s": round(float(seconds.get("prepare", 0.0)), 2)}
     if "first_s" in seconds:
         out["first_batch_s"] = round(float(seconds["first_s"]), 2)
@@ -89,4 +97,37 @@ def loop_timing(seconds: Dict[str, float]) -> Dict[str, float]:
         span = float(seconds["last_s"]) - float(seconds["first_s"])
         if rest > 0 and span > 0:
             out["steady_img_per_s"] = round(rest / span, 2)
+    if "result" in seconds:   # a clock of predictions()
+        ahead = bool(seconds.get("asynchronous", False))
+        result, submit = float(seconds["result"]), float(seconds.get("submit", 0.0))
+        out["engine_s"] = round(result if ahead else result + submit, 3)
+        out["launch_s"] = round(submit if ahead else 0.0, 3)
+    if loader_seconds:
+        out["wait_workers_s"] = round(float(loader_seconds.get("workers", 0.0)), 3)
+        out["views_s"] = round(float(loader_seconds.get("views", 0.0)), 3)
     return out
+
+
+# what bounds a loop, by where its host thread spent the time (loop_bound)
+BOUNDS = ("views workers", "main process", "engine")
+
+
+def loop_bound(timing: Dict[str, float], device: str = "cuda") -> Dict[str, object]:
+    """What bounded a loop, from its ``timing`` (:func:`loop_timing` plus ``loop_s``): the
+    share of the loop's seconds after the per-dataset work that the host thread spent waiting
+    for the views workers, in the engine (waiting for the device's results, or computing them
+    when the engine does not run ahead) and doing everything else itself (the main process:
+    taking items from the workers, making the views' device side, queueing work, records), and
+    the largest of the three (``bound``; the engine is named "GPU" on CUDA, "engine (CPU)"
+    elsewhere). Taking an item from the workers (its shared memory mapped) counts as waiting
+    for them: the DataLoader does not tell the two apart."""
+    loop = float(timing.get("loop_s", 0.0)) - float(timing.get("prepare_s", 0.0))
+    if loop <= 0 or "engine_s" not in timing:
+        return {}
+    workers = float(timing.get("wait_workers_s", 0.0))
+    engine = float(timing["engine_s"])
+    main = max(0.0, loop - workers - engine)
+    shares = {"views workers": workers / loop, "engine": engine / loop, "main process": main / loop}
+    top = max(BOUNDS, key=lambda k: shares[k])
+    name = {"engine": "GPU" if str(device).startswith("cuda") else "engine (CPU)"}.get(top, top)
+    return {"bound": name, "shares": {k: round(v, 3) for k, v in shares.items()}}

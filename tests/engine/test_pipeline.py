@@ -166,3 +166,28 @@ def test_a_failed_build_leaves_no_workers_and_no_records(tmp_path, monkeypatch):
     assert not any(p.is_alive() for p in started)
     assert not (tmp_path / "out" / "records.jsonl").exists() or \
         (tmp_path / "out" / "records.jsonl").read_text() == ""
+
+
+def test_the_bound_is_where_the_host_thread_spent_the_loop():
+    from argtca.engine.pipeline import loop_bound, loop_timing
+    # an engine running ahead: result() waits for the device, submit() only queues
+    clock = {"prepare": 1.0, "result": 6.0, "submit": 0.5, "asynchronous": True,
+             "first_s": 2.0, "last_s": 11.0, "images_first": 16, "images": 64}
+    t = dict(loop_timing(clock, {"workers": 2.0, "views": 0.25}), loop_s=11.0)
+    assert (t["engine_s"], t["launch_s"], t["wait_workers_s"], t["views_s"]) == (6.0, 0.5, 2.0,
+                                                                                 0.25)
+    # 10 s after the per-dataset work: 2 waiting for workers, 6 for the GPU, 2 the main thread's
+    assert loop_bound(t, "cuda") == {"bound": "GPU", "shares": {
+        "views workers": 0.2, "engine": 0.6, "main process": 0.2}}
+    assert loop_bound(t, "cpu")["bound"] == "engine (CPU)"
+    # a synchronous engine computes in submit(): that is the engine's time too
+    sync = dict(clock, asynchronous=False, result=0.5, submit=1.5)
+    t = dict(loop_timing(sync, {"workers": 6.5, "views": 0.0}), loop_s=11.0)
+    assert t["engine_s"] == 2.0 and t["launch_s"] == 0.0
+    assert loop_bound(t, "cuda") == {"bound": "views workers", "shares": {
+        "views workers": 0.65, "engine": 0.2, "main process": 0.15}}
+    # the main thread's own work (views on the device side, records) left over
+    t = dict(loop_timing(sync, {"workers": 1.0, "views": 5.0}), loop_s=11.0)
+    assert loop_bound(t, "cuda")["bound"] == "main process"
+    # a clock without the host split (an older summary) has no bound
+    assert loop_bound({"loop_s": 3.0, "prepare_s": 0.0}) == {}
