@@ -11,6 +11,7 @@ can save and restore that state (the stream engine checkpoints it with the recor
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Dict
 
 import torch
@@ -19,10 +20,55 @@ from argtca.config.checks import Range, Table
 from argtca.engine.objectives import select_confident, view_entropy
 
 __all__ = ["Adapter", "OnlineAdapter", "confident_mask", "view_entropy", "select_confident",
-           "Range", "OFFICIAL"]
+           "Range", "OFFICIAL", "MAX_NORM_ENTROPY", "kept_views", "views_needed",
+           "selection_reason", "gate_reason"]
 
 # the text of a range that also takes -1 for the official per-dataset value (``presets``)
 OFFICIAL = "or -1 for the official value of the dataset"
+# the largest entropy (nats) over log2 K, the normalised entropy the cache gates compare with a
+# threshold (TDA's get_entropy): ln K / log2 K = ln 2 whatever K
+MAX_NORM_ENTROPY = math.log(2)
+
+
+def kept_views(v: int, p: float) -> int:
+    """``int(V · p)``: the views a confident-view selection keeps as the official code writes it
+    (argtca's selections keep at least one where that is 0)."""
+    return int(int(v) * float(p))
+
+
+def views_needed(p: float, keep: int = 1) -> int:
+    """The fewest views for which ``int(V · p) >= keep`` (0 when no number of views does)."""
+    if float(p) <= 0:
+        return 0
+    v = max(1, int(keep / float(p)) - 1)
+    while kept_views(v, p) < keep:
+        v += 1
+    return v
+
+
+def selection_reason(v: int, p: float, what: str) -> str:
+    """Why a selection of the ``int(V · p)`` most confident views keeps none ("" when it keeps
+    one): ``what`` names what it selects."""
+    if kept_views(v, p) >= 1:
+        return ""
+    need = views_needed(p)
+    return (f"TTA.N_VIEWS {v} x TTA.SELECTION_P {float(p):g} keeps int({v * float(p):g}) = 0 "
+            f"{what} (the official code keeps int(V·p); at least {need} views keep one)")
+
+
+def gate_reason(node, prefix: str = "NEG_") -> str:
+    """Why a negative cache's entropy gate (``LOWER < H / log2 K < UPPER``) or value mask
+    (``MASK_LOWER < p < MASK_UPPER``) admits nothing ("" when it can)."""
+    lo, hi = float(node[f"{prefix}ENTROPY_LOWER"]), float(node[f"{prefix}ENTROPY_UPPER"])
+    if lo >= MAX_NORM_ENTROPY or hi <= 0 or hi <= lo:
+        return (f"its negative cache never fills: {prefix}ENTROPY_LOWER {lo:g} .. "
+                f"{prefix}ENTROPY_UPPER {hi:g} admits no image (H / log2 K lies in [0, "
+                f"ln 2 = {MAX_NORM_ENTROPY:.3f}])")
+    mlo, mhi = float(node[f"{prefix}MASK_LOWER"]), float(node[f"{prefix}MASK_UPPER"])
+    if mlo >= 1 or mhi <= 0 or mhi <= mlo:
+        return (f"its negative cache's mask is empty: {prefix}MASK_LOWER {mlo:g} .. "
+                f"{prefix}MASK_UPPER {mhi:g} holds no probability")
+    return ""
 
 
 def confident_mask(logits: torch.Tensor, p: float) -> torch.Tensor:
@@ -81,6 +127,16 @@ class Adapter:
         fine-grained sets as its official runner) lets the loader make one view an image
         instead of ``TTA.N_VIEWS``: the same numbers at a fraction of the image-tower time."""
         return True
+
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        """Why the method's defining mechanism cannot act under these settings ("" when it can):
+        fewer views than its selection keeps, a cache that never fills, a threshold that admits
+        nothing, a weight of 0 that leaves CLIP's zero-shot prediction. ``node``: its config
+        node (-1 values unresolved: :meth:`preset_values`), ``cfg`` the run's configuration,
+        ``n_classes`` the dataset's. The run says so once in its log and in ``summary.json``
+        (argtca/trainers/notes.py), the report beside its row."""
+        return ""
 
     @property
     def device(self) -> torch.device:

@@ -28,7 +28,8 @@ from typing import Dict, Tuple
 
 import torch
 
-from argtca.adapters.base import OFFICIAL, OnlineAdapter, Range, view_entropy
+from argtca.adapters.base import (OFFICIAL, OnlineAdapter, Range, gate_reason, selection_reason,
+                                  view_entropy)
 from argtca.adapters.cache import (cache_logits, entries, fifo_push, new_cache, priority_push,
                                    widen)
 from argtca.engine.objectives import avg_entropy
@@ -95,6 +96,21 @@ class BoostAdapter(OnlineAdapter):
            for k in ("ENTROPY_LOWER", "ENTROPY_UPPER", "MASK_LOWER", "MASK_UPPER")},
         "HISTORY_VIEWS": ("auto", "original", "confident"),
     }
+
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        # the boosting samples are what BoostAdapter adds to TDA's caches; the official
+        # int(V · p) (no lower bound of one, unlike the confident-view selections)
+        why = selection_reason(int(cfg.TTA.N_VIEWS), float(cfg.TTA.SELECTION_P),
+                               "boosting views")
+        if why:
+            return (f"{why}: no boosting sample joins the cache, so it runs as TDA's historical "
+                    f"and negative caches alone")
+        alpha = cls.preset_values(node, cfg)["ALPHA"]
+        if float(alpha) == 0:
+            return ("TRAINER.BOOSTADAPTER.ALPHA 0: the historical and boosted cache add nothing "
+                    "to CLIP's logits")
+        return gate_reason(node)
 
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         name = str(cfg.DATASET.NAME)

@@ -62,6 +62,16 @@ class DMNAdapter(OnlineAdapter):
                                ">= 0, or -1 for the official per-dataset value"),
     }
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        w = float(node.MEMORY_WEIGHT)
+        if w < 0:
+            w = float(cls.preset_values(node, cfg)["MEMORY_WEIGHT"])
+        if w == 0:
+            return ("MEMORY_WEIGHT 0: the memory's prediction gets no weight, so its predictions "
+                    "are CLIP's zero-shot ones (view 0)")
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         self.memory_size = int(node.MEMORY_SIZE)
         self.beta = float(node.BETA)

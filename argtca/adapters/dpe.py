@@ -91,6 +91,16 @@ class DPE(OnlineAdapter):
         return (resolve_views(node.VIEWS, name, imagenet_family(name)) != "original"
                 or resolve_views(node.PREDICT_VIEWS, name, name == "ImageNetA") != "original")
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        # the two prototypes that evolve are the method: either one switched off is not DPE
+        off = []
+        if float(node.EVOLVE_ENTROPY) == 0:
+            off.append("its textual prototypes never evolve (EVOLVE_ENTROPY 0)")
+        if float(cls.preset_values(node, cfg)["ALPHA"]) == 0:
+            off.append("its visual prototypes add nothing to the logits (ALPHA 0)")
+        return "; ".join(off)
+
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float):
         name = str(cfg.DATASET.NAME)
         given = self.preset_values(node, cfg)

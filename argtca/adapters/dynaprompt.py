@@ -109,6 +109,17 @@ class DynaPromptAdapter(OnlineAdapter):
         "APPEND": (True, False),
     }
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        # TTA.STEPS >= 1 and TTA.N_VIEWS >= 2 are refused at build time (ConfigError)
+        if int(node.NUM_PROMPTS) < 2:
+            return ("NUM_PROMPTS 1: one prompt, so there is no prompt to select among"
+                    + (" and it is reset to the initial prompt at every image (an episodic TPT)"
+                       if bool(node.APPEND) else ""))
+        if float(cfg.TTA.LR) == 0:
+            return "TTA.LR 0: no prompt changes, so its predictions are CLIP's zero-shot ones"
+        return ""
+
     def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float, *, engine):
         self.engine = engine
         self.encoder = engine.text_encoder

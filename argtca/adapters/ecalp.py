@@ -60,6 +60,13 @@ class ECALPAdapter(OnlineAdapter):
     def needs_views(cls, node, cfg) -> bool:
         return False          # one feature an image (the official pre-extracted features)
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        if float(node.ALPHA) == 0:
+            return ("ALPHA 0: no label propagates over the graph, so the query's scores are 0 "
+                    "and every prediction is uniform")
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         self.k_text, self.k_image = int(node.K_TEXT), int(node.K_IMAGE)
         self.gamma, self.alpha = float(node.GAMMA), float(node.ALPHA)

@@ -44,6 +44,13 @@ class MTA(Adapter):
         "BANDWIDTH_P": Range(lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)"),
     }
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        if int(cfg.TTA.N_VIEWS) < 2:
+            return ("TTA.N_VIEWS 1: the mode of one view is that view, so its predictions are "
+                    "CLIP's zero-shot ones")
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)
         self.lambda_y = float(node.LAMBDA_Y)

@@ -64,6 +64,15 @@ class OnZetaAdapter(OnlineAdapter):
     def needs_views(cls, node, cfg) -> bool:
         return False          # view 0 alone (the official ``preprocess``)
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        beta = float(cls.preset_values(node, cfg)["BETA"])
+        if float(node.CR) == 0 and (float(node.CW) == 0 or beta == 0):
+            return ("CR 0 and " + ("CW 0" if float(node.CW) == 0 else "BETA 0") + ": neither the "
+                    "label nor the proxies learn online, so its predictions are CLIP's zero-shot "
+                    "ones")
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         self.tau_t, self.tau_i = float(node.TAU_T), float(node.TAU_I)
         self.cw, self.cr = float(node.CW), float(node.CR)

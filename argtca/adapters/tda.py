@@ -40,7 +40,8 @@ from typing import Dict, Tuple
 
 import torch
 
-from argtca.adapters.base import OnlineAdapter, Range, select_confident, view_entropy
+from argtca.adapters.base import (OnlineAdapter, Range, gate_reason, select_confident,
+                                  view_entropy)
 from argtca.adapters.cache import cache_logits, new_cache, priority_push
 from argtca.engine.objectives import avg_entropy
 from argtca.registry import ADAPTER_REGISTRY
@@ -94,6 +95,18 @@ class TDAAdapter(OnlineAdapter):
     @classmethod
     def needs_views(cls, node, cfg) -> bool:
         return cls.resolve_views(node, cfg) != "original"
+
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        pos_off = not bool(node.POS_ENABLED) or float(
+            cls.preset_values(node, cfg)["POS_ALPHA"]) == 0
+        gate = gate_reason(node) if bool(node.NEG_ENABLED) else ""
+        neg_off = not bool(node.NEG_ENABLED) or float(node.NEG_ALPHA) == 0 or bool(gate)
+        if pos_off and neg_off:
+            return ("neither cache acts (positive: POS_ENABLED False or POS_ALPHA 0; negative: "
+                    f"{gate or 'NEG_ENABLED False or NEG_ALPHA 0'}), so its predictions are "
+                    f"CLIP's zero-shot ones")
+        return gate
 
     def __init__(self, node, cfg, text, logit_scale):
         self.pos_enabled = bool(node.POS_ENABLED)

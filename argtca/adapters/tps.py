@@ -30,6 +30,12 @@ class TPS(Adapter):
         "WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
     }
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        if int(node.STEPS) == 0:
+            return "STEPS 0: no shift is tuned, so its predictions are CLIP's zero-shot ones"
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)
         self.lr = float(node.LR)

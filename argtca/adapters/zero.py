@@ -46,6 +46,15 @@ class Zero(Adapter):
         "TEMPERATURE": Range(lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)"),
     }
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        # int(V·γ) = 0 keeps the most confident view (as the official code for V·γ in [1, 2)):
+        # still ZERO; one view in all is CLIP's own prediction
+        if int(cfg.TTA.N_VIEWS) < 2:
+            return ("TTA.N_VIEWS 1: the only view votes alone, so its prediction is CLIP's "
+                    "zero-shot one")
+        return ""
+
     def __init__(self, node, cfg, text, logit_scale):
         super().__init__(node, cfg, text, logit_scale)
         self.output = str(node.OUTPUT).lower()

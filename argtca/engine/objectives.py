@@ -71,6 +71,14 @@ def tca_terms(text: torch.Tensor, m: int):
     return inter, intra
 
 
+def _no_weight(node, *keys: str) -> str:
+    """A regulariser whose weights ``keys`` are all 0: the objective is TPT's ("" otherwise)."""
+    if node is None or any(float(node[k]) != 0 for k in keys):
+        return ""
+    return (" and ".join(f"{k} 0" for k in keys) + ": the regulariser that defines the method "
+            "is off, so its steps are TPT's entropy alone")
+
+
 # ------------------------------------------------------------------------------ objectives
 class Objective:
     """Class prompts (one per class): scores are the logits, probabilities their softmax."""
@@ -108,6 +116,23 @@ class Objective:
         the tuned prompt (used when ``all_views``); here view 0's."""
         return self.probs(logits)[:, 0]
 
+    # the node keys weighting the regulariser that defines the method: all 0 leaves TPT's loss
+    defining_weights: tuple = ()
+
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        """Why tuning with this objective cannot be itself under ``cfg`` ("" when it can): no
+        step or a learning rate of 0 (nothing is tuned), or the weights of the regulariser that
+        defines the method all 0 (``defining_weights``: its steps are TPT's). A selection of
+        ``int(V·p)`` = 0 views is not one: the engines keep the most confident view, as TPT's
+        own code does for V·p in [1, 2). The run says so once in its log and in
+        ``summary.json`` (argtca/trainers/notes.py), the report beside its row."""
+        if int(cfg.TTA.STEPS) < 1:
+            return "TTA.STEPS 0: no tuning step, so nothing is adapted"
+        if float(cfg.TTA.LR) == 0:
+            return "TTA.LR 0: the tuning steps change nothing"
+        return _no_weight(node, *cls.defining_weights) if cls.defining_weights else ""
+
     def view_inputs(self, views: torch.Tensor):
         """What the loss needs of each view beyond the policy's logits, computed once per image
         before its steps: a tensor [B, V, ...] from the views [B, V, 3, S, S] (RLCF: the reward
@@ -133,6 +158,10 @@ def objective_loss(objective: Objective, selected_scores: torch.Tensor, text: to
 class NoTuning(Objective):
     """Zero-shot CLIP: nothing is tuned (the engine runs no step)."""
 
+    @classmethod
+    def inactive_reason(cls, node, cfg, n_classes: int) -> str:
+        return ""   # tuning nothing is what it is
+
 
 @OBJECTIVE_REGISTRY.register(name="tpt")
 class TPTObjective(Objective):
@@ -141,12 +170,16 @@ class TPTObjective(Objective):
 
 @OBJECTIVE_REGISTRY.register(name="ctpt")
 class CTPTObjective(Objective):
+    defining_weights = ("LAMBDA",)
+
     def regularizer(self, text):
         return -float(self.node.LAMBDA) * atfd(text)
 
 
 @OBJECTIVE_REGISTRY.register(name="otpt")
 class OTPTObjective(Objective):
+    defining_weights = ("LAMBDA",)
+
     def regularizer(self, text):
         return float(self.node.LAMBDA) * orthogonality(text)
 
@@ -154,6 +187,8 @@ class OTPTObjective(Objective):
 @OBJECTIVE_REGISTRY.register(name="atpt")
 class ATPTObjective(Objective):
     """The paper's sign, L_TPT − λ·AD (the official fine-grained script adds +λ·AD)."""
+
+    defining_weights = ("LAMBDA",)
 
     def regularizer(self, text):
         return -float(self.node.LAMBDA) * angular_diversity(text, float(self.node.TAU))
@@ -223,6 +258,8 @@ class TCAObjective(Objective):
         if self.entropy_input not in ("prob", "logprob"):
             raise ValueError(f"ENTROPY_INPUT={node.ENTROPY_INPUT!r}: use 'prob' (official code) or "
                              f"'logprob' (paper's equations)")
+
+    defining_weights = ("ALPHA", "BETA")
 
     def log_probs(self, logits):
         m = self.prompts_per_class

@@ -143,6 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="an OOD set (configs/datasets key, e.g. dtd or imagefolder); repeat")
     od.add_argument("--ood-root", default="", help="the OOD sets' data root (default --root)")
     od.add_argument("--ood-split", default="test", help="the OOD sets' split (default test)")
+    od.add_argument("--allow-shared-classes", action="store_true",
+                    help="accept an OOD set whose class names are in-distribution class names "
+                    "(refused by default: its images are not out of distribution); ood.md and "
+                    "the log name them")
     od.add_argument("--methods", default="", help="comma-separated methods (default: the first "
                     "method of the zero-shot, TPT and online families of python -m "
                     "argtca.trainers.catalogue --table; 'paper', 'zoo' and 'all' as for table1)")
@@ -296,7 +300,8 @@ def _command(a, datasets: List[str], kw) -> int:
     if a.cmd == "ood":
         from .ood import ood
         return ood(datasets, oods=a.ood, ood_root=a.ood_root, ood_split=a.ood_split,
-                   methods=_list(a.methods), force=a.force, **kw)
+                   methods=_list(a.methods), force=a.force,
+                   allow_shared_classes=a.allow_shared_classes, **kw)
     if a.cmd == "table2":
         from .tables import table2
         return table2(datasets, selectors=_list(a.selectors), force=a.force, **kw)

@@ -12,6 +12,12 @@ folder, so both are resumable and skipped when finished. An online method adapts
 set's stream separately (two runs, its state never carried from one to the other). The report
 (``<out-root>/report/ood-<hash>/``) is Table 1's over the ID runs plus ``ood.md``/``ood.csv``
 (:mod:`argtca.report.ood`), computed from the records alone.
+
+Before any run starts, each (ID, OOD) pair is built as its runs will build it
+(:func:`check_ood_sets`): an OOD set that is an ID set (the same dataset, the same folder, or
+any of its test images) is refused in one line, and so is one whose class names are ID class
+names (its images are then not out of distribution) unless ``--allow-shared-classes``, which
+names them in the log, the runs' summaries and ``ood.md``.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from .preflight import check_methods, dropped_lines, needs_attributes
 from .runner import execute
 from .tables import _finish, _present, table_cells
 
-__all__ = ["ood", "plan_ood", "ood_dataset_name"]
+__all__ = ["ood", "plan_ood", "ood_dataset_name", "check_ood_sets"]
 
 # the default: the first declared method of the zero-shot, TPT and online families (the catalogue)
 OOD_FAMILIES = ("zero-shot", "tpt-family", "online")
@@ -72,13 +78,52 @@ def plan_ood(pres, oods: Sequence[str], ood_root: str, ood_split: str, methods: 
     return specs
 
 
+def check_ood_sets(specs: Sequence[RunSpec], oods: Sequence[str], root: str,
+                   plugins: Sequence[str] = (), allow_shared: bool = False) -> List[str]:
+    """Build each (ID, OOD) pair of ``specs`` once, as its runs will (the image check aside):
+    an OOD set that is the ID set raises (one line, from argtca/datasets/ood.py); one whose class
+    names are ID class names raises unless ``allow_shared``. Returns one note per accepted
+    pair with shared class names."""
+    from ..datasets import DataError, build_dataset
+    from ..run import build_parser, setup_cfg
+    keys = {ood_dataset_name(o): o for o in oods}
+    seen, notes = set(), []
+    for s in specs:
+        name = _value(s.overrides, "DATASET.OOD.NAME")
+        if name is None:
+            continue
+        ood_key = keys.get(name, name)
+        if (s.dataset, ood_key) in seen:
+            continue
+        seen.add((s.dataset, ood_key))
+        try:
+            cfg = setup_cfg(build_parser().parse_args(s.argv(root, plugins)))
+            cfg.defrost()
+            cfg.DATASET.CHECK_IMAGES = "off"   # the run checks them
+            cfg.freeze()
+            oset = build_dataset(cfg)
+        except DataError as e:
+            raise ExperimentError(f"--ood {ood_key} (for {s.dataset}): {e}") from None
+        line = oset.shared_line()
+        if line and not allow_shared:
+            raise ExperimentError(
+                f"--ood {ood_key} (for {s.dataset}): {line}, so AUROC and FPR95 would not "
+                f"measure OOD detection; give an OOD set of other classes, or pass "
+                f"--allow-shared-classes to report it anyway (named in ood.md)")
+        if line:
+            notes.append(f"note: --ood {ood_key} (for {s.dataset}): {line}; accepted "
+                         f"(--allow-shared-classes), named in ood.md")
+    return notes
+
+
 def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = "",
         ood_split: str = "test", methods: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
         root: str = "", out_root="output", opts: Sequence[str] = (),
         plugins: Sequence[str] = (), dry_run: bool = False, quiet: bool = False,
-        report_dir=None, force: bool = False) -> int:
+        report_dir=None, force: bool = False, allow_shared_classes: bool = False) -> int:
     """Run every method on the ID datasets and on each OOD set; write the report (Table 1's over
-    the ID runs, and the OOD section)."""
+    the ID runs, and the OOD section). ``allow_shared_classes``: accept an OOD set whose class
+    names are ID class names (:func:`check_ood_sets`)."""
     from ..report.cli import make_ood_report
     from .plan import METHOD_SETS
     if not datasets:
@@ -99,8 +144,15 @@ def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = 
     if absent:
         raise ExperimentError("ood: OOD set(s) not found: " + "; ".join(
             f"{p.dataset}: {p.why}" for p in absent) + " (--ood-root names their data root)")
+    dup = [o for o in dict.fromkeys(oods) if list(oods).count(o) > 1]
+    if dup:
+        raise ExperimentError(f"ood: --ood {dup[0]} is given {list(oods).count(dup[0])} times; "
+                              f"give each OOD set once")
     specs = plan_ood(pres, oods, ood_root, ood_split, methods, seeds, out_root, opts)
-    notes = dropped_lines(pres, methods, opts)
+    shared = check_ood_sets(specs, oods, root, plugins, allow_shared_classes)
+    for line in shared:
+        print(f"[ood] {line}", flush=True)
+    notes = dropped_lines(pres, methods, opts) + shared
     outcomes = [] if dry_run else execute(specs, root, plugins, "ood", quiet, also=notes)
 
     def make(done):

@@ -35,9 +35,27 @@ NAMES = {"imagenet": "ImageNet", "imagenet_a": "ImageNet-A", "imagenetv2": "Imag
 PUBLISHED = ["CLIP-ViT-B/16", "TPT"]   # the rows of paper_shift.csv, in the paper's order
 
 
+def check_distinct_sets(datasets: Sequence[str]) -> None:
+    """A shift table compares different test sets: a set named twice (or two keys of one reader,
+    whose data is then the same) would be a shift of nothing; one line naming it and the fix."""
+    from .ood import ood_dataset_name
+    from .plan import ExperimentError
+    seen: Dict[str, str] = {}
+    for ds in datasets:
+        name = ood_dataset_name(ds)
+        if name.lower() in seen:
+            first = seen[name.lower()]
+            same = "is named twice" if first == ds else f"reads the same set as {first} ({name})"
+            raise ExperimentError(f"shift: {ds} {same}: a distribution shift compares different "
+                                  f"test sets, and a set against itself shifts nothing; name "
+                                  f"each set once")
+        seen[name.lower()] = ds
+
+
 def shift(datasets: Sequence[str] = (), methods: Sequence[str] = (), **kw) -> int:
     """``table1`` over the shift sets (or ``datasets``), with the shift section in the report."""
     from .tables import table1
+    check_distinct_sets(datasets)
     return table1(datasets, methods=methods, tag="shift", defaults=SHIFT_DATASETS,
                   after=write_shift_section, **kw)
 

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..run_folder import STREAM_ORDER_KEY
 from .identity import FILE_HASH_PREFIX, canonical
+from .notes import shared_classes_lines
 from .runs import MISSING, Run, _method_sort_key
 
 __all__ = ["is_ood_run", "ood_pairs", "ood_results", "ood_markdown", "ood_csv"]
@@ -65,7 +66,9 @@ def ood_results(pairs: Sequence[Tuple[Run, Run]]) -> List[Dict]:
                     "seed": id_run.seed, "n_id": len(a), "n_ood": len(b),
                     "auroc": 100.0 * ood_auroc(a, b), "fpr95": 100.0 * fpr_at_tpr(a, b),
                     "sort": _method_sort_key(id_run), "id_path": str(id_run.path),
-                    "ood_path": str(ood_run.path)})
+                    "ood_path": str(ood_run.path),
+                    # the ID class names the OOD set names too (its run found them)
+                    "shared": list(ood_run.summary.get("ood_shared_classes") or [])})
     return out
 
 
@@ -120,6 +123,7 @@ def ood_markdown(results: Sequence[Dict], decimals: int = 2) -> str:
     sizes = sorted({(r["id"], r["n_id"], r["ood"], r["n_ood"]) for r in results})
     lines += ["", f"Seeds: {', '.join(map(str, seeds))}. Images: " + "; ".join(
         f"{i} {ni} vs {o} {no}" for i, ni, o, no in sizes) + "."]
+    lines += [x for line in shared_classes_lines(results) for x in ("", line)]
     return "\n".join(lines) + "\n"
 
 

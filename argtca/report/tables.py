@@ -12,6 +12,7 @@ import numpy as np
 
 from .header import table_header
 from .identity import PROTOCOL_KEYS, short_name
+from .notes import inactive_lines
 from .runs import (METRICS, MISSING, ReportError, Run, _assign_variants, _dataset_rank,
                    _method_sort_key, duplicate_error)
 
@@ -176,7 +177,8 @@ def build_table(labels: Sequence[str], datasets: Sequence[Tuple[str, str]], cell
     groups = {r.label: r.group for r in runs}
     return ResultsTable(list(labels), list(datasets), list(metrics), values, marks, seeds,
                         decimals, _seed_stds(labels, datasets, cells, metrics), show_std,
-                        table_header(runs, labels, datasets, show_std),
+                        table_header(runs, labels, datasets, show_std)
+                        + inactive_lines(runs, labels),
                         len(set(protocol.values())),
                         groups)
 
