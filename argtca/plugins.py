@@ -73,6 +73,7 @@ def load_plugins(modules: Iterable[str]) -> None:
         import argtca.selectors  # noqa: F401
         import argtca.trainers  # noqa: F401
     for name in modules:
+        before = set(sys.modules)
         try:
             if _is_path(name):
                 path = os.path.abspath(os.path.expanduser(name))
@@ -93,6 +94,11 @@ def load_plugins(modules: Iterable[str]) -> None:
                 if os.getcwd() not in sys.path and "" not in sys.path:
                     sys.path.insert(0, os.getcwd())
                 importlib.import_module(name)
+                mod_name = name
+            # what it imported (its helpers) is part of its code (argtca/utils/code.py)
+            from argtca.utils.code import IMPORTED_WITH
+            IMPORTED_WITH.setdefault(mod_name, []).extend(
+                m for m in sys.modules if m not in before and m != mod_name)
         except PluginError as e:   # a declaration refused by method(): already one line
             raise PluginError(f"--plugin {name}: {e}") from e
         except (ImportError, FileNotFoundError) as e:

@@ -33,6 +33,7 @@ CFG_CHOICES = {
     "TTA.FAST.CUDA_GRAPH": ("auto", "on", "off"),
     "TTA.STREAM.ORDER": ("shuffle", "index"),
     "TTA.PROMPTS": ("class", "attributes"),
+    "RUN.CODE_CHANGE": ("refuse", "allow"),
 }
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 

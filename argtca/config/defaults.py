@@ -79,6 +79,9 @@ _C.USE_CUDA = True
 _C.VERBOSE = True
 _C.RUN = CN()
 _C.RUN.REQUIRE_CUDA = False     # True: no CUDA is an error (default: a warning with the time)
+_C.RUN.CODE_CHANGE = "refuse"   # records made by other code (another argtca or plug-in version)
+                                # are "refuse"d on resume; "allow": resume them anyway, the
+                                # switch recorded in config.json (CODE.RESUMED_UNDER)
 
 # ----------------------------------------------------------------------------- dataset
 _C.DATASET = CN()

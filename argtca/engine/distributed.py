@@ -34,7 +34,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 import torch.distributed as dist
 
-from argtca.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint,
+from argtca.run_folder import (RecordWriter, RunLock, check_code, check_or_write_fingerprint,
                                check_records, load_records, write_records)
 from argtca.run_folder.unstarted import empty_unstarted, missing_dirs, remove_made
 
@@ -167,8 +167,10 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
                     trainer.write_settings(os.path.dirname(out_dir))
                 lock = RunLock(out_dir).acquire()
                 check_or_write_fingerprint(out_dir, fp, trainer.input_paths)
-                check_records(fold_rank_files(out_dir), trainer.dataset,
-                              os.path.join(out_dir, "records.jsonl"))
+                recs = fold_rank_files(out_dir)
+                check_records(recs, trainer.dataset, os.path.join(out_dir, "records.jsonl"))
+                check_code(out_dir, fp, len(recs), len(trainer.dataset.test),
+                           allow=str(cfg.RUN.get("CODE_CHANGE", "refuse")) == "allow")
             except Exception as e:
                 problem[0] = str(e)
         if dist.get_backend() == "nccl":

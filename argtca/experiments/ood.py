@@ -125,15 +125,14 @@ def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = 
     the ID runs, and the OOD section). ``allow_shared_classes``: accept an OOD set whose class
     names are ID class names (:func:`check_ood_sets`)."""
     from ..report.cli import make_ood_report
-    from .plan import METHOD_SETS
+    from .plan import expand_methods
     if not datasets:
         raise ExperimentError("ood: name the in-distribution dataset, e.g. `python -m "
                               "argtca.experiments ood demo --ood imagefolder --ood-root DIR`")
     if not oods:
         raise ExperimentError("ood: no OOD set; give --ood DATASET (a configs/datasets key, "
                               "e.g. dtd or imagefolder with --ood-root)")
-    methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
-    methods = list(dict.fromkeys(methods)) or default_methods()
+    methods = expand_methods(methods, plugins, default=default_methods())
     check_methods(methods, plugins)
     ood_root = os.path.abspath(os.path.expanduser(ood_root)) if ood_root else root
     out_root = Path(out_root)

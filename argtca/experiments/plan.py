@@ -37,97 +37,159 @@ TABLE1_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers
 # not in the paper's Table 1 (C-TPT's and TCA's tables have them): table1 --extended adds them
 TABLE1_EXTENSION = ["imagenet", "sun397"]
 
-# Estimated GPU seconds per test image of an episodic TTA method (64 views, one step), linear in
-# the number of classes K, from benchmarks/README.md#current-numbers (one NVIDIA H200, GPU views):
-# the compiled fast engine's end-to-end rates at K=101 (143.5 img/s) and K=1000 (60.5) give the
-# line; the CLI's default engine is eager (TTA.COMPILE auto compiles only past ~57k images), and
-# eager costs 1/104.1 - 1/143.5 s more per image at K=101 (the CLI-defaults row, 104.1 img/s),
-# taken as the same at every K (it is the image tower's, which K does not change). Measured with
-# the TCA objective (2 prompts per class); TPT-like methods are a little faster; an H100 is
-# slower. The default views (TTA.VIEWS_DEVICE cpu, TPT's exact PIL pipeline) have no end-to-end
-# rate there: the estimate assumes GPU views, and says so (CPU views: the host's cores bound it).
-RATE_SOURCE = ("benchmarks/README.md#current-numbers (1x H200, GPU views): 104.1 img/s at K=101 "
-               "(CLI defaults, eager), the compiled line 143.5 -> 60.5 img/s to K=1000 plus "
-               "eager's cost")
-VIEWS_ASSUMPTION = ("assumes TTA.VIEWS_DEVICE gpu; with the default CPU views (TPT's exact PIL "
-                    "pipeline, not in the benchmark table) the host's CPU cores bound the loop "
-                    "and it takes longer")
-_C101, _C1000, _EAGER101 = 1 / 143.5, 1 / 60.5, 1 / 104.1
-TTA_S_PER_CLASS = (_C1000 - _C101) / (1000 - 101)
-TTA_S_BASE = _EAGER101 - 101 * TTA_S_PER_CLASS
-# zero-shot CLIP: one view and no step per image; not benchmarked, taken as 1/64 of a TTA image
-ZEROSHOT_FRACTION = 1 / 64
 ABLATION_DATASETS = ["caltech101", "oxford_pets", "dtd"]
 # methods reading an attribute file (DATASET.ATTRIBUTE_FILE or the dataset's TCA file)
 NEEDS_ATTRIBUTES = ("tca", "argtca")
 
 
-def seconds_per_image(method: str, classes: int) -> float:
-    """Estimated GPU seconds per test image (see TTA_S_BASE), times the method's measured
-    ``gpu_cost`` against TPT's where it declares one (RLCF, TTL, DynaPrompt)."""
-    from ..trainers.catalogue import method_info
-    s = TTA_S_BASE + TTA_S_PER_CLASS * classes
-    if method.startswith("zeroshot"):
-        return s * ZEROSHOT_FRACTION
+def plan_device(opts: Sequence[str] = ()) -> str:
+    """The device the runs of this command will compute on here: "cuda" where CUDA is
+    available and ``USE_CUDA`` is not switched off, else "cpu"."""
+    import torch
+    for k, v in zip(list(opts)[::2], list(opts)[1::2]):
+        if k == "USE_CUDA" and str(v).strip().lower() in ("false", "0", "no", "off"):
+            return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def choose_rates(device: str, given: Optional[str] = None):
+    """(the rate table the estimate uses, a note): ``given`` (``--rates``), else
+    ``$ARGTCA_RATES``, else the stored file of this machine (argtca/bench/rates.py)."""
+    from ..bench.rates import choose
+    card, cores = "", None
+    if device == "cuda":
+        import torch
+        card = torch.cuda.get_device_name() if torch.cuda.is_available() else ""
+    else:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+            else os.cpu_count()
     try:
-        return s * method_info(method).gpu_cost
-    except KeyError:   # a name the plan's own checks report
-        return s
+        return choose(device, given or os.environ.get("ARGTCA_RATES") or None, card, cores)
+    except ValueError as e:   # a named file that is not a rate file
+        raise ExperimentError(str(e)) from None
 
 
-def _costs(methods: Sequence[str]) -> str:
-    """The planned methods' measured GPU cost against TPT's, where one declares it."""
+def run_path(name: str, dataset: str, opts: Sequence[str] = ()) -> Tuple[str, str]:
+    """(backbone, TTA.VIEWS_DEVICE) of the runs of method ``name`` on ``dataset`` under
+    ``opts``, as their configuration resolves them: which measured rates apply."""
+    from ..config import get_cfg_default
     from ..trainers.catalogue import method_info
-    costs = []
-    for m in dict.fromkeys(split_method(m)[0] for m in methods):
+    cfg = get_cfg_default()
+    p = CONFIGS / "datasets" / f"{dataset}.yaml"
+    try:
+        if p.is_file():
+            cfg.merge_from_file(str(p))
+        info = method_info(split_method(name)[0])
+        if info.config_file.is_file():
+            cfg.merge_from_file(str(info.config_file))
+        cfg.merge_from_list(list(opts))
+    except (KeyError, ValueError, AssertionError, OSError):   # reported by the run itself
+        pass
+    return str(cfg.MODEL.BACKBONE.NAME), str(cfg.TTA.VIEWS_DEVICE).lower()
+
+
+def dataset_size(dataset: str, root: str = "", opts: Sequence[str] = ()
+                 ) -> Tuple[Optional[int], Optional[int]]:
+    """(test images, classes) of ``dataset``: its published split's, else what its image list
+    holds here (the demo: its generated set; an ImageFolder under the data root), with
+    ``DATASET.NUM_IMAGES`` of ``opts`` applied; (None, None) where neither is known."""
+    from ..report.reference import full_test_size, num_classes
+    n, k = full_test_size(dataset), num_classes(dataset)
+    cap = -1
+    for key, v in zip(list(opts)[::2], list(opts)[1::2]):
+        if key == "DATASET.NUM_IMAGES":
+            cap = int(v)
+    if n is None or k is None:
+        from ..datasets import build_dataset
+        from .select_attributes import build_cfg
         try:
-            info = method_info(m)
-        except KeyError:
-            continue
-        if info.gpu_cost != 1.0:
-            costs.append(f"{info.label} x{info.gpu_cost:g}")
-    return (", ".join(costs) + " (their GPU time against TPT's, measured); ") if costs else ""
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
+                cfg = build_cfg(dataset, list(opts) + ["DATASET.CHECK_IMAGES", "off"]
+                                + (["DATASET.ROOT", root] if root else []))
+                d = build_dataset(cfg)
+            return len(d.test), len(d.classnames)
+        except (Exception, SystemExit):   # noqa: BLE001 (absent here: not estimated)
+            return None, None
+    return (min(n, cap) if cap > 0 else n), k
 
 
-def _hours(s: float) -> str:
-    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min"
+def missing_note(missing: Dict[Tuple[str, str, str], List[str]], file: str) -> List[str]:
+    """One line per path and set of datasets: the methods without a measured rate there."""
+    groups: Dict[Tuple[str, str, Tuple[str, ...]], List[str]] = {}
+    for (backbone, views, m), dss in missing.items():
+        groups.setdefault((backbone, views, tuple(dss)), []).append(m)
+    return [f"no measured rate in {file} of {', '.join(ms)} with {backbone}, TTA.VIEWS_DEVICE "
+            f"{views} (on {', '.join(dss)}): not counted (+?); measure it with python -m "
+            f"argtca.bench table1" for (backbone, views, dss), ms in groups.items()]
+
+
+def _time(s: float) -> str:
+    return f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min" if s >= 60 else \
+        f"{s:.0f} s"
 
 
 def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[int],
-               num_images: int = -1) -> List[str]:
-    """What Table 1 will run: per dataset the runs, the test images and the estimated GPU time
-    (from the benchmark's measured rates), and the totals."""
-    from ..report.reference import full_test_size, num_classes
+               opts: Sequence[str] = (), root: str = "", rates: Optional[str] = None
+               ) -> List[str]:
+    """What a table will run: per dataset the runs, the test images and the estimated time on
+    this machine (the path the runs take: ``TTA.VIEWS_DEVICE`` of each method, on CUDA where
+    there is one, else the CPU), from the measured per-method rates of the whole-table benchmark
+    (``python -m argtca.bench table1``; argtca/bench/rates.py), and the totals."""
+    from ..bench.rates import borrowed_note
+    device = plan_device(opts)
+    table, note = choose_rates(device, rates)
+    where = "GPU time" if device == "cuda" else "CPU time"
     lines = [f"{'dataset':<16}{'runs':>6}{'images/run':>12}{'images':>10}{'classes':>9}"
-             f"{'GPU time':>10}"]
-    tot_runs = tot_img = 0
+             f"{where:>10}"]
+    tot_runs = tot_img = per = 0
     tot_s = 0.0
-    unknown = []
+    unknown, borrowed, missing, own = [], [], {}, []
     for ds in datasets:
-        n, k = full_test_size(ds), num_classes(ds)
-        if num_images and num_images > 0 and n:
-            n = min(n, num_images)
+        n, k = dataset_size(ds, root, opts)
         runs = len(methods) * len(seeds)
+        tot_runs += runs
         if n is None or k is None:
             unknown.append(ds)
             lines.append(f"{ds:<16}{runs:>6}{'?':>12}{'?':>10}{'?':>9}{'?':>10}")
-            tot_runs += runs
             continue
-        s = sum(seconds_per_image(split_method(m)[0], k) * n for m in methods) * len(seeds)
-        lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{_hours(s):>10}")
-        tot_runs, tot_img, tot_s = tot_runs + runs, tot_img + n * runs, tot_s + s
-    lines.append(f"{'total':<16}{tot_runs:>6}{'':>12}{tot_img:>10}{'':>9}{_hours(tot_s):>10}")
-    per = sum(full_test_size(ds) or 0 for ds in datasets)
-    if num_images and num_images > 0:
-        per = sum(min(full_test_size(ds) or 0, num_images) for ds in datasets)
+        from ..report.reference import full_test_size
+        if full_test_size(ds) is None:
+            own.append(f"{ds} {n}")
+        s, known = 0.0, 0
+        for m in methods:
+            backbone, views = run_path(m, ds, opts)
+            e = table.estimate(m, ds, backbone, views, n, k) if table is not None else None
+            if e is None or e.seconds is None:
+                missing.setdefault((backbone, views, m), []).append(ds)
+                continue
+            known += 1
+            s += e.seconds * len(seeds)
+            if e.source:
+                borrowed.append([m, ds, e.source])
+        cell = "?" if not known else _time(s) + ("+?" if known < len(methods) else "")
+        lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{cell:>10}")
+        tot_img, tot_s, per = tot_img + n * runs, tot_s + s, per + n
+    total = _time(tot_s) + ("+?" if missing else "") if tot_s else "?"
+    lines.append(f"{'total':<16}{tot_runs:>6}{'':>12}{tot_img:>10}{'':>9}{total:>10}")
     lines.append(f"{per} test images per method and seed")
-    lines.append(f"{len(methods)} method(s) x {len(seeds)} seed(s); images: the published test "
-                 f"splits (CoOp's split files); GPU time: {RATE_SOURCE}, linear in the classes; "
-                 f"zero-shot at 1/64 of a TTA image (not benchmarked); {_costs(methods)}ArgTCA's "
-                 f"Phase 1 (once per dataset) and model loading not included")
-    lines.append(f"GPU time {VIEWS_ASSUMPTION}")
+    sizes = "; ".join(
+        (["the published test splits (CoOp's split files)"] if len(own) < len(datasets) - len(
+            unknown) else []) + ([f"{', '.join(own)} (as listed here)"] if own else []))
+    lines.append(f"{len(methods)} method(s) x {len(seeds)} seed(s); images: {sizes}; time: each "
+                 f"run's measured start (model, per-dataset work, first batch, metrics) plus its "
+                 f"images at its measured steady rate, on the path it takes here "
+                 f"({'one GPU' if device == 'cuda' else 'the CPU'}, its TTA.VIEWS_DEVICE)")
+    if table is not None:
+        lines.append(f"rates: {table.describe()}" + (f"; {note}" if note else ""))
+    else:
+        lines.append(f"rates: {note}")
+    lines += borrowed_note(borrowed, len(methods))
+    if table is not None:
+        lines += missing_note(missing, table.path.name)
     if unknown:
-        lines.append(f"no published size for {', '.join(unknown)}: not estimated")
+        lines.append(f"no published size for {', '.join(unknown)} and not readable here: "
+                     f"not estimated")
     return lines
 
 
@@ -150,6 +212,19 @@ def split_method(name: str) -> Tuple[str, Optional[str]]:
                    | set(declared))
     raise ExperimentError(f"unknown method {name!r}; choose from {', '.join(known)} or "
                           f"argtca-SELECTOR (e.g. {', '.join(METHODS[-2:])})")
+
+
+def expand_methods(names: Sequence[str], plugins: Sequence[str] = (),
+                   default: Optional[Sequence[str]] = None) -> List[str]:
+    """``--methods`` as run keys: a set's name (``all``, ``paper``, ``zoo``, ``baselines``) stands
+    for its rows as the registry holds them once the ``--plugin`` modules are imported (so
+    ``all`` includes a loaded plug-in's method); no name: ``default``, or ``all``."""
+    if plugins:
+        from ..plugins import load_plugins
+        load_plugins(plugins)
+    sets = method_sets()
+    out = [m for name in names for m in sets.get(str(name).strip().lower(), [name])]
+    return list(dict.fromkeys(out)) or list(default if default is not None else sets["all"])
 
 
 def dataset_yaml(ds: str) -> Path:
@@ -365,10 +440,11 @@ def holds_run(out: Optional[Path], fp) -> bool:
     fingerprint is ``fp`` (its ``config.json``)."""
     if out is None or fp is None or not (out / "summary.json").is_file():
         return False
+    from ..utils.code import without_code   # a finished run is re-read under any code
     try:
-        return json.loads((out / "config.json").read_text()) == \
-            json.loads(json.dumps(fp, default=str))
-    except (OSError, ValueError):
+        return without_code(json.loads((out / "config.json").read_text())) == \
+            without_code(json.loads(json.dumps(fp, default=str)))
+    except (OSError, ValueError, AttributeError):
         return False
 
 

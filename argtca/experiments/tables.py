@@ -111,31 +111,28 @@ def table1(datasets: Sequence[str] = (), seeds: Sequence[int] = (1, 2, 3),
            opts: Sequence[str] = (), baseline_config=None, plugins: Sequence[str] = (),
            dry_run: bool = False, quiet: bool = False, report_dir=None, plan: bool = False,
            extended: bool = False, force: bool = False, tag: str = "table1",
-           defaults: Sequence[str] = (),
+           defaults: Sequence[str] = (), rates: Optional[str] = None,
            after: Optional[Callable[[List[Path], Path], Dict[str, Path]]] = None) -> int:
     """The paper's Table 1 (its nine datasets by default; ``extended``: also ImageNet and
-    SUN397). ``plan``: print the runs, images and estimated GPU time per dataset, run nothing.
+    SUN397). ``plan``: print the runs, images and estimated time per dataset on this machine,
+    from the measured rates (``rates``: a rate file of ``python -m argtca.bench table1``; default
+    this machine's), run nothing.
     The report goes to ``report_dir`` or ``<out_root>/report/table1-<hash of the runs>``
     (``table1-<config stem>-<hash>`` with a ``baseline_config``): other runs never overwrite
     a report. Another table of the same kind (argtca/experiments/shift.py) passes its ``tag``
     (the lines' prefix and the report folder's), its ``defaults`` (the datasets when none is
     named) and ``after(done run folders, report folder) -> {name: file}``, its own section."""
     from ..report import make_report
-    from .plan import METHOD_SETS, METHODS
+    from .plan import expand_methods
     datasets = list(datasets) or list(defaults) or (
         TABLE1_DATASETS + (TABLE1_EXTENSION if extended else []))
-    methods = [m for name in methods for m in METHOD_SETS.get(str(name).lower(), [name])]
-    methods = list(dict.fromkeys(methods)) or METHODS
+    methods = expand_methods(methods, plugins)
     check_methods(methods, plugins)
     out_root = Path(out_root)
     tuned = load_baseline_config(baseline_config) if baseline_config else None
     if plan:
-        n = -1
-        for k, v in zip(list(opts)[::2], list(opts)[1::2]):
-            if k == "DATASET.NUM_IMAGES":
-                n = int(v)
         lines = plan_head(datasets, methods, seeds, root, out_root, opts, plugins, tuned)
-        for line in lines + plan_lines(datasets, methods, seeds, n):
+        for line in lines + plan_lines(datasets, methods, seeds, opts, root, rates):
             print(f"[{tag}] {line}")
         return 0
     need_attr = any(needs_attributes(m, opts) for m in methods)

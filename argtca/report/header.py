@@ -118,6 +118,9 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
     if per_row:
         lines.append("Set for some rows only (not their method's default): "
                      + "; ".join(per_row) + ".")
+    code = code_note(runs, labels)
+    if code:
+        lines.append(code)
     resolved = _resolved_note(runs, labels)
     if resolved:
         lines.append(resolved)
@@ -170,6 +173,28 @@ def _resolved_note(runs: Sequence[Run], labels: Sequence[str]) -> str:
 
 
 _VARIES = object()
+
+
+def code_note(runs: Sequence[Run], labels: Sequence[str]) -> str:
+    """The code that made the runs (argtca/utils/code.py): one version for every run, or which
+    rows each version made. Runs of two versions are never one cell (their labels differ); a
+    run resumed under other code (RUN.CODE_CHANGE allow) is named."""
+    from ..utils.code import RESUMED_KEY, code_id
+    by_code: Dict[str, List[str]] = {}
+    for lab in labels:
+        for r in runs:
+            if r.label == lab:
+                cid = code_id(r.settings)
+                if r.settings.get(RESUMED_KEY):
+                    cid += " resumed under " + ", ".join(
+                        code_id(c) for c in r.settings[RESUMED_KEY])
+                if lab not in by_code.setdefault(cid, []):
+                    by_code[cid].append(lab)
+    if len(by_code) == 1:
+        return f"Code: every run by {next(iter(by_code))}."
+    return (f"Code: the rows come from {len(by_code)} versions of the code (a cell never pools "
+            f"two): " + "; ".join(f"{cid}: {', '.join(labs)}" for cid, labs in by_code.items())
+            + ".")
 
 
 def stream_note(runs: Sequence[Run]) -> str:

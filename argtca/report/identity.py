@@ -62,7 +62,10 @@ RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.", "TTA.STREAM.")
 # built-in name: another experiment)
 FILE_HASH_PREFIX = "FILE_SHA256."
 PROVIDER_PREFIX = "PROVIDER."
-FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX, PROVIDER_PREFIX)
+# the code that made a run (argtca/utils/code.py): no setting, but runs of two code versions are
+# never pooled into one cell (the variant labels them) and the header names the code
+CODE_PREFIX = "CODE."
+FINGERPRINT_PREFIXES = ("TEST_SET.", FILE_HASH_PREFIX, PROVIDER_PREFIX, CODE_PREFIX)
 FINGERPRINT_KEYS = ("RUN.DEVICE_TYPE", STREAM_ORDER_KEY)
 
 # the input files (FILE_SHA256.<role>) that belong to a dataset: its split and class-name files,
@@ -90,7 +93,8 @@ SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
                "MODEL.BACKBONE.NAME": "backbone", "MODEL.PRETRAINED": "weights",
                "TEST_SET.ITEMS_SHA256": "test images", "TEST_SET.CLASSNAMES_SHA256": "class names",
                "TEST_SET.N_IMAGES": "test size", "RUN.DEVICE_TYPE": "device",
-               "TTA.N_VIEWS": "views"}
+               "TTA.N_VIEWS": "views", "CODE.ARGTCA_SHA256": "code",
+               "CODE.ARGTCA_VERSION": "argtca", "CODE.RESUMED_UNDER": "resumed under"}
 
 
 def is_result_key(key: str) -> bool:

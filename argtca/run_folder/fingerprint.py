@@ -31,6 +31,9 @@ NON_RESULT_KEYS = {"OUTPUT_DIR", "OUTPUT_ROOT", "VERBOSE", "DATALOADER.NUM_WORKE
                    # how often an online method's state is saved: a resume starts at a saved
                    # batch boundary and makes the same batches, so never a different number
                    "TTA.STREAM.CHECKPOINT_IMAGES",
+                   # whether a resume under other code is allowed: the code itself is recorded
+                   # (CODE.*, argtca/utils/code.py)
+                   "RUN.CODE_CHANGE",
                    # where the data is mounted (/data or a node's /scratch): the test set is
                    # identified by content instead (TEST_SET.*: root-relative paths and labels,
                    # class names, split files by sha256); an own ImageFolder keeps its location
@@ -135,7 +138,9 @@ def run_fingerprint(cfg, dataset, device_type: Optional[str] = None,
 
 
 def config_hash(fp: Dict[str, object]) -> str:
-    return json_sha256(fp)
+    """The hash of a run's settings; the code that ran them (``CODE.*``) is not one of them."""
+    from argtca.utils.code import without_code
+    return json_sha256(without_code(fp))
 
 
 def seed_axis_keys(fp: Dict[str, object]) -> List[str]:
@@ -162,5 +167,7 @@ def experiment_settings(fp: Dict[str, object]) -> Dict[str, object]:
 def experiment_hash(fp: Dict[str, object]) -> str:
     """Eight hex digits naming an experiment: the run fingerprint without the seed and what
     follows it (:func:`seed_axis_keys`: the seeds of one experiment, and the stream orders they
-    draw, share a folder ``<hash>/seed<N>``; any other difference gives another)."""
-    return json_sha256(experiment_settings(fp), 8)
+    draw, share a folder ``<hash>/seed<N>``; any other difference gives another). The code
+    (``CODE.*``) is no part of it: an upgrade finds and re-reads its finished runs."""
+    from argtca.utils.code import without_code
+    return json_sha256(without_code(experiment_settings(fp)), 8)

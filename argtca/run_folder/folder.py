@@ -16,6 +16,7 @@ from typing import Dict, List, Optional
 from argtca.run_folder.errors import ConfigMismatchError, RunFolderError
 from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, ROOT_KEY, TEST_SET_KEYS,
                                            config_defaults, unread_node_keys)
+from argtca.utils.code import RESUMED_KEY, code_id, is_code_key, without_code
 from argtca.utils.io import os_error, read_json_object, write_json
 
 # files a run derives from its settings before its first record; stale once config.json changes
@@ -138,11 +139,46 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
     if old is None or (not found and old != want):
         _replace_unstarted(out_dir, path, want)
         return
-    cmp = _upgrade(old, want)
-    if cmp != want:
-        raise _mismatch(out_dir, cmp, want, paths or {})
-    if old != want:   # add the test-set keys / input hashes to an older fingerprint
-        write_json(path, want, sort_keys=True)
+    # the code that made the records is checked on resume (check_code), and stays recorded
+    code = {k: v for k, v in old.items() if is_code_key(k)}
+    cmp = _upgrade(without_code(old), without_code(want))
+    if cmp != without_code(want):
+        raise _mismatch(out_dir, cmp, without_code(want), paths or {})
+    if without_code(old) != without_code(want):   # add the test-set keys / input hashes
+        write_json(path, dict(without_code(want), **code), sort_keys=True)
+
+
+def check_code(out_dir: str, fp: Dict[str, object], n_records: int, n_total: int,
+               allow: bool = False) -> None:
+    """A resume (records made, some still to make) under other code than the records' (argtca's
+    version or source, argtca/utils/code.py) is refused in one line naming both, unless
+    ``allow`` (``RUN.CODE_CHANGE allow``): then the switch is recorded in ``config.json``
+    (``CODE.RESUMED_UNDER``). A finished run is re-read under any code: its ``config.json``
+    keeps the code that made it."""
+    if not n_records or n_records >= n_total:
+        return
+    path = os.path.join(out_dir, "config.json")
+    try:
+        old = read_json_file(path, "the run's configuration fingerprint", "restore it")
+    except RunFolderError:
+        return   # check_or_write_fingerprint has named it
+    now = {k: v for k, v in fp.items() if is_code_key(k) and k != RESUMED_KEY}
+    then = {k: v for k, v in old.items() if is_code_key(k) and k != RESUMED_KEY}
+    under = list(old.get(RESUMED_KEY) or [])
+    last = under[-1] if under else then
+    if last == now:
+        return
+    if not allow:
+        raise ConfigMismatchError(
+            f"{out_dir} holds {n_records} of {n_total} records made by {code_id(then)}, but this "
+            f"is {code_id(now)}: resuming would mix two versions' records in one run; finish it "
+            f"with the code that started it, or resume anyway with RUN.CODE_CHANGE allow (the "
+            f"switch is recorded in its config.json), or delete {out_dir} to start over")
+    old[RESUMED_KEY] = under + [dict(now, AT_RECORD=n_records)]
+    write_json(path, old, sort_keys=True)
+    print(f"argtca: {out_dir}: {n_records} records made by {code_id(then)} resumed under "
+          f"{code_id(now)} (RUN.CODE_CHANGE allow; recorded as {RESUMED_KEY} in config.json)",
+          file=sys.stderr, flush=True)
 
 
 def _replace_unstarted(out_dir: str, path: str, want: Dict[str, object]) -> None:

@@ -14,7 +14,8 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.run_folder import (RecordWriter, RunLock, check_or_write_fingerprint, check_records,
+from argtca.run_folder import (RecordWriter, RunLock, check_code, check_or_write_fingerprint,
+                               check_records,
                                config_hash, experiment_hash, flatten_cfg, load_records)
 from argtca.utils.io import write_json
 from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
@@ -241,6 +242,9 @@ class TestTimeTrainer(RunIdentity):
         rec_path = os.path.join(out_dir, "records.jsonl")
         records = load_records(rec_path)
         check_records(records, self.dataset, rec_path)   # each one is the dataset's item
+        # a resume under other code than the records' is refused (or recorded, when allowed)
+        check_code(out_dir, fp, len(records), len(self.dataset.test),
+                   allow=str(cfg.RUN.get("CODE_CHANGE", "refuse")) == "allow")
         records = self.resume_records(out_dir, records)
         n_total = len(self.dataset.test)
         todo = self.pending_indices(records, n_total)

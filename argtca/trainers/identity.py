@@ -101,15 +101,31 @@ class RunIdentity:
             attributes = None
         if attributes and os.path.isfile(str(attributes)):
             files["DATASET.ATTRIBUTE_FILE"] = str(attributes)
-        for name, path in sorted(self.plugin_files.items()):
-            files[f"PLUGIN.{name}"] = path
-        # the code of every plug-in that runs (an entry point's module, a trainer, selector or
-        # adapter registered over a built-in): its source file by content, like a --plugin file
-        seen = {os.path.realpath(p) for p in files.values()}
+        files.update(self.plugin_code_files())
+        return files
+
+    def plugin_code_files(self) -> Dict[str, str]:
+        """role -> file of the plug-in code this run runs: of each provider of its method,
+        selector, adapter, objective or engine that is not argtca's own, the module's whole
+        closure (argtca/utils/code.py: its package's files and what it imported). A
+        ``--plugin`` that provides none of them is not read by this run and stays out of its
+        fingerprint. A role is the ``--plugin`` name of its file, else its module's name."""
+        from argtca.utils.code import module_closure
+        by_file = {os.path.realpath(p): n for n, p in sorted(self.plugin_files.items())}
+        import sys
+        for name, mod in list(sys.modules.items()):
+            f = getattr(mod, "__file__", None)
+            if f and os.path.realpath(f) not in by_file:
+                by_file[os.path.realpath(f)] = name
+        files: Dict[str, str] = {}
+        seen = set()
         for kind, (module, file) in sorted(self.providers().items()):
-            if file and os.path.isfile(file) and os.path.realpath(file) not in seen:
-                files[f"PLUGIN.{module}"] = file
-                seen.add(os.path.realpath(file))
+            for path in module_closure(module, file):
+                real = os.path.realpath(path)
+                if real in seen:
+                    continue
+                seen.add(real)
+                files[f"PLUGIN.{by_file.get(real, path)}"] = path
         return files
 
     def providers(self) -> Dict[str, Tuple[str, str]]:
@@ -136,6 +152,9 @@ class RunIdentity:
                                  nodes=type(self).config_nodes(self.cfg))
             from argtca.trainers.providers import provider_keys
             fp.update(provider_keys(self.providers()))
+            # the code that computes it: recorded, checked on resume, not in the folder's hash
+            from argtca.utils.code import code_keys
+            fp.update(code_keys())
             self._fingerprint = dict(sorted(fp.items()))
         return self._fingerprint
 

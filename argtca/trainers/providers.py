@@ -38,7 +38,8 @@ def source_of(obj) -> Tuple[str, str]:
 def run_providers(trainer) -> Dict[str, Tuple[str, str]]:
     """kind -> (module, file) of each of ``trainer``'s pieces of code that is not argtca's:
     METHOD (its class), SELECTOR (``selector_impl``, resolved at load time, when the run uses a
-    selector), ADAPTER (``adapter_cls`` of the training-free and online methods), OBJECTIVE."""
+    selector), ADAPTER (``adapter_cls`` of the training-free and online methods), OBJECTIVE,
+    ENGINE (``TTA.ENGINE`` as resolved)."""
     from argtca.registry import OBJECTIVE_REGISTRY
     found: Dict[str, object] = {"METHOD": type(trainer)}
     if getattr(trainer, "selector", None) is not None:
@@ -51,6 +52,10 @@ def run_providers(trainer) -> Dict[str, Tuple[str, str]]:
         found["OBJECTIVE"] = OBJECTIVE_REGISTRY.get(trainer.objective_name)
     except KeyError:   # reported when the model is built
         pass
+    from argtca.registry import ENGINE_REGISTRY
+    engine = str(trainer.cfg.TTA.get("ENGINE", "") or "")
+    if engine and engine != "auto" and engine in ENGINE_REGISTRY:
+        found["ENGINE"] = ENGINE_REGISTRY.get(engine)
     out: Dict[str, Tuple[str, str]] = {}
     for kind, obj in found.items():
         module, file = obj if isinstance(obj, tuple) else source_of(obj)
@@ -83,7 +88,8 @@ def check_providers(trainer, out_dir: str) -> None:
     names = {"SELECTOR": f'selector "{trainer.selector}"',
              "METHOD": f"method {trainer.method} (trainer {type(trainer).__name__})",
              "ADAPTER": f'adapter "{getattr(trainer, "adapter_name", "")}"',
-             "OBJECTIVE": f'objective "{trainer.objective_name}"'}
+             "OBJECTIVE": f'objective "{trainer.objective_name}"',
+             "ENGINE": f'engine "{trainer.cfg.TTA.get("ENGINE", "")}"'}
     kinds = sorted({k[len(PROVIDER_PREFIX):] for k in list(old) + list(fp)
                     if k.startswith(PROVIDER_PREFIX)})
     for kind in kinds:

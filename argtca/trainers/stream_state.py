@@ -49,6 +49,8 @@ def _differing(saved: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     defaults = config_defaults()
     out = []
     for k in sorted((set(saved) - unread_node_keys(saved, now)) | set(now)):
+        if saved.get(k) == now.get(k) or k.startswith("CODE."):   # the code: check_code's
+            continue
         if saved.get(k) == now.get(k):
             continue
         if (k not in saved or k not in now) and k in defaults and \
