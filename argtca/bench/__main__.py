@@ -1,4 +1,5 @@
-"""Throughput benchmark of episodic test-time tuning: ``python -m argtca.bench [--out bench.json]``.
+"""Throughput benchmark of episodic test-time tuning: ``python -m argtca.bench [--out bench.json]``
+(every method over the whole table: ``python -m argtca.bench table1``, argtca/bench/table1.py).
 
 One run builds a synthetic JPEG dataset in CoOp's Caltech101 layout (generated split file and
 attribute file, in a temporary folder), loads CLIP with **random weights** (``MODEL.PRETRAINED
@@ -88,6 +89,10 @@ def print_table(res: Dict[str, object]) -> None:
 
 
 def main(argv=None) -> int:
+    rest = list(sys.argv[1:] if argv is None else argv)
+    if rest[:1] == ["table1"]:   # the whole-table benchmark (argtca/bench/table1.py)
+        from argtca.bench.table1 import main as table1
+        return table1(rest[1:])
     args = parse_args(argv, description=__doc__)
     torch.manual_seed(0)
     dev = torch.device(args.device)

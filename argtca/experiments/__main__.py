@@ -123,8 +123,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="tuned.yaml of the tune command: the baselines' weights")
     t1.add_argument("--plan", action="store_true",
                     help="print the absent datasets, the views per method family, the "
-                    "finished runs, then the runs, test images and estimated GPU time per "
-                    "dataset; run nothing")
+                    "finished runs, then the runs, test images and estimated time per dataset "
+                    "on this machine (from measured rates); run nothing")
+    t1.add_argument("--rates", default=None, metavar="JSON", help="with --plan: the rate file "
+                    "of python -m argtca.bench table1 to estimate from (default $ARGTCA_RATES, "
+                    "else this machine's in benchmarks/rates)")
     t1.add_argument("--extended", action="store_true",
                     help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
                     "is named")
@@ -135,7 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     sh.add_argument("--baseline-config", default=None, metavar="YAML",
                     help="as for table1: tuned.yaml of the tune command")
     sh.add_argument("--plan", action="store_true", help="as for table1: the absent sets, then "
-                    "the runs, test images and estimated GPU time per set; run nothing")
+                    "the runs, test images and estimated time per set; run nothing")
+    sh.add_argument("--rates", default=None, metavar="JSON", help="as for table1")
     od = sub.add_parser("ood", help="OOD detection: every method on an ID set and OOD sets "
                         "(AUROC, FPR@95TPR of the maximum softmax probability)")
     common(od, "1,2,3")
@@ -292,11 +296,11 @@ def _command(a, datasets: List[str], kw) -> int:
         from .tables import table1
         return table1(datasets, methods=_list(a.methods),
                       baseline_config=a.baseline_config, plan=a.plan, extended=a.extended,
-                      force=a.force, **kw)
+                      force=a.force, rates=a.rates, **kw)
     if a.cmd == "shift":
         from .shift import shift
         return shift(datasets, methods=_list(a.methods), baseline_config=a.baseline_config,
-                     plan=a.plan, force=a.force, **kw)
+                     plan=a.plan, force=a.force, rates=a.rates, **kw)
     if a.cmd == "ood":
         from .ood import ood
         return ood(datasets, oods=a.ood, ood_root=a.ood_root, ood_split=a.ood_split,

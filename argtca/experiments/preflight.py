@@ -208,8 +208,8 @@ def check_methods(methods: Sequence[str], plugins: Sequence[str] = ()) -> None:
 
 
 def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
-    """Per method family, the views its runs make (how many, on which path), and what the
-    GPU-time estimate assumes (GPU views, the benchmark's)."""
+    """Per method family, the views its runs make (how many, on which path), and the path the
+    time estimate is for (those views, on this machine's GPU or CPU)."""
     from ..config import get_cfg_default
     from ..registry import TRAINER_REGISTRY
     from ..trainers.catalogue import method_info
@@ -246,11 +246,8 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
     path = {"cpu": "CPU exact views (TPT's PIL pipeline)", "cpu-fast": "CPU fast views",
             "gpu": "GPU views"}
     made = " and ".join(path.get(d, d) for d in sorted(devices)) or "?"
-    lines = ["views per method family: " + "; ".join(parts)]
-    if devices <= {"gpu"}:
-        lines.append("GPU time below: GPU views, as these runs make them (the benchmark's rate)")
-    else:
-        lines.append(f"GPU time below assumes GPU views (TTA.VIEWS_DEVICE gpu, the benchmark's "
-                     f"rate); these runs make {made}, where the host's CPU cores bound the "
-                     f"loop: expect longer")
-    return lines
+    from .plan import plan_device
+    here = "one GPU" if plan_device(opts) == "cuda" else "the CPU (no CUDA here)"
+    return ["views per method family: " + "; ".join(parts),
+            f"time below: {made} on {here}, as these runs make them, at the rates measured on "
+            f"that path (the rates line below)"]

@@ -41,7 +41,6 @@ class MethodInfo:
     paper: bool
     rows: Tuple[str, ...]
     module: str           # where it is declared
-    gpu_cost: float = 1.0  # GPU time per image against TPT's (table1 --plan); measured per method
 
     @property
     def family_title(self) -> str:
@@ -57,8 +56,7 @@ def _info(cls) -> MethodInfo:
         family=str(getattr(cls, "family", "tpt-family")), node=f"TRAINER.{node}",
         config_file=Path(own) if own else configs_dir() / "trainers" / f"{method}.yaml",
         paper=bool(getattr(cls, "paper", False)),
-        rows=tuple(getattr(cls, "rows", (method,))), module=cls.__module__,
-        gpu_cost=float(getattr(cls, "gpu_cost", 1.0)))
+        rows=tuple(getattr(cls, "rows", (method,))), module=cls.__module__)
 
 
 def catalogue() -> List[MethodInfo]:

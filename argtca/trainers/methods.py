@@ -156,9 +156,6 @@ class TTL(TestTimeTrainer):
     argtca/engine/objectives.py ``ttl``); class prompts, frozen."""
     method, label, objective_name = "ttl", "TTL", "ttl"
     engine_name = "lora"
-    # GPU time per image against TPT's for table1 --plan: 97.02 / 70.19 img/s steady, one H200,
-    # GPU views, K=101, 512 images (benchmarks/probes/device_round10_methods.sh, round 10)
-    gpu_cost = 1.38
     cfg_ranges = {"RANK": Range(lambda v: v >= 1, ">= 1 (TTL: 16)", True),
                   "ALPHA": Range(lambda v: v > 0, "> 0 (TTL: 32)"),
                   "MARGIN": Range(lambda v: True, "a number (TTL: 0.4)")}
@@ -192,9 +189,6 @@ class RLCF(TestTimeTrainer):
     a REINFORCE loss rewarded by a second, frozen CLIP (``TRAINER.RLCF.REWARD_*``;
     argtca/models/reward.py, argtca/engine/objectives.py ``rlcf_loss``)."""
     method, label, objective_name = "rlcf", "RLCF", "rlcf"
-    # against TPT's (as TTL's): 97.02 / 18.12 img/s, the ViT-L/14 reward model on the 64 views
-    # and 5 steps (the fine-grained sets; 3 on the ImageNet family: the plan keeps 5)
-    gpu_cost = 5.35
     cfg_ranges = {"SAMPLE_K": Range(lambda v: v >= 1, ">= 1 (RLCF: 3), at most the classes",
                                     True),
                   "CLIPSCORE_WEIGHT": Range(lambda v: v > 0, "> 0 (RLCF: 2.5)")}

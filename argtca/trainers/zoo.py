@@ -338,9 +338,6 @@ class DynaPrompt(StreamTrainer):
     are checked as for the prompt-tuning methods."""
     method, label, adapter_name = "dynaprompt", "DynaPrompt", "dynaprompt"
     tunes = True
-    # against TPT's (as TTL's): 97.02 / 19.83 img/s, 12 prompts through the text tower, one image
-    # at a time (the stream)
-    gpu_cost = 4.89
 
     def engine_kwargs(self) -> Dict[str, object]:
         cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())

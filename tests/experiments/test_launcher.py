@@ -126,20 +126,30 @@ def test_local_jobs_killed_task_resubmitted_report_equals_inline(env, monkeypatc
     assert rc == 0 and "4 run(s) planned: 4 finished" in out, err
 
 
-def test_dry_run_numbers_and_nothing_submitted(env):
+def test_dry_run_numbers_and_nothing_submitted(env, monkeypatch):
     tmp, _ = env
+    # measured GPU rates (made by hand; $ARGTCA_RATES names the file): TPT on the demo 0.05 s an
+    # image after a 2 s start, zero-shot 0.01 s after 0.5 s
+    from argtca.bench.rates import derive
+    rows = [derive({"method": m, "dataset": "demo", "backbone": "argtca-demo-clip",
+                    "views": "cpu", "classes": 16, "n": 32, "loop_s": 1.0, "run_s": run,
+                    "steady_img_per_s": steady})
+            for m, run, steady in (("tpt", 2 + 32 * 0.05, 20.0), ("zeroshot", 0.5 + 0.32, 100))]
+    rates = tmp / "gpu-rates.json"
+    rates.write_text(json.dumps({"machine": {"device": "cuda", "card": "NVIDIA H100 80GB HBM3",
+                                             "cores": 16, "date": "2026-12-06"}, "rows": rows}))
+    monkeypatch.setenv("ARGTCA_RATES", str(rates))
     rc, out, err = _call(["table1", "demo", "--methods", "tpt,zeroshot", "--seeds", "1,2,3",
                           "--out-root", "o", "--launcher", "slurm", "--dry-run",
                           "--gpus-per-job", "2"] + TINY)
     assert rc == 0, err
-    # 2 methods x 3 seeds, 3 images each; the demo has 16 classes. Seconds per TTA image at K
-    # classes: 1/104.1 (eager, K=101) + (K - 101) x (1/60.5 - 1/143.5) / 899; zero-shot 1/64
-    s_tpt = 1 / 104.1 + (16 - 101) * (1 / 60.5 - 1 / 143.5) / 899
-    gpu_s = 3 * 3 * s_tpt * (1 + 1 / 64)
+    # 2 methods x 3 seeds, 3 images each: 3 x ((2 + 3 x 0.05) + (0.5 + 3 x 0.01)) = 8.04 s
+    gpu_s = 3 * ((2 + 3 * 0.05) + (0.5 + 3 * 0.01))
     assert "[table1] 6 run(s) planned: 0 finished (re-read, not submitted), 6 to submit in 3 " \
            "task(s) of 2 GPU(s)" in out
     assert f"[table1] to submit: 18 test images, {gpu_s / 3600:.2f} GPU hours " \
            f"({gpu_s:.0f} GPU s)" in out
+    assert f"rates: {rates} (NVIDIA H100 80GB HBM3, 16 cores" in out
     assert sum("would submit: " in ln for ln in out.splitlines()) == 6
     assert not (tmp / "o").exists()   # nothing submitted, no record, no run folder
 

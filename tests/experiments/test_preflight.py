@@ -153,7 +153,8 @@ def test_plan_says_first_what_is_absent_and_which_views(tmp_path):
     empty = tmp_path / "data"
     empty.mkdir()
     rc, so, se = _call(["table1", "caltech101", "dtd", "--plan", "--root", str(empty),
-                        "--methods", "zeroshot,tpt,tda", "--out-root", str(tmp_path / "o")])
+                        "--methods", "zeroshot,tpt,tda", "--out-root", str(tmp_path / "o"),
+                        "TTA.VIEWS_DEVICE", "cpu", "USE_CUDA", "False"])
     assert rc == 0, se
     lines = so.splitlines()
     assert lines[0].startswith(f"[table1] absent here: 2 of 2 dataset(s) (caltech101, dtd): not "
@@ -161,11 +162,14 @@ def test_plan_says_first_what_is_absent_and_which_views(tmp_path):
     assert lines[1] == ("[table1] views per method family: Zero-shot: 1 view; TPT family: 64 "
                         "views, TTA.VIEWS_DEVICE cpu; Online: up to 64 views, TTA.VIEWS_DEVICE "
                         "cpu")
-    assert lines[2].startswith("[table1] GPU time below assumes GPU views (TTA.VIEWS_DEVICE gpu")
-    assert "these runs make CPU exact views" in lines[2]
+    # the estimate is for the path these runs take on this machine (no CUDA: the CPU)
+    assert lines[2] == ("[table1] time below: CPU exact views (TPT's PIL pipeline) on the CPU (no "
+                        "CUDA here), as these runs make them, at the rates measured on that path "
+                        "(the rates line below)")
     rc, so, se = _call(["table1", "caltech101", "--plan", "--root", str(empty), "--methods",
-                        "tpt", "--out-root", str(tmp_path / "o"), "TTA.VIEWS_DEVICE", "gpu"])
-    assert rc == 0 and "GPU time below: GPU views, as these runs make them" in so
+                        "tpt", "--out-root", str(tmp_path / "o"), "TTA.VIEWS_DEVICE", "gpu",
+                        "USE_CUDA", "False"])
+    assert rc == 0 and "time below: GPU views on the CPU (no CUDA here), as these runs" in so
 
 
 def test_tune_dry_run_marks_finished_grid_points(tmp_path, monkeypatch):

@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 
-from ..plan import (RATE_SOURCE, VIEWS_ASSUMPTION, RunSpec,
-                    build_run_trainer, finished, holds_run, seconds_per_image)
+from ..plan import RunSpec, build_run_trainer, choose_rates, finished, holds_run
 
 
 @dataclass
@@ -21,12 +20,22 @@ class Planned:
     images: Optional[int] = None      # its test images (None: it could not be set up here)
     classes: Optional[int] = None
     finished: bool = False            # already ran to the end: re-read, never submitted
+    backbone: str = ""                # which measured rates apply (argtca/bench/rates.py)
+    views: str = ""
 
     @property
-    def gpu_seconds(self) -> Optional[float]:
-        if self.images is None or self.classes is None:
+    def name(self) -> str:
+        """The method as table1 names it (argtca-div, tpt): the rate files' key."""
+        s = self.spec
+        return f"argtca-{s.selector}" if s.method == "argtca" else s.method
+
+    def seconds(self, table) -> Optional[float]:
+        """Its estimated seconds at ``table``'s measured rates (None: not set up here, or no
+        rate of its method on its path)."""
+        if self.images is None or self.classes is None or table is None:
             return None
-        return seconds_per_image(self.spec.method, self.classes) * self.images
+        return table.estimate(self.name, self.spec.dataset, self.backbone, self.views,
+                              self.images, self.classes).seconds
 
 
 def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
@@ -48,6 +57,8 @@ def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
                 if s.out_root is not None:
                     s.out = Path(tr.output_dir())
                 p.images, p.classes = len(tr.dataset.test), len(tr.dataset.classnames)
+                p.backbone = str(tr.cfg.MODEL.BACKBONE.NAME)
+                p.views = str(tr.cfg.TTA.VIEWS_DEVICE).lower()
                 fp = tr.fingerprint()
             except (Exception, SystemExit):   # noqa: BLE001 (reported by the run itself)
                 pass
@@ -57,22 +68,36 @@ def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
 
 
 def plan_summary(plans: Sequence[Planned], gpus_per_job: int) -> List[str]:
-    """Runs, test images and estimated GPU hours of what is to be submitted."""
+    """Runs, test images and estimated hours of what is to be submitted, at the rates measured
+    on a GPU (on the CPU with ``gpus_per_job`` 0; ``table1 --plan``'s rate files)."""
     todo = [p for p in plans if not p.finished]
     tasks = len(group(todo, gpus_per_job))
     lines = [f"{len(plans)} run(s) planned: {len(plans) - len(todo)} finished (re-read, not "
              f"submitted), {len(todo)} to submit in {tasks} task(s)"
              + (f" of {gpus_per_job} GPU(s)" if gpus_per_job else " (CPU)")]
-    known = [p for p in todo if p.gpu_seconds is not None]
-    s = sum(p.gpu_seconds for p in known)
-    lines.append(f"to submit: {sum(p.images for p in known)} test images, {s / 3600:.2f} GPU "
-                 f"hours ({s:.0f} GPU s)")
-    lines.append(f"GPU hours estimated from {RATE_SOURCE}, linear in the classes; zero-shot at "
-                 f"1/64 of a TTA image; model loading and ArgTCA's Phase 1 not included; GPU "
-                 f"time {VIEWS_ASSUMPTION}")
-    if len(known) < len(todo):
-        lines.append(f"{len(todo) - len(known)} run(s) could not be set up here (each reports "
-                     f"its own error when it starts): not counted")
+    device = "cuda" if gpus_per_job else "cpu"
+    table, note = choose_rates(device)
+    unit = "GPU" if gpus_per_job else "CPU"
+    secs = {id(p): p.seconds(table) for p in todo}
+    known = [p for p in todo if secs[id(p)] is not None]
+    s = sum(secs[id(p)] for p in known)
+    lines.append(f"to submit: {sum(p.images or 0 for p in todo)} test images, {s / 3600:.2f} "
+                 f"{unit} hours ({s:.0f} {unit} s)")
+    if table is None:
+        lines.append(f"{unit} hours: {note}")
+    else:
+        lines.append(f"{unit} hours: each run's measured start plus its images at its measured "
+                     f"steady rate, on its TTA.VIEWS_DEVICE; rates: {table.describe()}"
+                     + (f"; {note}" if note else ""))
+    unset = [p for p in todo if p.images is None]
+    if unset:
+        lines.append(f"{len(unset)} run(s) could not be set up here (each reports its own "
+                     f"error when it starts): not counted")
+    norate = sorted({f"{p.name} ({p.backbone}, TTA.VIEWS_DEVICE {p.views})" for p in todo
+                     if p.images is not None and secs[id(p)] is None})
+    if norate:
+        lines.append(f"no measured rate of {', '.join(norate)}: not counted; measure it with "
+                     f"python -m argtca.bench table1")
     return lines
 
 

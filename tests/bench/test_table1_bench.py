@@ -1,0 +1,152 @@
+"""The whole-table benchmark through its command (``python -m argtca.bench table1``), tiny on the
+CPU, and the arithmetic that turns its rows into the hours of Table 1 and into ``table1 --plan``'s
+estimate, checked against numbers worked out by hand."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+# Table 1's nine published test sizes (CoOp's split files): 63,846 images a method and seed
+SIZES = {"caltech101": 2465, "oxford_pets": 3669, "stanford_cars": 8041, "oxford_flowers": 2463,
+         "food101": 30300, "fgvc_aircraft": 3333, "dtd": 1692, "eurosat": 8100, "ucf101": 3783}
+TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "INPUT.SIZE", "(32, 32)", "TTA.N_VIEWS", "4",
+        "DATALOADER.NUM_WORKERS", "0", "TTA.BATCH_IMAGES", "2"]
+
+
+def _cli(args, cwd):
+    env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS="1")
+    p = subprocess.run([sys.executable, "-m"] + args, cwd=cwd, env=env, text=True,
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
+    return p.returncode, p.stdout
+
+
+def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
+    out = tmp_path / "rates.json"
+    rc, log = _cli(["argtca.bench", "table1", "--methods", "zeroshot,tpt", "--datasets",
+                    "eurosat", "--images", "4", "--warmup", "0", "--cpu", "--commit", "abc1234",
+                    "--out", str(out), "--data-dir", str(tmp_path / "data")] + TINY, tmp_path)
+    assert rc == 0, log
+    data = json.loads(out.read_text())
+    assert data["machine"]["card"] == "cpu" and data["machine"]["device"] == "cpu"
+    assert data["machine"]["cores"] >= 1 and data["commit"] == "abc1234"
+    assert data["command"].startswith("python -m argtca.bench table1 --methods zeroshot,tpt")
+    rows = {r["method"]: r for r in data["rows"]}
+    assert list(rows) == ["zeroshot", "tpt"]
+    for r in rows.values():
+        # the EuroSAT stand-in: its 10 classes, its 64 x 64 images; the path table1 would take
+        assert (r["dataset"], r["classes"], r["image_size"], r["n"]) == ("eurosat", 10, [64, 64], 4)
+        assert (r["backbone"], r["views"], r["device"], r["commit"]) == \
+            ("argtca-tiny-test", "cpu", "cpu", "abc1234")
+        assert r["bound"] in ("views workers", "main process", "engine (CPU)")
+        assert sum(r["shares"].values()) == pytest.approx(1.0, abs=0.01)
+        # the arithmetic of a row: seconds per image at the steady rate (2 batches of 2: one
+        # batch after the first), the rest of the run's seconds its fixed cost
+        assert r["steady_img_per_s"] > 0
+        assert r["s_per_image"] == pytest.approx(1 / r["steady_img_per_s"])
+        assert r["fixed_s"] == pytest.approx(max(0.0, r["run_s"] - 4 * r["s_per_image"]))
+        assert r["loop_img_per_s"] == pytest.approx(4 / r["loop_s"], rel=1e-3)
+    # the full table: 9 datasets at their published sizes x 3 seeds; the eight not measured take
+    # EuroSAT's rate (the only one measured)
+    ex = data["extrapolation"]["argtca-tiny-test, TTA.VIEWS_DEVICE cpu"]
+    assert ex["datasets"] == SIZES and ex["seeds"] == 3
+    for m, r in rows.items():
+        hours = 3 * (9 * r["fixed_s"] + 63846 * r["s_per_image"]) / 3600
+        assert ex["hours_per_method"][m] == pytest.approx(hours, abs=1e-4)
+    assert ex["hours_total"] == pytest.approx(sum(ex["hours_per_method"].values()), abs=1e-3)
+    assert len(ex["borrowed"]) == 2 * 8
+    # printed per method: images, loop and steady img/s, bound and hours; the total
+    line = next(x for x in log.splitlines() if x.startswith("tpt "))
+    r = rows["tpt"]
+    assert line.split()[:5] == ["tpt", "1", "4", f"{4 / r['loop_s']:.2f}",
+                                f"{1 / r['s_per_image']:.2f}"]
+    assert line.split()[-1] == f"{ex['hours_per_method']['tpt']:.2f}"
+    total = next(x for x in log.splitlines() if x.startswith("total "))
+    assert total.split()[-1] == f"{ex['hours_total']:.2f}"
+
+    # table1 --plan reads the file: TPT and zero-shot on EuroSAT (8,100 images), 2 seeds
+    rc, plan = _cli(["argtca.experiments", "table1", "eurosat", "--plan", "--rates", str(out),
+                     "--methods", "zeroshot,tpt", "--seeds", "1,2", "--out-root",
+                     str(tmp_path / "o")] + TINY, tmp_path)
+    assert rc == 0, plan
+    s = 2 * sum(r["fixed_s"] + 8100 * r["s_per_image"] for r in rows.values())
+    cells = next(x for x in plan.splitlines() if x.startswith("[table1] eurosat")).split()
+    assert cells[2:6] == ["4", "8100", "32400", "10"]
+    want = f"{s / 3600:.1f}" if s >= 3600 else f"{s / 60:.0f}" if s >= 60 else f"{s:.0f}"
+    assert cells[6] == want
+    assert f"[table1] rates: {out} (cpu, {data['machine']['cores']} cores, commit abc1234" in plan
+
+
+def _row(method, dataset, classes, n, loop_s, run_s, steady, views="cpu"):
+    from argtca.bench.rates import derive
+    return derive({"method": method, "dataset": dataset, "backbone": "ViT-B/16", "views": views,
+                   "classes": classes, "n": n, "loop_s": loop_s, "run_s": run_s,
+                   "steady_img_per_s": steady})
+
+
+def test_extrapolation_by_hand():
+    from argtca.bench.table1 import extrapolation
+    rows = [_row("tpt", "caltech101", 100, 64, 8.0, 10.0, 10.0),    # 0.1 s an image, fixed 3.6
+            _row("tpt", "eurosat", 10, 64, 4.0, 5.0, 20.0),         # 0.05 s, fixed 1.8
+            _row("zero", "eurosat", 10, 16, 4.0, 4.0, None)]        # one batch: 0.25 s, fixed 0
+    assert (rows[0]["s_per_image"], rows[0]["fixed_s"]) == (pytest.approx(0.1),
+                                                            pytest.approx(3.6))
+    assert (rows[2]["s_per_image"], rows[2]["fixed_s"]) == (0.25, 0.0)
+    ex = extrapolation(rows)["ViT-B/16, TTA.VIEWS_DEVICE cpu"]
+    # TPT: caltech101 and eurosat measured; the nearest in classes elsewhere: oxford_pets (37),
+    # dtd (47) -> eurosat (10); stanford_cars (196), oxford_flowers, food101, fgvc_aircraft,
+    # ucf101 (100-102) -> caltech101 (100)
+    near_c = SIZES["caltech101"] + SIZES["stanford_cars"] + SIZES["oxford_flowers"] + \
+        SIZES["food101"] + SIZES["fgvc_aircraft"] + SIZES["ucf101"]         # 50,385 images
+    near_e = SIZES["eurosat"] + SIZES["oxford_pets"] + SIZES["dtd"]      # 13,461 images
+    tpt = 3 * (6 * 3.6 + 0.1 * near_c + 3 * 1.8 + 0.05 * near_e) / 3600
+    assert ex["hours_per_method"]["tpt"] == pytest.approx(tpt, abs=1e-4)     # 4.7821 h
+    assert ex["hours_per_method"]["tpt"] == pytest.approx(4.7821, abs=1e-4)
+    zero = 3 * 0.25 * 63846 / 3600                                            # 13.3013 h
+    assert ex["hours_per_method"]["zero"] == pytest.approx(zero, abs=1e-4)
+    assert ex["hours_total"] == pytest.approx(tpt + zero, abs=1e-3)
+    assert ["tpt", "dtd", "eurosat"] in ex["borrowed"]
+    assert ["tpt", "food101", "caltech101"] in ex["borrowed"]
+    assert ["zero", "food101", "eurosat"] in ex["borrowed"]
+    # another views path is its own table
+    gpu = extrapolation(rows + [_row("tpt", "food101", 101, 64, 2.0, 3.0, 40.0, "gpu")])
+    assert gpu["ViT-B/16, TTA.VIEWS_DEVICE gpu"]["hours_per_method"] == {
+        "tpt": pytest.approx(3 * 9 * (3.0 - 64 / 40) / 3600 + 3 * 63846 / 40 / 3600, abs=1e-4)}
+
+
+def test_the_plan_estimates_from_a_rate_file(tmp_path):
+    """table1 --plan on the CPU path with a hand-made rate file: per dataset its runs at the
+    measured rates, a dataset not measured at the nearest one's, a method without a rate named
+    and not counted."""
+    from argtca.experiments.plan import plan_lines
+    rows = [_row("tpt", "caltech101", 100, 64, 8.0, 10.0, 10.0),
+            _row("tpt", "eurosat", 10, 64, 4.0, 5.0, 20.0)]
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"machine": {"device": "cpu", "card": "cpu", "cores": 2,
+                                         "date": "2026-12-06"}, "commit": "abc1234",
+                             "rows": [dict(r, commit="abc1234") for r in rows]}))
+    lines = plan_lines(["caltech101", "dtd"], ["tpt", "zero"], [1, 2, 3],
+                       ["USE_CUDA", "False"], rates=str(f))
+    cal = lines[1].split()
+    # 2 methods x 3 seeds; TPT: 3 x (3.6 + 0.1 x 2465) = 750.3 s = 13 min; ZERO: no rate (+?)
+    assert cal[:6] == ["caltech101", "6", "2465", "14790", "100", "13"] and cal[6] == "min+?"
+    dtd = lines[2].split()    # DTD (47 classes) at EuroSAT's rate: 3 x (1.8 + 0.05 x 1692)
+    assert dtd[:6] == ["dtd", "6", "1692", "10152", "47", "4"]
+    assert lines[0].split()[-2:] == ["CPU", "time"]
+    assert f"rates: {f} (cpu, 2 cores, commit abc1234, 2026-12-06; 64 images per method and " \
+           f"dataset)" in lines
+    assert "not measured on dtd (tpt): eurosat's rate used (the measured dataset nearest in " \
+           "classes)" in lines
+    assert any(x.startswith("no measured rate in r.json of zero with ViT-B/16, TTA.VIEWS_DEVICE "
+                            "cpu (on caltech101, dtd): not counted (+?)") for x in lines)
+    # a file that is not a rate file: one line naming it and the fix
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    from argtca.experiments.plan import ExperimentError
+    with pytest.raises(ExperimentError, match="bad.json: no 'machine' and 'rows'"):
+        plan_lines(["dtd"], ["tpt"], [1], ["USE_CUDA", "False"], rates=str(bad))
