@@ -6,7 +6,7 @@
 #
 #   DATA=/path/to/data bash scripts/sensitivity.sh [DATASET ...] [--selectors div,disc]
 #       [--alphas 5,10,20,40] [--betas 15,25,35,50] [--seeds 1] [KEY VALUE ...]
-#   bash scripts/sensitivity.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8
+#   bash scripts/sensitivity.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 16
 #
 # Report: <out-root>/report/sweep-<hash of the runs>/{sweep_alpha.png,sweep_beta.png,sweep.md}.
 # Environment: DATA, OPTS, PYTHON.

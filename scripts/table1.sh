@@ -9,7 +9,7 @@
 #
 #   DATA=/path/to/data bash scripts/table1.sh [DATASET ...] [--seeds 1,2,3] [--methods ...]
 #       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]
-#   bash scripts/table1.sh demo --seeds 1 DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8   # embedded demo
+#   bash scripts/table1.sh demo --seeds 1 DATASET.NUM_IMAGES 8 TTA.N_VIEWS 16   # embedded demo
 #
 # Without DATASET: the paper's nine datasets (--extended adds ImageNet and SUN397); absent ones are
 # listed first (with what is missing) and the rest runs. Each dataset's attribute file is the TCA

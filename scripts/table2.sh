@@ -6,7 +6,7 @@
 # Phase-1 store: the full graph and the zero-edge graph are each trained once per dataset.
 #
 #   DATA=/path/to/data bash scripts/table2.sh [DATASET ...] [--seeds 1] [--out-root output] [KEY VALUE ...]
-#   bash scripts/table2.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 8
+#   bash scripts/table2.sh demo DATASET.NUM_IMAGES 8 TTA.N_VIEWS 16
 #
 # Report: <out-root>/report/table2-<hash of the runs>/ablation.md. Environment: DATA, OPTS, PYTHON.
 set -euo pipefail

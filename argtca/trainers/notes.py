@@ -13,23 +13,32 @@ from __future__ import annotations
 
 from typing import Dict, List
 
-__all__ = ["inactive_reason", "run_notes", "note_lines"]
+__all__ = ["declared_inactive", "inactive_reason", "run_notes", "note_lines"]
+
+
+def declared_inactive(trainer_cls, node, cfg, n_classes: int) -> str:
+    """The method's own declaration: its adapter's ``inactive_reason`` (training-free and
+    online methods) or its objective's (the prompt-tuning methods; zero-shot CLIP tunes nothing
+    by design). ``node``: its config node, ``cfg`` the configuration its engine sees."""
+    adapter = getattr(trainer_cls, "adapter_name", "")
+    if adapter:
+        import argtca.adapters  # noqa: F401  (registration)
+        from argtca.registry import ADAPTER_REGISTRY
+        cls = ADAPTER_REGISTRY.get(adapter)
+    elif getattr(trainer_cls, "tunes", True):
+        from argtca.registry import OBJECTIVE_REGISTRY
+        cls = OBJECTIVE_REGISTRY.get(trainer_cls.objective_name)
+    else:
+        return ""
+    why = getattr(cls, "inactive_reason", None)   # a plug-in's class may not declare it
+    return str(why(node, cfg, n_classes) or "") if why else ""
 
 
 def inactive_reason(trainer) -> str:
-    """The method's own declaration for this run: its adapter's (training-free and online
-    methods) or its objective's (the prompt-tuning methods; zero-shot CLIP tunes nothing by
-    design). ``cfg``: the run's settled configuration (``run_cfg``, the views the engine sees)."""
+    """:func:`declared_inactive` for a built trainer: its node, the configuration its engine
+    sees (``run_cfg``, settled by ``resolve_auto``) and its dataset's classes."""
     n = len(getattr(trainer, "classnames", []) or [])
-    if getattr(trainer, "adapter_name", ""):
-        cls = trainer.adapter_cls
-        return str(cls.inactive_reason(trainer.node, trainer.cfg, n) or "")
-    if not getattr(trainer, "tunes", True):
-        return ""
-    from argtca.registry import OBJECTIVE_REGISTRY
-    cls = OBJECTIVE_REGISTRY.get(trainer.objective_name)
-    return str(getattr(cls, "inactive_reason", lambda *a: "")(trainer.node, trainer.run_cfg, n)
-               or "")
+    return declared_inactive(type(trainer), trainer.node, trainer.run_cfg, n)
 
 
 def run_notes(trainer) -> Dict[str, object]:
