@@ -60,6 +60,11 @@ def read_checkpoint(path: os.PathLike) -> Dict[str, Any]:
     except Exception as e:  # noqa: BLE001 - any unpickling failure means a bad file
         raise CheckpointError(f"{path} is not a readable torch file ({e}); re-create it with "
                               f"`python -m argtca.demo.train_clip --out {path}`") from e
+    return checked_checkpoint(ckpt, path)
+
+
+def checked_checkpoint(ckpt: Any, path: os.PathLike) -> Dict[str, Any]:
+    """``ckpt`` (a loaded ``argtca-clip-v1`` object), checked: its format and keys."""
     if not isinstance(ckpt, dict) or ckpt.get("format") != FORMAT:
         got = ckpt.get("format") if isinstance(ckpt, dict) else type(ckpt).__name__
         raise CheckpointError(f"{path} has format {got!r}, expected {FORMAT!r} (a file written by "
@@ -70,14 +75,15 @@ def read_checkpoint(path: os.PathLike) -> Dict[str, Any]:
     return ckpt
 
 
-def load_argtca_checkpoint(model, path: os.PathLike) -> Dict[str, Any]:
+def load_argtca_checkpoint(model, path: os.PathLike, ckpt: Any = None) -> Dict[str, Any]:
     """Load an ``argtca-clip-v1`` file into ``model`` (built from the config ``model_name``).
 
     The token embedding is zeroed and the stored rows filled in; everything else must match
     exactly (``load_state_dict(strict=True)``).  Returns the checkpoint's metadata
     (``model_name``, ``train_command``, ``train_meta``, ``n_vocab``).
     """
-    ckpt = read_checkpoint(path)
+    # ckpt: the file's object as the caller read it (the bytes its run fingerprinted)
+    ckpt = read_checkpoint(path) if ckpt is None else checked_checkpoint(ckpt, path)
     emb = model.token_embedding.weight
     ids, rows = ckpt["vocab_ids"].long(), ckpt["vocab_rows"]
     if rows.dim() != 2 or rows.shape != (ids.numel(), emb.shape[1]):

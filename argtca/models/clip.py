@@ -47,7 +47,7 @@ def load_clip(cfg, device="cpu") -> Tuple[nn.Module, object]:
             model = open_clip.create_model(name, pretrained=None)
         obj = read_state_dict(path)
         if isinstance(obj, dict) and obj.get("format") == "argtca-clip-v1":
-            load_compact_checkpoint(model, path)
+            load_compact_checkpoint(model, path, obj)
         else:
             load_state_dict_into(model, normalize_state_dict(obj, path), path, backbone)
         logging.getLogger(__name__).info("loaded %s weights from %s", name, path)
@@ -77,8 +77,8 @@ def _quiet_random_init_warning():
         root.removeFilter(f)
 
 
-def load_compact_checkpoint(model: nn.Module, path: str) -> nn.Module:
+def load_compact_checkpoint(model: nn.Module, path: str, obj=None) -> nn.Module:
     """Load argtca's compact checkpoint (fp16, pruned vocabulary rows; see
-    argtca.demo.checkpoint)."""
+    argtca.demo.checkpoint); ``obj``: the file's object, read already."""
     from argtca.demo.checkpoint import load_argtca_checkpoint
-    return load_argtca_checkpoint(model, path)
+    return load_argtca_checkpoint(model, path, obj)

@@ -23,7 +23,6 @@ and shapes against the configured backbone and names a likely backbone on a mism
 from __future__ import annotations
 
 import io
-import os
 import pickle
 import struct
 import zipfile
@@ -162,10 +161,11 @@ def is_torchscript_archive(names) -> bool:
                                    or any(n.startswith(f"{prefix}code/") for n in names))
 
 
-def read_torchscript_state_dict(path: str) -> Dict[str, torch.Tensor]:
+def read_torchscript_state_dict(path: str, data: Optional[bytes] = None
+                                ) -> Dict[str, torch.Tensor]:
     """Parameters and buffers of a TorchScript archive, by attribute path (``visual.conv1.weight``),
-    without compiling or running anything from it."""
-    with zipfile.ZipFile(path) as z:
+    without compiling or running anything from it (``data``: the file's bytes, already read)."""
+    with zipfile.ZipFile(io.BytesIO(data) if data is not None else path) as z:
         names = z.namelist()
         prefix = _archive_prefix(names)
         if prefix is None:
@@ -196,33 +196,36 @@ def _looks_like_safetensors(head: bytes, size: int) -> bool:
 
 
 def read_state_dict(path: str):
-    """The object stored in a weight file (usually a dict), by content; ModelError otherwise."""
-    size = os.path.getsize(path)
+    """The object stored in a weight file (usually a dict), by content; ModelError otherwise.
+    The file is read once (argtca.utils.hashing.read_input): the bytes deserialized are the
+    bytes the run's fingerprint names, or the read is refused."""
+    from argtca.utils.hashing import read_input
+    data = read_input(path)
+    size = len(data)
     if size == 0:
         raise ModelError(f"MODEL.PRETRAINED file {path} is empty; " + _FIX_REDOWNLOAD)
-    with open(path, "rb") as f:
-        head = f.read(64)
+    head = data[:64]
     if head.startswith(b"PK"):
         try:
-            with zipfile.ZipFile(path) as z:
+            with zipfile.ZipFile(io.BytesIO(data)) as z:
                 names = z.namelist()
         except zipfile.BadZipFile as e:
             raise ModelError(f"MODEL.PRETRAINED file {path} is a damaged or incomplete zip "
                              f"archive ({e}; {size} bytes — an interrupted download?); "
                              + _FIX_REDOWNLOAD) from e
         if is_torchscript_archive(names):
-            return read_torchscript_state_dict(path)
-        return _torch_load(path)
+            return read_torchscript_state_dict(path, data)
+        return _torch_load(path, data)
     if _looks_like_safetensors(head, size):
         from safetensors import SafetensorError
-        from safetensors.torch import load_file
+        from safetensors.torch import load
         try:
-            return load_file(path, device="cpu")
+            return load(data)
         except SafetensorError as e:
             raise ModelError(f"MODEL.PRETRAINED file {path} is a damaged safetensors file ({e}); "
                              + _FIX_REDOWNLOAD) from e
     if head[:1] == b"\x80":  # a pickle: torch.save's legacy (pre-zip) format
-        return _torch_load(path)
+        return _torch_load(path, data)
     shown = head[:24].decode("utf-8", "replace")
     kind = ("an HTML page (a failed download?)" if shown.lstrip().startswith("<")
             else "not a checkpoint")
@@ -230,9 +233,10 @@ def read_state_dict(path: str):
                      f"PyTorch zip/pickle or safetensors header; " + _FIX_REDOWNLOAD)
 
 
-def _torch_load(path: str):
+def _torch_load(path: str, data: Optional[bytes] = None):
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(io.BytesIO(data) if data is not None else path, map_location="cpu",
+                          weights_only=True)
     except pickle.UnpicklingError as e:
         raise ModelError(f"MODEL.PRETRAINED file {path} holds Python objects that argtca does not "
                          f"unpickle (weights_only: {str(e).splitlines()[0][:160]}); re-save its "

@@ -145,6 +145,14 @@ class TestTimeTrainer(RunIdentity):
         """Everything that must happen before tuning starts (e.g. ArgTCA's Phase 1)."""
 
     def build_model(self) -> None:
+        from argtca.utils.hashing import expected_inputs
+        # the weights read are the weights the fingerprint names (hashed and deserialized from
+        # one read: a file rewritten since the run hashed it is refused, argtca/utils/hashing.py)
+        fp = self.fingerprint()
+        with expected_inputs(self.input_paths, input_hashes(fp)):
+            self._build_model()
+
+    def _build_model(self) -> None:
         from argtca.models.clip import load_clip
         from argtca.models.text import PromptTextEncoder
         self.model, self.tokenizer = load_clip(self.cfg, self.device)

@@ -22,13 +22,16 @@ within :data:`RACY_SECONDS` of now (as git does for its index): such a file is h
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import time
+from contextvars import ContextVar
 from typing import Dict, Tuple
 
-__all__ = ["file_sha256", "hash_cache_path", "RACY_SECONDS"]
+__all__ = ["file_sha256", "hash_cache_path", "RACY_SECONDS", "InputChangedError",
+           "expected_inputs", "read_input"]
 
 Key = Tuple[int, int, int, int, int]   # device, inode, size, mtime_ns, ctime_ns
 _MEMO: Dict[Tuple[str, Key], str] = {}
@@ -122,3 +125,45 @@ def file_sha256(path: str) -> str:
         _remember_on_disk(real, key, digest)
     _MEMO[(real, key)] = digest
     return digest
+
+
+# ------------------------------------------------------------------- the bytes a run uses
+class InputChangedError(ValueError):
+    """An input file whose bytes, read to be used, are not those its run's fingerprint names."""
+
+
+# real path -> (role, sha256) of the input files the running run has fingerprinted
+_EXPECTED: ContextVar[Dict[str, Tuple[str, str]]] = ContextVar("argtca_expected_inputs",
+                                                               default={})
+
+
+@contextlib.contextmanager
+def expected_inputs(paths: Dict[str, str], hashes: Dict[str, str]):
+    """Inside: :func:`read_input` of one of ``paths`` (role -> path) must read the bytes whose
+    sha256 is ``hashes[role]`` (the run's fingerprint)."""
+    token = _EXPECTED.set({os.path.realpath(os.path.expanduser(str(p))): (role, hashes[role])
+                           for role, p in paths.items() if role in hashes})
+    try:
+        yield
+    finally:
+        _EXPECTED.reset(token)
+
+
+def read_input(path: str) -> bytes:
+    """The whole content of an input file, read once, so that what is deserialized is what is
+    hashed: inside :func:`expected_inputs`, bytes other than the fingerprinted ones (the file
+    rewritten since the run hashed it: a sync, a download in another shell) are refused with
+    one line naming the file and both hashes, before anything is computed from them."""
+    real = os.path.realpath(os.path.expanduser(str(path)))
+    with open(real, "rb") as f:
+        data = f.read()
+    role, want = _EXPECTED.get().get(real, ("", ""))
+    if want:
+        got = hashlib.sha256(data).hexdigest()
+        if got != want:
+            raise InputChangedError(
+                f"{role} file {path} changed after this run fingerprinted it (sha256 {want[:16]} "
+                f"then, {got[:16]} as read now): its records would come from other bytes than "
+                f"its config.json names; run the same command again once the file is in place "
+                f"(it is fingerprinted anew)")
+    return data
