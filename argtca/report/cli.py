@@ -30,7 +30,9 @@ a report of a subset of the same runs is updated) or, without it,
 
 Main mode writes ``table.md``/``table.csv``/``table.tex`` (Table-1 layout: an Acc and an ECE
 row per method, datasets + Average as columns; best bold, second underlined), ``runs.csv`` (one
-line per run), ``reliability.png``, ``confidence_hist.png``, ``radar_ece.png`` and
+line per run), ``reliability.png``, ``confidence_hist.png`` (a panel per method and dataset with
+records, each saying its seeds), ``ece_radar.png`` (``ece_bars.png`` below 3 datasets,
+``ece_heatmap.png`` above 6 methods) and
 ``attributes.md``, and ``stability.md``/``stability.csv`` (per method and dataset: std, min,
 max and range over seeds of the table's metrics; for online rows with TTA.STREAM.SEED -1 that is
 the spread over stream orders too); with ``--std``, cells of several seeds read "mean ± std" and
@@ -241,9 +243,11 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
             grid[(lab, dict(datasets)[dk])] = rec
             # the table's number: the mean over seeds of each run's ECE
             eces[(lab, dict(datasets)[dk])] = c.mean("ece")
+            # the seeds behind each panel, said in the figure title only where every panel
+            # of the page has as many (a cell of fewer seeds says its own)
             with_rec = sum(r.records() is not None for r in c.runs)
-            if with_rec > 1:
-                notes[(lab, dict(datasets)[dk])] = f"(mean of {with_rec} seeds)"
+            notes[(lab, dict(datasets)[dk])] = (f"(mean of {with_rec} seeds)" if with_rec > 1
+                                                else "(1 seed)")
     rows = [lab for lab in labels if any((lab, d) in grid for d in names)]
     if rows:
         written.update(plots.reliability_grid(
@@ -262,7 +266,7 @@ def make_report(paths: Sequence, out_dir=None, attributes_classes: int = 10,
         _warn("no records.jsonl in any run: reliability and histogram plots skipped")
     radar = {lab: [cells[(lab, dk)].mean("ece") if (lab, dk) in cells else math.nan
                    for dk, _ in datasets] for lab in labels}
-    written.update(plots.ece_radar(radar, names, out / "radar_ece.png"))
+    written.update(plots.ece_chart(radar, names, out))
     return written
 
 

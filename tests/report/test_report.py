@@ -100,7 +100,7 @@ def test_table_marks_and_averages(three_by_two, tmp_path):
     assert (out / "table.md").read_text() == md
     runs_lines = (out / "runs.csv").read_text().strip().splitlines()
     assert len(runs_lines) == 1 + 7
-    for name in ("reliability.png", "confidence_hist.png", "radar_ece.png"):
+    for name in ("reliability.png", "confidence_hist.png", "ece_bars.png"):
         data = (out / name).read_bytes()
         assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000, name
         assert written[name] == out / name
@@ -232,12 +232,12 @@ def test_bad_record_line_names_file(tmp_path):
         find_runs([tmp_path])
 
 
-def test_radar_fallback_and_single_dataset_cli(tmp_path):
+def test_ece_bars_and_single_dataset_cli(tmp_path):
     write_run(tmp_path, "zeroshot", "imagenet", 1, 50.0, 2.0)
     write_run(tmp_path, "tpt", "imagenet", 1, 52.0, 9.0)
     out = tmp_path / "rep"
     assert main([str(tmp_path), "--out", str(out), "--metrics", "accuracy,ece,nll"]) == 0
-    assert (out / "radar_ece.png").stat().st_size > 5_000
+    assert (out / "ece_bars.png").stat().st_size > 5_000
     assert "| TPT | Acc | **52.00** | **52.00** |" in (out / "table.md").read_text()
     assert "|  | NLL |" in (out / "table.md").read_text()
     assert "No phase1.json" in (out / "attributes.md").read_text()

@@ -9,7 +9,8 @@ the user's backend are left alone.
   (accuracy per bin, the gap to the mean confidence hatched, the diagonal, ECE in each title).
 * :func:`confidence_hist_grid` -- confidence histograms, correct vs incorrect, with the
   accuracy and the mean confidence marked; same grid.
-* :func:`ece_radar` -- one metric per dataset per method: a radar plot, bars below 3 datasets.
+* :func:`ece_chart` -- one metric per dataset per method: ``ece_radar.png`` (a radar plot),
+  ``ece_heatmap.png`` above 6 methods, ``ece_bars.png`` below 3 datasets.
 * :func:`sweep_plot` -- ECE and accuracy against one hyper-parameter (sensitivity figures).
 * :func:`risk_coverage_grid` -- selective prediction: risk against coverage with the optimal
   curve for the same errors, AURC in each title; the reliability diagrams' grid.
@@ -17,7 +18,7 @@ the user's backend are left alone.
 from argtca.report.plots.calibration import (build_figures, confidence_hist_grid, figure_pages,
                                              reliability_grid)
 from argtca.report.plots.risk_coverage import risk_coverage_grid
-from argtca.report.plots.summary import ece_radar, sweep_plot
+from argtca.report.plots.summary import ece_chart, sweep_plot
 
-__all__ = ["reliability_grid", "confidence_hist_grid", "figure_pages", "build_figures", "ece_radar",
+__all__ = ["reliability_grid", "confidence_hist_grid", "figure_pages", "build_figures", "ece_chart",
            "sweep_plot", "risk_coverage_grid"]

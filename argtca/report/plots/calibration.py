@@ -2,10 +2,13 @@
 
 Which figures a report gets (``path`` = ``<folder>/<stem>.png``; a PDF beside every PNG):
 
+Only the (method, dataset) panels with records are drawn: a method or dataset without any gets
+no panel, row or page, and a dataset's panels are packed in the methods' order.
+
 * one dataset: ``<stem>.png``, a panel per method wrapped at most 5 a row (16 methods: 4x4);
 * one method: ``<stem>.png``, a panel per dataset, wrapped the same way;
-* a few of both (at most 5 methods, at most min(5, methods + 1) datasets): ``<stem>.png``,
-  one row of method panels per dataset;
+* a few of both (at most 5 panels a dataset, at most min(5, that + 1) datasets):
+  ``<stem>.png``, one row of method panels per dataset;
 * otherwise one figure per dataset, ``<stem>_<dataset>.png``, each laid out as the
   one-dataset figure (so the same method sits in the same place on every page).
 
@@ -63,8 +66,7 @@ def _reliability_page(cells, blocks, axes, n_bins, notes, eces) -> None:
             ax.set_aspect("equal")
             ax.set_yticks([0, 0.5, 1], ["0", "0.5", "1"])
             ax.plot([0, 1], [0, 1], ls="--", color="0.25", lw=0.9, zorder=4)
-    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "accuracy",
-                                            "ECE –"):
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "accuracy"):
         conf, correct = cell
         b = reliability_bins(conf, correct, n_bins)
         ok = b["count"] > 0
@@ -92,8 +94,7 @@ def _reliability_page(cells, blocks, axes, n_bins, notes, eces) -> None:
 def _hist_page(cells, blocks, axes, n_bins) -> None:
     edges = np.linspace(0, 1, n_bins + 1)
     drawn = []
-    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "% of samples",
-                                            "–"):
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "confidence", "% of samples"):
         conf = np.asarray(cell[0], dtype=np.float64)
         correct = np.asarray(cell[1], dtype=bool)
         n = len(conf)

@@ -1,12 +1,15 @@
 """What every report figure shares: the paper-scale style, the small-multiples grid, wrapped
 titles, the shared legend and the PNG + PDF pair; and the pages of the methods x datasets
 figures (reliability diagrams, confidence histograms, risk-coverage curves): which figures, their
-panels, the empty and titled panel, one y scale a figure.
+panels (only those with records), the titled panel, one y scale a figure or a dataset.
 
 Sizes are physical: a panel is about 1.7 in wide, so a row of four fits a NeurIPS text width
 (5.5 in) at ~75 % scale and the 7-8 pt text stays legible there. Layout is matplotlib's
 constrained layout throughout (titles, tick labels and the outside legend get their room from
-the layout engine); only the figure size is computed here, from the number of panels.
+the layout engine); only the figure size is computed here, from the number of panels. The
+engine needs a few passes to settle (each pass moves the tick labels and wrapped titles it makes
+room for), so :func:`save` settles it before writing: one pass left a 3-line title over the
+panel titles and the legend over the x labels.
 """
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ import matplotlib
 import numpy as np
 from matplotlib import colormaps
 from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 MAX_COLS = 5          # panels a row, at most
@@ -136,9 +140,14 @@ def label_outer(ax: Axes, xlabel: str, ylabel: str, show_left_ticks: bool = Fals
 
 
 def shared_legend(fig: Figure, handles: list) -> None:
-    """One legend for all panels, below them, in as many columns as the figure's width holds."""
+    """One legend for all panels, below them, in as many columns as the figure's width holds; a
+    label wider than the figure (a long plug-in label) is wrapped to fit."""
     width_in = fig.get_figwidth()
-    need = [0.45 + len(h.get_label()) * 0.62 * STYLE["legend.fontsize"] / 72 for h in handles]
+    fit = chars_per_line(width_in - 0.8, STYLE["legend.fontsize"])
+    for h in handles:
+        h.set_label(wrap(h.get_label(), fit))
+    need = [0.45 + max(map(len, h.get_label().split("\n"))) * 0.62 * STYLE["legend.fontsize"]
+            / 72 for h in handles]
     ncols = len(handles)
     while ncols > 1 and max(sum(need[i:i + ncols]) for i in range(0, len(need), ncols)) > \
             width_in - 0.3:
@@ -151,8 +160,27 @@ def figure_title(text: str, width_in: float) -> str:
     return wrap(text, chars_per_line(width_in - 0.2, STYLE["figure.titlesize"]))
 
 
+def settle(fig: Figure, passes: int = 4) -> Figure:
+    """Run the constrained layout until the axes stop moving, at most ``passes`` times (a
+    16-panel page moves by < 0.2 % of its size after the fourth): the layout :func:`save`
+    writes, and what the tests measure."""
+    if not isinstance(fig.canvas, FigureCanvasAgg):
+        FigureCanvasAgg(fig)
+    before = None
+    for _ in range(passes):
+        fig.draw_without_rendering()
+        now = [tuple(np.round(ax.get_position().bounds, 6)) for ax in fig.get_axes()]
+        if now == before:
+            break
+        before = now
+    return fig
+
+
 def save(fig: Figure, png: Path) -> Dict[str, Path]:
-    """``png`` and the vector PDF beside it (same stem); {file name: path}."""
+    """``png`` and the vector PDF beside it (same stem), laid out by :func:`settle` and then
+    frozen (savefig would run the layout once more, PNG and PDF each); {file name: path}."""
+    settle(fig)
+    fig.set_layout_engine("none")
     png = Path(png)
     png.parent.mkdir(parents=True, exist_ok=True)
     pdf = png.with_suffix(".pdf")
@@ -181,25 +209,35 @@ Key = Tuple[str, str]                            # (method, dataset)
 Page = Tuple[str, List[Tuple[Key, str]]]         # (block title, [((method, dataset), label)])
 
 
-def figure_pages(methods: Sequence[str], datasets: Sequence[str], stem: str
+def figure_pages(methods: Sequence[str], datasets: Sequence[str], stem: str,
+                 present: Optional[Callable[[Key], bool]] = None
                  ) -> List[Tuple[str, str, List[Page]]]:
     """The figures for ``methods`` x ``datasets`` (argtca/report/plots/calibration.py's module
     docstring says which): a list of ``(file stem, title suffix, blocks)``, each block ``(title,
-    [((method, dataset), panel label), ...])``."""
-    m, d = list(methods), list(datasets)
+    [((method, dataset), panel label), ...])``. ``present(key)`` says which panels exist (None:
+    all): only those are drawn, a dataset's panels packed in the methods' order, and a method or
+    dataset with none gets no panel, row or page (a report over datasets run with different
+    methods draws no empty panels)."""
+    has = present or (lambda key: True)
+    m = [x for x in methods if any(has((x, y)) for y in datasets)]
+    d = [y for y in datasets if any(has((x, y)) for x in m)]
+    per = {y: [x for x in m if has((x, y))] for y in d}
+    if not d:
+        return []
     if len(d) == 1:
-        return [(stem, d[0], [("", [((x, d[0]), x) for x in m])])]
+        return [(stem, d[0], [("", [((x, d[0]), x) for x in per[d[0]]])])]
     if len(m) == 1:
         return [(stem, m[0], [("", [((m[0], y), y) for y in d])])]
-    if len(m) <= MAX_COLS and len(d) <= min(MAX_COLS, len(m) + 1):
-        return [(stem, "", [(y, [((x, y), x) for x in m]) for y in d])]
+    widest = max(len(p) for p in per.values())
+    if widest <= MAX_COLS and len(d) <= min(MAX_COLS, widest + 1):
+        return [(stem, "", [(y, [((x, y), x) for x in per[y]]) for y in d])]
     names: Dict[str, int] = {}
     pages = []
     for y in d:
         s = slug(y)
         names[s] = names.get(s, 0) + 1
         s = s if names[s] == 1 else f"{s}_{names[s]}"
-        pages.append((f"{stem}_{s}", y, [("", [((x, y), x) for x in m])]))
+        pages.append((f"{stem}_{s}", y, [("", [((x, y), x) for x in per[y]])]))
     return pages
 
 
@@ -223,13 +261,15 @@ def cell_figures(cells: Mapping[Key, Cell], methods: Sequence[str], datasets: Se
                  draw: Callable[[List[Page], List[List[Optional[Axes]]], Mapping[Key, str]],
                                 None],
                  notes: Optional[Mapping[Key, str]] = None) -> List[Tuple[str, Figure]]:
-    """One figure per page of :func:`figure_pages`, unsaved: ``[(file stem, figure), ...]``.
-    Each page's title is ``title`` after its suffix, plus the note every drawn panel shares
-    (``notes``; None: no notes); ``draw(blocks, axes, notes)`` fills the panels in the paper
-    style, given the notes left for the panels' own titles (none when shared)."""
+    """One figure per page of :func:`figure_pages` over the cells with records, unsaved:
+    ``[(file stem, figure), ...]``. Each page's title is ``title`` after its suffix, plus the
+    note every panel of the page shares (``notes``; None: no notes); ``draw(blocks, axes,
+    notes)`` fills the panels in the paper style, given the notes left for the panels' own
+    titles (none when shared)."""
     out = []
-    for page_stem, suffix, blocks in figure_pages(methods, datasets, stem):
-        keys = [k for _, panels in blocks for k, _ in panels if has_records(cells.get(k))]
+    for page_stem, suffix, blocks in figure_pages(methods, datasets, stem,
+                                                  lambda k: has_records(cells.get(k))):
+        keys = [k for _, panels in blocks for k, _ in panels]
         note = shared_note(notes, keys) if notes is not None else ""
         text = (f"{suffix} · " if suffix else "") + title + (
             f"; every panel: {note.strip('()')}" if note else "")
@@ -242,22 +282,16 @@ def cell_figures(cells: Mapping[Key, Cell], methods: Sequence[str], datasets: Se
 
 
 def cell_panels(cells: Mapping[Key, Cell], blocks: Sequence[Page],
-                axes: Sequence[Sequence[Axes]], xlabel: str, ylabel: str, missing: str
+                axes: Sequence[Sequence[Axes]], xlabel: str, ylabel: str
                 ) -> Iterator[Tuple[Key, str, Axes, Tuple[np.ndarray, np.ndarray]]]:
-    """The panels of a page, x from 0 to 1 and labelled on the outer panels: those without
-    records say so (titled ``missing``); the others are yielded as (key, label, axes, cell)."""
+    """The panels of a page (every one has records: :func:`cell_figures` draws no other), x from
+    0 to 1 and labelled on the outer panels, yielded as (key, label, axes, cell)."""
     for (_, panels), block_axes in zip(blocks, axes):
         for (key, label), ax in zip(panels, block_axes):
             ax.set_xlim(0, 1)
             ax.set_xticks([0, 0.5, 1], ["0", "0.5", "1"])
             label_outer(ax, xlabel, ylabel)
-            cell = cells.get(key)
-            if not has_records(cell):
-                ax.text(0.5, 0.5, "no records", ha="center", va="center",
-                        transform=ax.transAxes, color="0.5")
-                panel_title(ax, label, missing)
-                continue
-            yield key, label, ax, cell
+            yield key, label, ax, cells[key]
 
 
 def same_y(axes: Sequence[Sequence[Axes]], top: float) -> None:
@@ -266,6 +300,30 @@ def same_y(axes: Sequence[Sequence[Axes]], top: float) -> None:
         for ax in block_axes:
             ax.set_ylim(0, top)
             ax.locator_params(axis="y", nbins=4)
+
+
+def y_per_dataset(panels: Sequence[Tuple[Axes, str, float]], floor: float = 1.0) -> None:
+    """One y scale a dataset, 0 to 1.08 x the highest value of its panels (at least ``floor``):
+    ``panels`` are (axes, dataset, highest value). A dataset whose values stay under 3 % is not
+    flattened by another's 60 %. A panel whose row holds another dataset's scale shows its own
+    tick labels."""
+    top: Dict[str, float] = {}
+    for _, d, hi in panels:
+        top[d] = max(top.get(d, floor), 1.08 * hi)
+    rows: Dict[Tuple[int, int], set] = {}
+    for ax, d, _ in panels:
+        ax.set_ylim(0, top[d])
+        ax.locator_params(axis="y", nbins=4)
+        rows.setdefault(_row(ax), set()).add(d)
+    for ax, _, _ in panels:
+        if len(rows[_row(ax)]) > 1:
+            ax.tick_params(labelleft=True)
+
+
+def _row(ax: Axes) -> Tuple[int, int]:
+    """(holder, grid row) of a panel of :func:`panel_grid`."""
+    spec = ax.get_subplotspec()
+    return id(ax.get_figure()), spec.rowspan.start
 
 
 def save_figures(figures: Sequence[Tuple[str, Figure]], path) -> Dict[str, Path]:

@@ -5,7 +5,8 @@ at most 5 panels a row, one figure per dataset when there are many methods).
 Each panel: the risk (error rate, %) of the images kept against the coverage (the share kept,
 most confident first; :func:`argtca.metrics.risk_coverage`, ties spread over their group), the
 optimal curve for the same errors dashed (every correct image first), the AURC in the title.
-One y scale per figure, so the panels compare at a glance.
+One y scale per dataset (the methods of a dataset compare at a glance, and a dataset whose risk
+stays under 3 % is not a flat line under another's 60 %).
 """
 from __future__ import annotations
 
@@ -18,8 +19,8 @@ from matplotlib.lines import Line2D
 
 from argtca.metrics import aurc, risk_coverage
 from argtca.report.plots.layout import (ACC_COLOR, PANEL_IN, Cell, Key, cell_figures,
-                                        cell_panels, panel_title, same_y, save_figures,
-                                        shared_legend)
+                                        cell_panels, panel_title, save_figures, shared_legend,
+                                        y_per_dataset)
 
 __all__ = ["risk_coverage_figures", "risk_coverage_grid", "optimal_risk"]
 
@@ -47,8 +48,7 @@ def risk_coverage_figures(cells: Mapping[Key, Cell], methods: Sequence[str],
 
 def _page(cells, blocks, axes, aurcs, notes) -> None:
     tops = []
-    for key, label, ax, cell in cell_panels(cells, blocks, axes, "coverage", "risk (% errors)",
-                                            "AURC –"):
+    for key, label, ax, cell in cell_panels(cells, blocks, axes, "coverage", "risk (% errors)"):
         conf, correct = cell
         rc = risk_coverage(conf, correct)
         cov = np.r_[0.0, rc["coverage"]]
@@ -57,13 +57,13 @@ def _page(cells, blocks, axes, aurcs, notes) -> None:
         best = 100 * optimal_risk(len(conf), errors)
         ax.plot(cov, risk, color=ACC_COLOR, lw=1.2)
         ax.plot(cov, np.r_[best[0], best], color=OPTIMAL_COLOR, lw=0.9, ls="--")
-        tops.append(float(risk.max()))
+        tops.append((ax, key[1], float(risk.max())))
         area = aurcs.get(key)
         if area is None or not np.isfinite(area):
             area = 100 * aurc(conf, correct)
         note = notes.get(key, "")
         panel_title(ax, label, f"AURC {area:.2f}%" + (f" {note}" if note else ""))
-    same_y(axes, max(1.0, 1.08 * max(tops)) if tops else 1.0)
+    y_per_dataset(tops)
     shared_legend(axes[0][0].get_figure(root=True), [
         Line2D([0], [0], color=ACC_COLOR, lw=1.2, label="risk of the images kept"),
         Line2D([0], [0], color=OPTIMAL_COLOR, lw=0.9, ls="--",

@@ -1,5 +1,6 @@
-"""Figures of one number per (method, dataset): the ECE radar (bars below 3 datasets) and the
-α/β sensitivity sweeps. Each returns {file name: path} of its PNG and the PDF beside it."""
+"""Figures of one number per (method, dataset): the ECE chart (a radar, a heatmap or bars, and
+named so) and the α/β sensitivity sweeps. Each returns {file name: path} of its PNG and the PDF
+beside it."""
 from __future__ import annotations
 
 import math
@@ -11,42 +12,60 @@ import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from argtca.report.plots.layout import (PANEL_IN, colors, figure_title, paper_style, save,
-                                        shared_legend)
+from argtca.report.plots.layout import (PANEL_IN, STYLE, chars_per_line, colors, figure_title,
+                                        paper_style, remove_stale, save, shared_legend, wrap)
 
-__all__ = ["ece_radar", "sweep_plot"]
+__all__ = ["ece_chart", "ece_kind", "sweep_plot"]
 
 
 RADAR_LINES = 6     # methods one radar shows readably; more get a heatmap
+ECE_KINDS = ("bars", "radar", "heatmap")
+
+
+def ece_kind(n_methods: int, n_datasets: int) -> str:
+    """Which chart :func:`ece_chart` draws: bars below 3 datasets (a radar needs 3 axes), a
+    heatmap above RADAR_LINES methods (too many lines for a radar), else a radar."""
+    if n_datasets < 3:
+        return "bars"
+    return "radar" if n_methods <= RADAR_LINES else "heatmap"
 
 
 def ece_figure(values: Mapping[str, Sequence[float]], datasets: Sequence[str],
                metric: str = "ECE (%)", title: str = "Calibration per dataset") -> Figure:
-    """The figure of :func:`ece_radar`, unsaved."""
+    """The figure of :func:`ece_chart`, unsaved."""
+    draw = {"bars": _bars, "radar": _radar, "heatmap": _heatmap}[
+        ece_kind(len(values), len(datasets))]
     with paper_style():
-        if len(datasets) < 3:
-            return _bars(values, datasets, metric, title)
-        if len(values) <= RADAR_LINES:
-            return _radar(values, datasets, metric, title)
-        return _heatmap(values, datasets, metric, title)
+        return draw(values, datasets, metric, title)
 
 
-def ece_radar(values: Mapping[str, Sequence[float]], datasets: Sequence[str], path,
-              metric: str = "ECE (%)", title: str = "Calibration per dataset"
-              ) -> Dict[str, Path]:
-    """``values[method] = [value per dataset]`` (NaN = missing). A radar plot with one axis per
-    dataset; above RADAR_LINES methods (too many lines for a radar) a heatmap of methods x
-    datasets with the values written in; below 3 datasets (a radar needs 3 axes) horizontal
-    bars, a row per method. The title says which."""
+def ece_chart(values: Mapping[str, Sequence[float]], datasets: Sequence[str], folder,
+              metric: str = "ECE (%)", title: str = "Calibration per dataset",
+              stem: str = "ece") -> Dict[str, Path]:
+    """``values[method] = [value per dataset]`` (NaN = missing), drawn as :func:`ece_kind` says
+    and named for it: ``<folder>/ece_bars.png``, ``ece_radar.png`` or ``ece_heatmap.png`` (PDF
+    beside). A radar plot has one axis per dataset; the heatmap is methods x datasets with the
+    values written in; the bars are a row per method. The other kinds' files of an earlier
+    report in ``folder`` are deleted (an updated report may change kind), as is the
+    ``radar_ece.png`` earlier versions wrote whatever the kind."""
+    folder = Path(folder)
+    kind = ece_kind(len(values), len(datasets))
     fig = ece_figure(values, datasets, metric, title)
     with paper_style():
-        return save(fig, path)
+        written = save(fig, folder / f"{stem}_{kind}.png")
+    for other in (*(k for k in ECE_KINDS if k != kind), None):
+        remove_stale(folder / (f"{stem}_{other}.png" if other else "radar_ece.png"), [])
+    return written
 
 
 def _bars(values, datasets, metric, title) -> Figure:
     methods = list(values)
     n_m, n_d = len(methods), len(datasets)
-    fig = Figure(figsize=(5.5, max(2.2, 0.9 + n_m * (0.16 + 0.12 * n_d))), layout="constrained")
+    # a long plug-in label is wrapped to 2.2 in of the figure's 5.5 (else it squeezes the bars
+    # and pushes the x label off the canvas), and its row is as tall as its lines
+    names = [wrap(m, chars_per_line(2.2, STYLE["ytick.labelsize"])) for m in methods]
+    rows_in = sum(max(0.16 + 0.12 * n_d, 0.13 * (n.count("\n") + 1)) for n in names)
+    fig = Figure(figsize=(5.5, max(2.2, 0.9 + rows_in)), layout="constrained")
     ax = fig.add_subplot()
     y = np.arange(n_m)
     h = 0.8 / n_d
@@ -58,7 +77,7 @@ def _bars(values, datasets, metric, title) -> Figure:
                        color=d_colors[k % 2], label=d)
         ax.bar_label(bars, labels=[f"{t:.2f}" if np.isfinite(t) else "–" for t in v],
                      fontsize=6.5, padding=2)
-    ax.set_yticks(y, methods)
+    ax.set_yticks(y, names)
     ax.margins(y=0.01)
     ax.invert_yaxis()                          # the table's order, top to bottom
     ax.set_xlim(0, 1.15 * top if top > 0 else 1)
@@ -83,7 +102,9 @@ def _radar(values, datasets, metric, title) -> Figure:
     angles = _radar_axes(ax, datasets, rmax, 8)
     closed = np.concatenate([angles, angles[:1]])
     for k, m in enumerate(methods):
-        ax.plot(closed, _closed(values[m]), color=cols[k], lw=1.3, marker="o", ms=2.5, label=m)
+        # a legend entry at most ~1.7 in wide: a long plug-in label must not squeeze the radar
+        ax.plot(closed, _closed(values[m]), color=cols[k], lw=1.3, marker="o", ms=2.5,
+                label=wrap(m, chars_per_line(1.7, STYLE["legend.fontsize"])))
         if len(methods) <= 4 and np.all(np.isfinite(values[m])):
             ax.fill(closed, _closed(values[m]), color=cols[k], alpha=0.08)
     ax.tick_params(axis="y", labelsize=6.5, labelcolor="0.35")
