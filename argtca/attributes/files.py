@@ -112,8 +112,9 @@ def load_attributes(path: str, classnames: Sequence[str], num_required: int,
         raise AttributeFileError(
             f"attribute file not found: {path!r}. Fix DATASET.ATTRIBUTE_FILE. " + _WHERE + ".")
     try:
-        with open(path, encoding="utf-8") as f:
-            data = json.load(f, object_pairs_hook=_no_duplicate_keys(path))
+        from argtca.utils.hashing import read_input   # the bytes used, noted for the run
+        data = json.loads(read_input(path, log=True).decode("utf-8"),
+                          object_pairs_hook=_no_duplicate_keys(path))
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise AttributeFileError(
             f"attribute file {path!r} is not valid JSON ({e}); re-download it. " + _WHERE + "."

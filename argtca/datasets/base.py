@@ -66,8 +66,9 @@ def refuse_single_class(classnames: Sequence[str], source: str,
 def read_json(path: str):
     if not os.path.isfile(path):
         raise DataError(f"file not found: {path}")
+    from ..utils.hashing import read_input
     try:
-        with open(path) as f:
-            return json.load(f)
-    except json.JSONDecodeError as e:
+        # read once and noted: the run checks the bytes it used against its fingerprint
+        return json.loads(read_input(path, log=True).decode("utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"{path} is not valid JSON ({e}); re-download or fix the file") from e

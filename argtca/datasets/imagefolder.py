@@ -221,8 +221,8 @@ def read_class_name_file(path: str) -> "Dict[str, str]":
                         f"'<folder> <class name>' line per class folder, or leave it empty to "
                         f"name classes after their folders")
     out: Dict[str, str] = {}
-    with open(path, encoding="utf-8") as f:
-        text = f.read()
+    from ..utils.hashing import read_input   # the bytes used, noted for the run's check
+    text = read_input(path, log=True).decode("utf-8")
     if text.lstrip().startswith("{"):
         try:
             data = json.loads(text)

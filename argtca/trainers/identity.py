@@ -147,6 +147,9 @@ class RunIdentity:
                     hashes[role] = file_sha256(path)
                 except OSError as e:
                     raise OSError(e.errno, f"cannot read {role} ({e.strerror})", path) from None
+            # the files read at load time hold what was read (argtca/utils/hashing.py)
+            from argtca.utils.hashing import check_read
+            check_read(paths, hashes)
             self.input_paths = paths
             fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes,
                                  nodes=type(self).config_nodes(self.cfg))

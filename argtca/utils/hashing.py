@@ -31,7 +31,7 @@ from contextvars import ContextVar
 from typing import Dict, Tuple
 
 __all__ = ["file_sha256", "hash_cache_path", "RACY_SECONDS", "InputChangedError",
-           "expected_inputs", "read_input"]
+           "expected_inputs", "read_input", "check_read"]
 
 Key = Tuple[int, int, int, int, int]   # device, inode, size, mtime_ns, ctime_ns
 _MEMO: Dict[Tuple[str, Key], str] = {}
@@ -132,6 +132,9 @@ class InputChangedError(ValueError):
     """An input file whose bytes, read to be used, are not those its run's fingerprint names."""
 
 
+# real path -> sha256 of the bytes this process last read from it to use (read_input(log=True):
+# the small input files read at load time, before the run fingerprints them)
+_READ: Dict[str, str] = {}
 # real path -> (role, sha256) of the input files the running run has fingerprinted
 _EXPECTED: ContextVar[Dict[str, Tuple[str, str]]] = ContextVar("argtca_expected_inputs",
                                                                default={})
@@ -149,7 +152,7 @@ def expected_inputs(paths: Dict[str, str], hashes: Dict[str, str]):
         _EXPECTED.reset(token)
 
 
-def read_input(path: str) -> bytes:
+def read_input(path: str, log: bool = False) -> bytes:
     """The whole content of an input file, read once, so that what is deserialized is what is
     hashed: inside :func:`expected_inputs`, bytes other than the fingerprinted ones (the file
     rewritten since the run hashed it: a sync, a download in another shell) are refused with
@@ -158,8 +161,10 @@ def read_input(path: str) -> bytes:
     with open(real, "rb") as f:
         data = f.read()
     role, want = _EXPECTED.get().get(real, ("", ""))
+    got = hashlib.sha256(data).hexdigest() if (want or log) else ""
+    if log:   # ``log``: checked when the run fingerprints the file (check_read)
+        _READ[real] = got
     if want:
-        got = hashlib.sha256(data).hexdigest()
         if got != want:
             raise InputChangedError(
                 f"{role} file {path} changed after this run fingerprinted it (sha256 {want[:16]} "
@@ -167,3 +172,17 @@ def read_input(path: str) -> bytes:
                 f"its config.json names; run the same command again once the file is in place "
                 f"(it is fingerprinted anew)")
     return data
+
+
+def check_read(paths: Dict[str, str], hashes: Dict[str, str]) -> None:
+    """The input files read before the run fingerprinted them (``read_input(log=True)``: the
+    attribute, split and class-name files) must hold what was read: a file rewritten in between
+    is refused in one line, naming it and both hashes."""
+    for role, path in paths.items():
+        real = os.path.realpath(os.path.expanduser(str(path)))
+        used = _READ.get(real)
+        if used and role in hashes and used != hashes[role]:
+            raise InputChangedError(
+                f"{role} file {path} changed after this run read it (sha256 {used[:16]} read, "
+                f"{hashes[role][:16]} on disk now): its records would come from other bytes than "
+                f"its config.json names; run the same command again once the file is in place")

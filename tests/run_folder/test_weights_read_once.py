@@ -69,3 +69,25 @@ def test_read_input_checks_only_inside_a_run(tmp_path):
         f.write_bytes(b"abd")
         with pytest.raises(hashing.InputChangedError, match="X file .*a.bin changed"):
             hashing.read_input(f)
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_an_attribute_file_rewritten_after_it_was_read_is_refused(tmp_path):
+    """Read at load time (before the fingerprint): the bytes read are the ones fingerprinted."""
+    import json
+    from argtca.run import build_trainer, parse_args, setup_cfg
+    attrs = tmp_path / "attrs.json"
+    shutil.copy(REPO / "argtca" / "demo" / "assets" / "demo_attributes.json", attrs)
+    args = parse_args(["--dataset-config-file", str(REPO / "configs/datasets/demo.yaml"),
+                       "--config-file", str(REPO / "configs/trainers/tca.yaml"),
+                       "--output-root", str(tmp_path / "out"), "DATASET.ATTRIBUTE_FILE",
+                       str(attrs), "DATASET.NUM_IMAGES", "4", "USE_CUDA", "False",
+                       "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False"])
+    trainer = build_trainer(setup_cfg(args))          # reads the attribute file
+    data = json.loads(attrs.read_text())
+    first = next(iter(data))
+    data[first] = "other words " + data[first]
+    attrs.write_text(json.dumps(data))                # rewritten before the run hashes it
+    with pytest.raises(hashing.InputChangedError, match="attrs.json changed after this run "
+                                                        "read it"):
+        trainer.fingerprint()
