@@ -7,11 +7,14 @@ setup(
     # configs/ (the trainers' and datasets' YAMLs) stays at the top of the checkout, where the
     # scripts and docs name it; an installed package carries it as argtca/configs
     # (argtca/config/paths.py resolves either)
-    packages=find_packages(include=["argtca", "argtca.*"]) + ["argtca.configs"],
-    package_dir={"argtca.configs": "configs"},
+    # benchmarks/rates (the whole-table benchmark's measured rates, read by table1 --plan) ships
+    # as argtca/rates likewise
+    packages=find_packages(include=["argtca", "argtca.*"]) + ["argtca.configs", "argtca.rates"],
+    package_dir={"argtca.configs": "configs", "argtca.rates": "benchmarks/rates"},
     package_data={"argtca": ["demo/assets/*", "models/model_configs/*.json",
                             "report/reference/*.csv"],
-                  "argtca.configs": ["datasets/*.yaml", "trainers/*.yaml"]},
+                  "argtca.configs": ["datasets/*.yaml", "trainers/*.yaml"],
+                  "argtca.rates": ["*.json"]},
     include_package_data=True,
     python_requires=">=3.10",
     install_requires=[

@@ -45,12 +45,9 @@ KEY = ("method", "dataset", "backbone", "views")
 
 
 def rates_dir() -> Path:
-    """Where the rate files are: the installed package's copy when there is one, else the
-    checkout's ``benchmarks/rates``."""
-    shipped = PACKAGE / "rates"
-    if shipped.is_dir():
-        return shipped
-    return PACKAGE.parent / "benchmarks" / "rates"
+    """Where the rate files are (:func:`argtca.config.paths.rates_dir`)."""
+    from argtca.config import paths
+    return paths.rates_dir()
 
 
 def slug(text: str) -> str:

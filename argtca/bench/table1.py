@@ -309,7 +309,8 @@ def main(argv=None) -> int:
         save()
         print(f"[{TAG}] {row['method']} on {row['dataset']}: {row['n']} images, loop "
               f"{_num(row['loop_img_per_s'])} img/s, steady {_num(row['steady_img_per_s'])}, "
-              f"bound: {row['bound']}, run {row['run_s']:.1f} s", flush=True)
+              f"bound: {row['bound']}, run {row['run_s']:.1f} s",
+              file=sys.stderr, flush=True)   # stderr: table1's runner hides a run's stdout
 
     print(f"[{TAG}] {len(methods)} method(s) x {len(datasets)} stand-in(s), {args.images} "
           f"images each, seed {args.seed}, on {machine['card']} ({machine['cores']} cores); "

@@ -21,6 +21,16 @@ def configs_dir() -> Path:
     return PACKAGE.parent / "configs"
 
 
+def rates_dir() -> Path:
+    """The measured rates of ``python -m argtca.bench table1`` (read by ``table1 --plan``): the
+    installed package's copy (``argtca/rates``, setup.py maps ``benchmarks/rates`` there) when
+    there is one, else the checkout's ``benchmarks/rates``."""
+    shipped = PACKAGE / "rates"
+    if shipped.is_dir():
+        return shipped
+    return PACKAGE.parent / "benchmarks" / "rates"
+
+
 def repo_dir() -> Path:
     """The folder above the package: the checkout for a source tree, site-packages for an
     installed package (the scripts/ and docs/ exist only in a checkout)."""

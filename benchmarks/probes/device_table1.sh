@@ -1,0 +1,34 @@
+#!/bin/bash
+# The whole-table benchmark on a device host (issue 42, item 1): python -m argtca.bench table1 at
+# argtca's defaults (exact CPU views), ViT-B/16 at random weights, N images per (method, stand-in),
+# the stand-ins in the order given (largest share of Table 1's images first), until DEADLINE
+# seconds of the bench; the rate file and the log land in $OUT. The wheels argtca needs beside the
+# image's torch (open_clip_torch ftfy wcwidth yacs submitit tqdm) are in .whl/ (device README).
+# Usage (device tree root): OUT=$OUT COMMIT=<measured commit> N=48 DEADLINE=480 \
+#   bash benchmarks/probes/device_table1.sh [dataset ...] [-- KEY VALUE ...]
+set -u
+export PYTHONUNBUFFERED=1
+ROOT=$PWD
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+SITE=${SITE:-/tmp/site}
+T0=$(date +%s)
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+  --target "$SITE" "$ROOT"/.whl/*.whl 2>&1 | tail -2
+export PYTHONPATH=$ROOT:$SITE
+nvidia-smi -L 2>/dev/null; nproc; date -u
+python3 -c "import torch, PIL; print('torch', torch.__version__, 'Pillow', PIL.__version__)"
+# no run pays the bytecode compilation of its sources (the wheels were installed without it)
+python3 -m compileall -q -j 16 "$SITE" "$ROOT/argtca" > /dev/null 2>&1
+echo "setup took $(( $(date +%s) - T0 )) s"
+DS=(); EXTRA=()
+while [ $# -gt 0 ]; do
+  if [ "$1" = "--" ]; then shift; EXTRA=("$@"); break; fi
+  DS+=("$1"); shift
+done
+[ ${#DS[@]} -gt 0 ] || DS=(food101 stanford_cars eurosat oxford_pets fgvc_aircraft ucf101 \
+                           caltech101 oxford_flowers dtd)
+python3 -m argtca.bench table1 --images "${N:-48}" --warmup "${WARMUP:-16}" \
+  --deadline "${DEADLINE:-480}" --commit "${COMMIT:-unknown}" --replace \
+  --out "$OUT/rates.json" --data-dir /tmp/standins --datasets "${DS[@]}" "${EXTRA[@]}" \
+  2>&1 | tee "$OUT/table1.log" | grep -v "^WARNING:root:No pretrained"
+echo "took $(( $(date +%s) - T0 )) s"
