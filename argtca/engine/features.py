@@ -10,6 +10,7 @@ before the next one starts.
 """
 from __future__ import annotations
 
+import copy
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -31,6 +32,55 @@ def class_text(t0: torch.Tensor, n_classes: int) -> torch.Tensor:
         raise ValueError(f"{t0.shape[0]} prompts for {n_classes} classes: not a whole number of "
                          f"prompts per class")
     return F.normalize(t0.reshape(n_classes, -1, t0.shape[-1]).mean(1), dim=-1)
+
+
+class EpisodicState:
+    """What an episodic adapter was when built, given back to it after every batch: its
+    attributes (one reassigned or added in a batch is undone), the contents of its tensors (an
+    in-place edit of ``self.text`` is undone) and of its lists, dicts and sets. So no batch can
+    see another's leftovers, and a resumed run equals an uninterrupted one whatever a plug-in's
+    adapter does to itself; state that should carry from image to image belongs to an
+    ``OnlineAdapter``, whose ``state_dict`` is checkpointed and restored on resume
+    (docs/own-method.md). Restoring is device copies only (no host sync); whether anything had
+    changed is kept on the device (:attr:`changed`) and read once, at the end of the run."""
+
+    def __init__(self, adapter):
+        self.attrs = dict(vars(adapter))
+        self.tensors = {k: v.detach().clone() for k, v in self.attrs.items()
+                        if torch.is_tensor(v)}
+        self.containers = {k: copy.copy(v) for k, v in self.attrs.items()
+                           if isinstance(v, (list, dict, set))}
+        self._changed = {}   # tensor attribute -> a device flag: edited in some batch
+        self.reassigned = set()
+
+    def restore(self, adapter) -> None:
+        d = vars(adapter)
+        for k in [k for k in d if k not in self.attrs]:
+            self.reassigned.add(k)
+            del d[k]
+        for k, v in self.attrs.items():
+            if d.get(k, _MISSING) is not v:
+                self.reassigned.add(k)
+                d[k] = v
+        for k, v in self.tensors.items():
+            t = self.attrs[k]
+            differs = (t.detach() != v).any() if t.shape == v.shape else torch.ones(
+                (), dtype=torch.bool, device=v.device)
+            self._changed[k] = differs if k not in self._changed else self._changed[k] | differs
+            with torch.no_grad():
+                t.copy_(v)
+        for k, v in self.containers.items():
+            if self.attrs[k] != v:
+                self.reassigned.add(k)
+            d[k] = self.attrs[k] = copy.copy(v)
+
+    def changed(self) -> list:
+        """The attributes a batch had changed (read once: a host sync)."""
+        edited = {k for k, flag in self._changed.items() if bool(flag)}
+        return sorted(self.reassigned | edited)
+
+
+_MISSING = object()
 
 
 @ENGINE_REGISTRY.register(name="features")
@@ -66,6 +116,8 @@ class FeatureEngine(FastEngine):
             self.adapter = self.make_adapter(text)
             # an episodic batch may be queued on the device behind the last one
             self.asynchronous = self.device.type == "cuda" and not self.online
+            if not self.online:
+                self.pristine = EpisodicState(self.adapter)
 
     @property
     def online(self) -> bool:
@@ -76,7 +128,10 @@ class FeatureEngine(FastEngine):
         """(view features [B, V, E], the adapter's probabilities [B, K] on the device)."""
         self.prepare()
         img = self.image_features(views)
-        return img, self.adapter(img).float()
+        probs = self.adapter(img).float()
+        if not self.online:   # every batch of an episodic method sees the adapter as built
+            self.pristine.restore(self.adapter)
+        return img, probs
 
     def __call__(self, views: torch.Tensor, paths: Optional[Sequence[str]] = None) -> torch.Tensor:
         probs = self._probs(views)[1]

@@ -123,10 +123,22 @@ class FeatureTrainer(TestTimeTrainer):
         return {"adapter": make, "n_classes": len(self.classnames)}
 
     def summary_extra(self) -> Dict[str, object]:
-        """The keys left at -1 and the official per-dataset values the adapter used."""
+        """The keys left at -1 and the official per-dataset values the adapter used; for an
+        episodic adapter that changed itself during a batch (undone before the next one, engine/
+        features.py EpisodicState), which attributes, said once."""
         node = f"TRAINER.{type(self).__name__.upper()}"
         used = self.adapter_cls.resolved_presets(self.node, self.cfg)
-        return {"official_values": {f"{node}.{k}": v for k, v in used.items()}} if used else {}
+        out = {"official_values": {f"{node}.{k}": v for k, v in used.items()}} if used else {}
+        state = getattr(getattr(self, "engine", None), "pristine", None)
+        changed = state.changed() if state is not None else []
+        if changed:
+            cls = self.adapter_cls
+            print(f"argtca: {self.label}'s adapter {cls.__module__}.{cls.__qualname__} changed "
+                  f"{', '.join(changed)} during a batch; each batch saw it as built (an episodic "
+                  f"adapter keeps nothing between batches: state that should carry belongs to an "
+                  f"OnlineAdapter, docs/own-method.md)", flush=True)
+            out["adapter_state_undone"] = changed
+        return out
 
 
 # ------------------------------------------------------------------------------------ streams
