@@ -38,7 +38,8 @@ from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, LOCATED_DATASETS, 
                                            json_sha256, result_fingerprint, run_fingerprint,
                                            seed_axis_keys, trainer_node, unread_node_keys)
 from argtca.run_folder.folder import (DERIVED_FILES, check_code, check_or_write_fingerprint,
-                                      has_records, read_json_file, record_files)
+                                      compatible_folder, has_records, read_json_file,
+                                      record_files)
 from argtca.run_folder.lock import LOCK_NAME, RunLock
 from argtca.run_folder.records import (RECORD_KEYS, RecordWriter, check_records, load_records,
                                        write_records)
@@ -49,7 +50,8 @@ __all__ = ["DERIVED_LEDGER", "check_derived", "record_derived", "ConfigMismatchE
            "config_hash", "data_fingerprint", "experiment_hash", "experiment_settings",
            "flatten_cfg", "json_sha256", "result_fingerprint", "run_fingerprint", "seed_axis_keys",
            "trainer_node", "unread_node_keys",
-           "DERIVED_FILES", "check_code", "check_or_write_fingerprint", "has_records",
+           "DERIVED_FILES", "check_code", "check_or_write_fingerprint", "compatible_folder",
+           "has_records",
            "read_json_file",
            "record_files", "LOCK_NAME", "RunLock", "RECORD_KEYS", "RecordWriter", "check_records",
            "load_records", "write_records"]

@@ -87,12 +87,38 @@ def _upgrade(old: Dict[str, object], want: Dict[str, object]) -> Dict[str, objec
     # cannot have changed its records
     for k in unread_node_keys(old, want):
         cmp.pop(k)
+    # written while every --plugin of a command entered all its runs: a plug-in file this run
+    # takes no code from (argtca/trainers/identity.py plugin_code_files) is not read by it
+    for k in [k for k in cmp if k.startswith(PLUGIN_HASH_PREFIX) and k not in want]:
+        cmp.pop(k)
     # a config key added after these records were written, at its default value, cannot
     # have changed them (what the code did then is what the default does now)
     defaults = config_defaults()
     cmp.update({k: v for k, v in want.items()
                 if k not in cmp and k in defaults and v == defaults[k]})
     return cmp
+
+
+PLUGIN_HASH_PREFIX = INPUT_HASH_PREFIX + "PLUGIN."
+
+
+def compatible_folder(exp_root: str, seed: object, fp: Dict[str, object]) -> Optional[str]:
+    """A run folder ``<exp_root>/<hash8>/seed<N>`` whose ``config.json`` an earlier version wrote
+    for this very run under another ``<hash8>`` (its fingerprint then held keys this version
+    leaves out, e.g. a ``--plugin`` file of a run that takes no code from it): the run re-reads
+    or resumes it there rather than starting over (its config.json is brought up to date, saying
+    so). None when there is none."""
+    want = without_code(json.loads(json.dumps(fp, default=str)))
+    for path in sorted(glob.glob(os.path.join(glob.escape(exp_root), "*", f"seed{seed}",
+                                              "config.json"))):
+        try:
+            with open(path) as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(old, dict) and old and _upgrade(without_code(old), want) == want:
+            return os.path.dirname(path)
+    return None
 
 
 def _mismatch(out_dir: str, cmp: Dict[str, object], want: Dict[str, object],
@@ -145,6 +171,12 @@ def check_or_write_fingerprint(out_dir: str, fp: Dict[str, object],
     if cmp != without_code(want):
         raise _mismatch(out_dir, cmp, without_code(want), paths or {})
     if without_code(old) != without_code(want):   # add the test-set keys / input hashes
+        dropped = sorted(k[len(PLUGIN_HASH_PREFIX):] for k in old
+                         if k.startswith(PLUGIN_HASH_PREFIX) and k not in want)
+        if dropped:
+            print(f"argtca: {out_dir}: its config.json, written by an earlier argtca, also named "
+                  f"the plug-in file(s) {', '.join(dropped)}, which this run takes no code from; "
+                  f"they are dropped from it and its records kept", file=sys.stderr, flush=True)
         write_json(path, dict(without_code(want), **code), sort_keys=True)
 
 

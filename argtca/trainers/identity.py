@@ -10,8 +10,8 @@ import os
 from typing import Dict, List, Tuple
 
 from argtca.config import get_cfg_default
-from argtca.run_folder import (INPUT_HASH_PREFIX, experiment_hash, flatten_cfg,
-                               run_fingerprint)
+from argtca.run_folder import (INPUT_HASH_PREFIX, compatible_folder, experiment_hash,
+                               flatten_cfg, run_fingerprint)
 from argtca.utils.io import write_json
 
 __all__ = ["RunIdentity", "default_output_dir", "readable_settings", "input_hashes"]
@@ -22,9 +22,15 @@ def default_output_dir(method: str, dataset_key: str, fingerprint: Dict[str, obj
     """``<root>/<method>/<dataset>/<hash8>/seed<N>``: ``hash8`` names every setting that can
     change a number (the run fingerprint without the seed: config keys, test set, device type,
     input file contents), so runs of other settings never share a folder and the same settings
-    always find theirs (to resume or re-read). The seeds of one experiment are siblings."""
-    return os.path.join(root, method, dataset_key, experiment_hash(fingerprint),
-                        f"seed{fingerprint.get('SEED', 1)}")
+    always find theirs (to resume or re-read). The seeds of one experiment are siblings. A run
+    an earlier version fingerprinted under another ``hash8`` is found there
+    (:func:`argtca.run_folder.compatible_folder`)."""
+    seed = fingerprint.get("SEED", 1)
+    exp_root = os.path.join(root, method, dataset_key)
+    out = os.path.join(exp_root, experiment_hash(fingerprint), f"seed{seed}")
+    if not os.path.isfile(os.path.join(out, "config.json")) and os.path.isdir(exp_root):
+        return compatible_folder(exp_root, seed, fingerprint) or out
+    return out
 
 
 def readable_settings(cfg, fingerprint: Dict[str, object], paths: Dict[str, str]) -> dict:

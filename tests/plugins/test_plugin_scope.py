@@ -40,3 +40,33 @@ def test_adding_a_plugin_method_runs_only_its_rows(tmp_path):
     config = next(tmp_path.glob("zs_temp/demo/*/seed1/config.json")).read_text()
     assert "FILE_SHA256.PLUGIN.zs_temperature" in config
     assert "PLUGIN" not in next(tmp_path.glob("zeroshot/demo/*/seed1/config.json")).read_text()
+
+
+def test_a_run_an_earlier_version_fingerprinted_with_a_plugin_is_still_found(tmp_path):
+    """Before, every --plugin file entered every run of the command: such a finished folder (its
+    config.json naming the plug-in, under another <hash8>) is found and re-read, not run again,
+    and its config.json is brought up to date once, saying so."""
+    import hashlib
+    import json
+    import shutil
+    r = _table1(tmp_path, "--methods", "zeroshot")
+    assert r.returncode == 0, r.stderr
+    run = next(tmp_path.glob("zeroshot/demo/*/seed1"))
+    config = json.loads((run / "config.json").read_text())
+    config["FILE_SHA256.PLUGIN.zs_temperature"] = hashlib.sha256(
+        open(PLUGIN, "rb").read()).hexdigest()
+    (run / "config.json").write_text(json.dumps(config))
+    old = run.parent.parent / "0ld0ld00" / "seed1"      # where the earlier version put it
+    old.parent.mkdir()
+    shutil.move(str(run), str(old))
+    r = _table1(tmp_path, "--methods", "zeroshot", "--plugin", PLUGIN, "--dry-run")
+    assert "finished (re-read): zeroshot" in r.stdout and "0 to run" in r.stdout, r.stdout
+    r = subprocess.run([sys.executable, "-m", "argtca.run", "--plugin", PLUGIN, "--trainer",
+                        "zeroshot", "--dataset-config-file",
+                        str(REPO / "configs/datasets/demo.yaml"), "--output-root",
+                        str(tmp_path), *TINY], capture_output=True, text=True, cwd=str(tmp_path),
+                       env=dict(os.environ, PYTHONPATH=str(REPO)), timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert str(old) in r.stdout and "dropped from it and its records kept" in r.stderr, r.stderr
+    assert "PLUGIN" not in (old / "config.json").read_text()
+    assert json.loads((old / "summary.json").read_text())["images_this_session"] == 0
