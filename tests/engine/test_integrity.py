@@ -15,6 +15,7 @@ import pytest
 from argtca.run_folder import (RunFolderError, check_records, load_records, write_records)
 from argtca.run import main
 from helpers_data import make_caltech
+from helpers_procs import reap, sigint_default
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
@@ -248,7 +249,7 @@ def _popen(args, **kw):
                             cwd=REPO, env=env, text=True, **kw)
 
 
-def _wait_for_records(out, n, proc, timeout=120):
+def _wait_for_records(out, n, proc, timeout=300):
     t0 = time.time()
     rec = Path(out) / "records.jsonl"
     while time.time() - t0 < timeout:
@@ -287,24 +288,25 @@ def _assert_same_run(a, b):
 def test_second_writer_refused_and_ctrl_c_is_one_line(big, tmp_path, one_thread):
     big_data, full = big
     out = tmp_path / "run"
-    a = _popen(_args(big_data, out, views=16))
+    # Ctrl-C must reach A whatever this process inherited (a background job ignores SIGINT)
+    a = _popen(_args(big_data, out, views=16), preexec_fn=sigint_default)
+    b = None
     try:
         _wait_for_records(out, 1, a)
         a.send_signal(signal.SIGSTOP)             # A holds the lock, mid-run
         lock = json.loads((out / "run.lock").read_text())
         assert lock["pid"] == a.pid
         b = _popen(_args(big_data, out, views=16))
-        _, err_b = b.communicate(timeout=120)
+        _, err_b = b.communicate(timeout=300)
         assert b.returncode == 2, err_b
         lines = [x for x in err_b.splitlines() if x.strip() and "WARNING" not in x]
         assert len(lines) == 1 and f"pid {a.pid}" in lines[0] and "another run" in lines[0]
         assert lock["host"] in lines[0] and f"--output-dir {out}" in lines[0]
         a.send_signal(signal.SIGINT)              # Ctrl-C, delivered when A continues
         a.send_signal(signal.SIGCONT)
-        _, err_a = a.communicate(timeout=120)
-    finally:
-        if a.poll() is None:
-            a.kill()
+        _, err_a = a.communicate(timeout=300)
+    finally:   # neither run outlives the test (SIGKILL ends a stopped process too)
+        reap([a, b])
     assert a.returncode == 130, err_a
     lines = [x for x in err_a.splitlines() if x.strip() and "WARNING" not in x]
     assert len(lines) == 1 and "Traceback" not in err_a

@@ -18,6 +18,7 @@ import pytest
 from argtca.experiments.__main__ import main
 from argtca.experiments.launch import RunTask, TaskRun
 from argtca.experiments.launch import tasks as tasks_mod
+from helpers_procs import reap, sigint_default
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="process groups and /proc: Linux")
@@ -103,19 +104,24 @@ def test_sigkilled_task_stops_its_run_and_the_log_says_why(tmp_path, monkeypatch
     assert rc == 0, err
     record = json.loads(next((tmp_path / "jobs/launches").glob("*.json")).read_text())
     job = int(record["launches"][0]["tasks"][0]["job_id"])
-    task = _wait_for(lambda: _children(job), 60, "the task process")[0]
-    run = _wait_for(lambda: _children(task), 60, "the run process")[0]
-    records = tmp_path / "jobs/dmn/demo"
-    recs = _wait_for(lambda: [p for p in records.glob("*/seed1/records.jsonl")
-                              if _lines(p) >= 1], 120, "the run's first record")[0]
+    task = run = None
+    try:
+        task = _wait_for(lambda: _children(job), 120, "the task process")[0]
+        run = _wait_for(lambda: _children(task), 120, "the run process")[0]
+        records = tmp_path / "jobs/dmn/demo"
+        recs = _wait_for(lambda: [p for p in records.glob("*/seed1/records.jsonl")
+                                  if _lines(p) >= 1], 300, "the run's first record")[0]
 
-    os.kill(job if victim == "job" else task, signal.SIGKILL)
-    _wait_for(lambda: not _alive(run), 10, "the run to stop after its task's death")
-    n = _lines(recs)
-    time.sleep(2.0)
-    assert _lines(recs) == n < N_IMAGES   # nothing writes the records any more; stopped mid-run
-    assert not (recs.parent / "summary.json").exists()
-    assert not _alive(task)
+        os.kill(job if victim == "job" else task, signal.SIGKILL)
+        # seconds when idle; a loaded machine is given a minute
+        _wait_for(lambda: not _alive(run), 60, "the run to stop after its task's death")
+        n = _lines(recs)
+        time.sleep(2.0)
+        assert _lines(recs) == n < N_IMAGES   # nothing writes the records any more: stopped
+        assert not (recs.parent / "summary.json").exists()
+        assert not _alive(task)
+    finally:   # the job, its task and its run are gone whatever happened above
+        reap(pids=[x for x in (job, task, run) if x], groups=[run] if run else [])
     log = tmp_path / f"jobs/launches/logs/{job}/{job}_0_log.err"
     text = log.read_text()
     assert (f"error: dmn on demo, seed 1: stopped because its task (pid {task}) died; its "
@@ -158,16 +164,65 @@ def test_interrupted_task_stops_its_runs_process_groups(tmp_path):
         t = RunTask([TaskRun("r", [], None)], {str(tmp_path)!r}, python={str(fake)!r})
         t()
     ''')
-    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True)
-    helper = _wait_for(lambda: (tmp_path / "helper").is_file()
-                       and (tmp_path / "helper").read_text().strip(), 60, "the helper")
-    helper = int(helper)
-    assert _alive(helper)
-    p.send_signal(signal.SIGINT)
-    _, err = p.communicate(timeout=30)
-    assert p.returncode != 0 and "error: the task stopped (KeyboardInterrupt); stopping its " \
-        "runs: run the command again to resume them from their records" in err, err
-    _wait_for(lambda: not _alive(helper), 5, "the run's helper to end with its group")
+    # Ctrl-C must reach the task whatever this process inherited (a background job ignores it)
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                         preexec_fn=sigint_default)
+    helper = run = None
+    try:
+        helper = int(_wait_for(lambda: (tmp_path / "helper").is_file()
+                               and (tmp_path / "helper").read_text().strip(), 120, "the helper"))
+        run = int((tmp_path / "started").read_text().split()[0])   # its group's leader
+        assert _alive(helper)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode != 0 and "error: the task stopped (KeyboardInterrupt); stopping " \
+            "its runs: run the command again to resume them from their records" in err, err
+        # SIGKILL comes STOP_GRACE_S = 1 s after SIGINT: seconds, a minute on a loaded machine
+        _wait_for(lambda: not _alive(helper), 60, "the run's helper to end with its group")
+    finally:   # the task, the run's group and its helper never outlive the test
+        reap([p], pids=[x for x in (helper,) if x], groups=[x for x in (run,) if x])
+
+
+# a run that stops on SIGINT as argtca.run does (exit 130), saying it got it
+TRAPPING_RUN = textwrap.dedent('''\
+    #!/bin/sh
+    trap 'echo INT > "{got}"; exit 130' INT
+    echo $$ > "{started}"
+    while true; do sleep 0.1; done
+''')
+
+
+def test_a_task_that_ignores_sigint_still_stops_its_runs_by_sigint(tmp_path):
+    """A task started from a background shell inherits SIGINT ignored, and so did its runs: its
+    preemption stop (SIGINT, records flushed, exit 130) reached none of them and each died of
+    SIGKILL after the grace period. Its runs start with SIGINT's default action now."""
+    fake = tmp_path / "python"
+    fake.write_text(TRAPPING_RUN.format(got=tmp_path / "got", started=tmp_path / "started"))
+    fake.chmod(0o755)
+    code = textwrap.dedent(f'''\
+        import os, signal, threading, time
+        from argtca.experiments.launch import RunTask, TaskRun, tasks
+        tasks.STOP_GRACE_S = 30
+        t = RunTask([TaskRun("r", [], None)], {str(tmp_path)!r}, python={str(fake)!r})
+
+        def preempt():   # what submitit does on preemption, once the run is up
+            while not os.path.exists({str(tmp_path / "started")!r}):
+                time.sleep(0.05)
+            time.sleep(0.5)
+            t.checkpoint()
+        threading.Thread(target=preempt, daemon=True).start()
+        t()
+    ''')
+    p = subprocess.Popen([sys.executable, "-c", code], stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    run = None
+    try:
+        _, err = p.communicate(timeout=120)
+        run = int((tmp_path / "started").read_text())
+        assert "failed: r (exit 130)" in err, err        # SIGINT's exit, not SIGKILL's
+        assert (tmp_path / "got").read_text().strip() == "INT"
+    finally:
+        reap([p], pids=[run] if run else [], groups=[run] if run else [])
 
 
 def test_resubmitted_task_waits_for_a_run_still_holding_its_folder(tmp_path, monkeypatch):

@@ -40,10 +40,13 @@ def _preempt_signal():
                    signal.SIGUSR2)
 
 
-def _ignore_preemption() -> None:   # in the run's process, before exec
+def _run_signals() -> None:   # in the run's process, before exec
     # SLURM signals every process of the job: the task interrupts its runs itself (SIGINT),
     # so that each stops at a batch boundary with its records flushed
     signal.signal(_preempt_signal(), signal.SIG_IGN)
+    # ... which needs SIGINT's default action in the run (Python then raises KeyboardInterrupt),
+    # whatever the task inherited: a job started from a background shell has it ignored
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class RunTask(submitit.helpers.Checkpointable):
@@ -133,7 +136,7 @@ class RunTask(submitit.helpers.Checkpointable):
                 self._procs.append((run, subprocess.Popen(
                     [self.python, "-m", "argtca.experiments.launch.guard"] + list(run.argv),
                     cwd=self.cwd, env=e, stdout=subprocess.DEVNULL if self.quiet else None,
-                    start_new_session=True, preexec_fn=_ignore_preemption)))
+                    start_new_session=True, preexec_fn=_run_signals)))
             for run, p in self._procs:
                 rc = p.wait()
                 if rc < 0:   # killed: nothing of the run said why
