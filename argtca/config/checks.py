@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Tuple, Union
+from typing import Dict, Iterator, Tuple, Union
 
+from argtca.config import defaults as _defaults  # noqa: F401  (declares every key first)
+from argtca.config.keys import KEYS, Range  # noqa: F401  (Range: a method's checks use it)
 from argtca.config.methods import find_trainer
 from argtca.registry import ENGINE_REGISTRY, TRAINER_REGISTRY
 
@@ -15,26 +16,10 @@ class ConfigError(ValueError):
     is allowed."""
 
 
-# keys with a closed set of spellings (exact, lower case: the code compares them as written);
-# a method's own keys are in its table (:func:`method_tables`)
-CFG_CHOICES = {
-    "DATASET.CHECK_IMAGES": ("header", "decode", "off"),
-    "INPUT.INTERPOLATION": ("bicubic", "bilinear", "nearest"),
-    "TTA.VIEWS_DEVICE": ("cpu", "cpu-fast", "gpu"),
-    "TTA.VIEWS_FLOAT": ("auto", "workers", "engine"),
-    "TTA.VIEWS_OPS": ("auto", "workers", "engine"),
-    "TTA.PREC": ("amp", "fp32"),
-    "TTA.COMPILE": ("auto", "on", "off"),
-    "TTA.FAST.GRAD_MODE": ("auto", "vjp", "loop", "recompute", "jacobian"),
-    "TTA.FAST.TEXT_ATTENTION": ("auto", "split", "efficient", "default", "math", "flash", "cudnn"),
-    "TTA.FAST.COMPILE_IMAGE": ("auto", "on", "off"),
-    "TTA.FAST.COMPILE_TEXT": ("auto", "on", "off"),
-    "TTA.FAST.COMPILE_TEXT_GRAD": ("auto", "on", "off"),
-    "TTA.FAST.CUDA_GRAPH": ("auto", "on", "off"),
-    "TTA.STREAM.ORDER": ("shuffle", "index"),
-    "TTA.PROMPTS": ("class", "attributes"),
-    "RUN.CODE_CHANGE": ("refuse", "allow"),
-}
+# keys with a closed set of spellings (exact, lower case: the code compares them as written),
+# from their declarations (argtca/config/defaults.py); a method's own keys are in its table
+# (:func:`method_tables`)
+CFG_CHOICES = {k: key.choices for k, key in KEYS.items() if key.choices}
 _AUGMIX = ("auto", "on", "off", "true", "false", "1", "0")
 
 
@@ -57,15 +42,6 @@ def _trainer_tunes(name):
     return None if cls is None else bool(getattr(cls, "tunes", True))
 
 
-@dataclass(frozen=True)
-class Range:
-    """A method's check of one key of its config node: ``ok(value)`` (``ok(value, node)`` with
-    ``uses_node``) must hold; ``allowed`` says what is allowed (a text, or ``allowed(node,
-    node_path)`` for a text naming another key's value); ``integer`` refuses a float."""
-    ok: Callable[..., bool]
-    allowed: Union[str, Callable[[Any, str], str]]
-    integer: bool = False
-    uses_node: bool = False
 
 
 # a method's table: key relative to its node (e.g. "POS_ALPHA", "GAT.HEADS") -> a Range, or a
@@ -87,27 +63,9 @@ def method_tables() -> Iterator[Tuple[str, Table]]:
             yield node, table
 
 
-# the ranges of the keys every method shares (those that depend on whether the method tunes
-# prompts are in check_cfg_values)
-SHARED_RANGES = {
-    "DATASET.NUM_IMAGES": Range(lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True),
-    "TTA.WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
-    "TTA.N_CTX": Range(lambda v: v >= 1, ">= 1", True),
-    "TTA.CTX_CHECKPOINT_EPOCH": Range(lambda v: v >= 0, ">= 0 (0: model-best, else the last "
-                                      "saved)", True),
-    "TTA.LOSS_SCALE": Range(lambda v: v > 0, "> 0"),
-    "TTA.BATCH_IMAGES": Range(lambda v: v >= 1, ">= 1", True),
-    "TTA.FAST.IMAGE_CHUNK": Range(lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for "
-                                  "BATCH_IMAGES x N_VIEWS (at most 2048)", True),
-    "TTA.FAST.TEXT_TOKENS": Range(lambda v: v >= 1, ">= 1", True),
-    "DATALOADER.NUM_WORKERS": Range(lambda v: v >= -1, ">= 0 (0 loads in the main process), or "
-                                    "-1 for what the machine has", True),
-    "DATALOADER.PREFETCH": Range(lambda v: v >= 1, ">= 1", True),
-    "DATALOADER.MAIN_THREADS": Range(lambda v: v >= -1, ">= 1 threads, 0 for torch's default, "
-                                     "or -1 for 1 on CUDA with loader workers", True),
-    "TTA.STREAM.SEED": Range(lambda v: v >= -1, ">= 0, or -1 for the run's SEED", True),
-    "TTA.STREAM.CHECKPOINT_IMAGES": Range(lambda v: v >= 1, ">= 1", True),
-}
+# the ranges of the keys every method shares, from their declarations (those that depend on
+# whether the method tunes prompts are in check_cfg_values)
+SHARED_RANGES = {k: key.check for k, key in KEYS.items() if key.check is not None}
 
 
 def _pixel_errors(cfg) -> list:

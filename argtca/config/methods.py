@@ -50,15 +50,35 @@ def declared_nodes():
             yield cls.__name__.upper(), own, cls
 
 
+def declared_key(path: str):
+    """The :class:`~argtca.config.keys.Key` of a flat key ``TRAINER.<NODE>.<KEY>`` that a
+    registered method declares in its ``defaults`` (None when none does)."""
+    from argtca.config.keys import node_keys
+    for name, own, _ in declared_nodes():
+        if path.startswith(f"TRAINER.{name}."):
+            found = node_keys(f"TRAINER.{name}", own).get(path)
+            if found is not None:
+                return found
+    return None
+
+
 def add_declared_nodes(cfg) -> None:
     """Add each declared node (:func:`declared_nodes`) to ``cfg.TRAINER``; a key already there
     keeps its value (a plug-in never changes a default of argtca's)."""
     from yacs.config import CfgNode as CN
 
+    from argtca.config.keys import Key
+
     def merge(dst, src):
         for k, v in src.items():
+            if isinstance(v, Key):   # a declared key's facts: its default is the value
+                v = v.default
             if k not in dst:
-                dst[k] = CN(v) if isinstance(v, dict) else v
+                if isinstance(v, dict):
+                    dst[k] = CN()
+                    merge(dst[k], v)
+                else:
+                    dst[k] = v
             elif isinstance(v, dict) and isinstance(dst[k], CN):
                 merge(dst[k], v)
 

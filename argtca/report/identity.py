@@ -3,10 +3,9 @@
 A run folder's ``config.json`` (its fingerprint, :func:`argtca.run_folder.run_fingerprint`)
 holds every result-defining key plus the test set and the device type. The report groups runs by
 that fingerprint minus the seed, so runs of another split, subset, attribute file, backbone or
-weights never share a cell. The keys that cannot change a number are listed in one place,
-:data:`argtca.run_folder.NON_RESULT_KEYS`; every other key of
-``argtca/config/defaults.py`` is classified here (:data:`RESULT_KEYS`,
-:data:`RESULT_KEY_PREFIXES`), and a test fails for a new key that is in neither.
+weights never share a cell. Whether a key can change a number, whether it is a dataset's or the
+protocol's, and its short name are declared once, beside its default (argtca/config/keys.py
+``Key``); the tables here are read from those declarations.
 
 Keys are compared in three ways:
 
@@ -25,36 +24,18 @@ import json
 import math
 from typing import Any, Dict, Optional, Tuple
 
+from ..config.keys import KEYS, key_facts
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
                           flatten_cfg, trainer_node)
 
-# Keys of argtca/config/defaults.py that change what a run computes (besides NON_RESULT_KEYS).
-# SEED is one (it draws the views) but is the axis the report averages over, never part of a
-# cell's identity.
-RESULT_KEYS = frozenset({
-    "SEED",
-    "DATASET.NAME", "DATASET.SPLIT", "DATASET.NUM_IMAGES",
-    "DATASET.ATTRIBUTE_FILE", "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
-    # an OOD run's images (argtca/datasets/ood.py); its root too: the images of one's own folders
-    # are only told apart by where they are (DATASET.ROOT's own location rule does not reach it)
-    "DATASET.OOD.NAME", "DATASET.OOD.ROOT", "DATASET.OOD.SPLIT", "DATASET.OOD.NUM_IMAGES",
-    # the engine, batch size, compilation and where views are made change floating-point
-    # rounding (fast vs reference engine, GPU vs CPU augmentations): kept apart like the
-    # fingerprint keeps them apart
-    "TTA.N_VIEWS", "TTA.AUGMIX", "TTA.AUGMIX_SEVERITY", "TTA.VIEWS_DEVICE", "TTA.SELECTION_P",
-    "TTA.STEPS", "TTA.LR", "TTA.WEIGHT_DECAY", "TTA.N_CTX", "TTA.CTX_INIT", "TTA.CTX_CHECKPOINT",
-    "TTA.CTX_CHECKPOINT_EPOCH", "TTA.PREC", "TTA.LOSS_SCALE", "TTA.ENGINE", "TTA.BATCH_IMAGES",
-    "TTA.COMPILE", "TTA.PROMPTS",
-    "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED",
-    "TRAINER.NAME",
-})
-# whole nodes whose every key is a method's or the input pipeline's hyper-parameter, or (fast
-# engine) sets floating-point paths: fp16 copies, TF32, chunk sizes, compiled kernels round
-# differently, so the fingerprint keeps such runs apart and the report does too. TRAINER.: every
-# method's node (a plug-in's too), the keys that change no number being in NON_RESULT_KEYS;
-# TTA.STREAM.: the online stream's order
-RESULT_KEY_PREFIXES = ("INPUT.", "TTA.FAST.", "TRAINER.", "TTA.STREAM.")
+# Keys of argtca/config/defaults.py that change what a run computes: those declared with
+# ``numbers=True`` (argtca/config/keys.py). SEED is one (it draws the views) but is the axis the
+# report averages over, never part of a cell's identity.
+RESULT_KEYS = frozenset(k for k, key in KEYS.items() if key.numbers)
+# a method's node (TRAINER.<NODE>): its keys as its method declares them beside the method; a
+# plug-in's plain default is a hyper-parameter (changes numbers)
+RESULT_KEY_PREFIXES = ("TRAINER.",)
 # keys only the fingerprint has (not config keys): the test set, the device type, the sha256
 # of each input file (FILE_SHA256.<the key naming the file>, e.g. FILE_SHA256.MODEL.PRETRAINED)
 # and the module that provides a selector or method when it is not argtca's own
@@ -78,30 +59,30 @@ GLOBAL_FILE_ROLES = ("MODEL.PRETRAINED", "TTA.CTX_CHECKPOINT")
 GLOBAL_FILE_ROLE_PREFIXES = ("PLUGIN.",)
 
 # rows differing in one of these are different experiments: never ranked against each other
-PROTOCOL_KEYS = ("DATASET.SPLIT", "DATASET.NUM_IMAGES", "MODEL.BACKBONE.NAME", "MODEL.PRETRAINED")
-# keys that differ between datasets by nature
-DATASET_KEYS = frozenset({"DATASET.ROOT", "DATASET.NAME", "DATASET.ATTRIBUTE_FILE",
-                          "DATASET.IMAGEFOLDER.CLASSNAMES", "DATASET.IMAGEFOLDER.SPLIT_FILE",
-                          "DATASET.OOD.NAME", "DATASET.OOD.ROOT", "DATASET.OOD.SPLIT",
-                          "DATASET.OOD.NUM_IMAGES"})
+# (declared ``protocol=True``)
+PROTOCOL_KEYS = tuple(k for k, key in KEYS.items() if key.protocol)
+# keys that differ between datasets by nature (declared ``dataset=True``)
+DATASET_KEYS = frozenset(k for k, key in KEYS.items() if key.dataset)
 # keys the display label already names (method, selector)
 LABEL_KEYS = frozenset({"TRAINER.NAME", "TRAINER.ARGTCA.SELECTOR", "PROVIDER.SELECTOR",
                         "PROVIDER.METHOD"})
-# short names in row labels and table headers (others: the key's last part, lower case)
-SHORT_NAMES = {"DATASET.SPLIT": "split", "DATASET.NUM_IMAGES": "images",
-               "DATASET.ATTRIBUTE_FILE": "attributes", "DATASET.ROOT": "data root",
-               "MODEL.BACKBONE.NAME": "backbone", "MODEL.PRETRAINED": "weights",
-               "TEST_SET.ITEMS_SHA256": "test images", "TEST_SET.CLASSNAMES_SHA256": "class names",
-               "TEST_SET.N_IMAGES": "test size", "RUN.DEVICE_TYPE": "device",
-               "TTA.N_VIEWS": "views", "CODE.ARGTCA_SHA256": "code",
-               "CODE.ARGTCA_VERSION": "argtca", "CODE.RESUMED_UNDER": "resumed under"}
+# short names in row labels and table headers (others: the key's last part, lower case): a config
+# key's as declared (``short``), and the fingerprint's own keys'
+SHORT_NAMES = dict({k: key.short for k, key in KEYS.items() if key.short},
+                   **{"TEST_SET.ITEMS_SHA256": "test images",
+                      "TEST_SET.CLASSNAMES_SHA256": "class names",
+                      "TEST_SET.N_IMAGES": "test size", "RUN.DEVICE_TYPE": "device",
+                      "CODE.ARGTCA_SHA256": "code", "CODE.ARGTCA_VERSION": "argtca",
+                      "CODE.RESUMED_UNDER": "resumed under"})
 
 
 def is_result_key(key: str) -> bool:
-    """A config key classified as changing numbers (explicitly, never by default);
-    NON_RESULT_KEYS wins over a node prefix."""
-    return key not in NON_RESULT_KEYS and (key in RESULT_KEYS
-                                           or key.startswith(RESULT_KEY_PREFIXES))
+    """A config key declared as changing numbers (explicitly, never by default: an undeclared
+    key is none); of a method's node, every key its method does not declare otherwise."""
+    facts = key_facts(key)
+    if facts is not None:
+        return bool(facts.numbers)
+    return key.startswith(RESULT_KEY_PREFIXES) and bool(trainer_node(key))
 
 
 def is_dataset_file_role(role: str) -> bool:

@@ -14,31 +14,15 @@ import os
 from typing import Dict, Iterable, List, Optional, Set
 
 from argtca.config import get_cfg_default
+from argtca.config.keys import KEYS, key_facts
 
-# Keys that change how fast a run goes, never what it computes.
+# Keys that change how fast a run goes, never what it computes: those declared with
+# ``numbers=False`` beside their default (argtca/config/defaults.py, argtca/config/keys.py). E.g.
 # ``USE_CUDA`` is replaced in the fingerprint by the device type the run actually uses
-# (``RUN.DEVICE_TYPE``): a CUDA run (fp16 autocast) is never resumed on the CPU (fp32) or back.
-NON_RESULT_KEYS = {"OUTPUT_DIR", "OUTPUT_ROOT", "VERBOSE", "DATALOADER.NUM_WORKERS",
-                   "DATALOADER.PREFETCH",
-                   "DATALOADER.MAIN_THREADS", "USE_CUDA", "DATASET.CHECK_IMAGES",
-                   "RUN.REQUIRE_CUDA",   # whether a run without CUDA may start at all
-                   # the GPU views made on another stream: the same kernels, bit-identical views.
-                   # The other TTA.FAST knobs change floating-point rounding: they stay in
-                   "TTA.FAST.VIEWS_OVERLAP",
-                   # where the exact CPU views' float work and AugMix ops run: the same views
-                   # bit for bit
-                   "TTA.VIEWS_FLOAT", "TTA.VIEWS_OPS",
-                   # how often an online method's state is saved: a resume starts at a saved
-                   # batch boundary and makes the same batches, so never a different number
-                   "TTA.STREAM.CHECKPOINT_IMAGES",
-                   # whether a resume under other code is allowed: the code itself is recorded
-                   # (CODE.*, argtca/utils/code.py)
-                   "RUN.CODE_CHANGE",
-                   # where the data is mounted (/data or a node's /scratch): the test set is
-                   # identified by content instead (TEST_SET.*: root-relative paths and labels,
-                   # class names, split files by sha256); an own ImageFolder keeps its location
-                   # (TEST_SET.ROOT, see data_fingerprint)
-                   "DATASET.ROOT"}
+# (``RUN.DEVICE_TYPE``: a CUDA run, fp16 autocast, is never resumed on the CPU, fp32, or back), and
+# ``DATASET.ROOT`` by the test set's content (TEST_SET.*: root-relative paths and labels, class
+# names, split files by sha256; an own ImageFolder keeps its location, see data_fingerprint)
+NON_RESULT_KEYS = frozenset(k for k, key in KEYS.items() if not key.numbers)
 # datasets whose file names are the user's own, not a published split's: two folders may hold
 # other images under the same names, so the folder's location stays part of the test set
 LOCATED_DATASETS = ("ImageFolder",)
@@ -88,7 +72,15 @@ def result_fingerprint(cfg, nodes: Optional[Iterable[str]] = None) -> Dict[str, 
     every node (a configuration without a trainer)."""
     keep = None if nodes is None else {str(n).upper() for n in nodes}
     return {k: v for k, v in sorted(flatten_cfg(cfg).items()) if k not in NON_RESULT_KEYS
-            and (keep is None or not trainer_node(k) or trainer_node(k) in keep)}
+            and (keep is None or not trainer_node(k) or trainer_node(k) in keep)
+            and (not trainer_node(k) or changes_numbers(k))}
+
+
+def changes_numbers(key: str) -> bool:
+    """Whether a key is declared as one that can change a number (an undeclared method key, a
+    plug-in's plain default, does)."""
+    facts = key_facts(key)
+    return True if facts is None else bool(facts.numbers)
 
 
 def unread_node_keys(old: Dict[str, object], want: Dict[str, object]) -> Set[str]:
