@@ -1,8 +1,9 @@
 """What hashing one weights file costs (argtca/utils/hashing.py): the sha256 of a file of --mb
 MiB (default 600, about ViT-L/14's checkpoint), read from the page cache (warm: the file
 was just written or read) and, where the OS lets us drop the file's pages (posix_fadvise
-DONTNEED after fsync), from the disk (cold), and a cached lookup (the stat key). Prints one line
-per figure; the run's machine and disk decide the numbers.
+DONTNEED after fsync), from the disk (cold), and a cached lookup (the stat key); then what the
+code identity of a run costs (the argtca package's content hash, once per process). Prints one
+line per figure; the run's machine and disk decide the numbers.
 
     python benchmarks/hash_cost.py [--mb 600] [--dir /tmp] [--repeat 3]
 """
@@ -78,6 +79,18 @@ def main() -> None:
         else:
             print("sha256, cold: not measured (no posix_fadvise here)")
         print(f"cached lookup (stat + on-disk cache read): {lookup * 1e3:.3f} ms")
+        # the code identity every run records (argtca/utils/code.py): the package's files,
+        # hashed once per process
+        from argtca.utils import code
+        files = code._package_files(code.package_dir())
+        mib = sum(os.path.getsize(f) for f in files) / 2**20
+        times = []
+        for _ in range(a.repeat):
+            t = time.perf_counter()
+            code.files_sha256(files, code.package_dir())
+            times.append(time.perf_counter() - t)
+        print(f"argtca package hash ({len(files)} files, {mib:.1f} MiB): best "
+              f"{min(times) * 1e3:.1f} ms (runs: {', '.join(f'{x * 1e3:.1f}' for x in times)})")
     finally:
         os.remove(path)
 

@@ -156,9 +156,10 @@ _key("TTA.VIEWS_OPS", "auto", "VIEWS_DEVICE cpu with AugMix: where TPT's AugMix 
      "the engine's device; the same views bit for bit; needs the float stage there) or \"auto\" "
      "(where the float stage runs)", choices=("auto", "workers", "engine"), numbers=False)
 _key("TTA.SELECTION_P", 0.1, "keep the 10% lowest-entropy views")
-_key("TTA.STEPS", 1, "prompt-tuning steps per image")
-_key("TTA.LR", 5e-3, "AdamW learning rate of the prompt step")
-_key("TTA.WEIGHT_DECAY", 0.01, "AdamW weight decay", check=Range(lambda v: v >= 0, ">= 0"))
+_key("TTA.STEPS", 1, "prompt-tuning steps per image", tuning=True)
+_key("TTA.LR", 5e-3, "AdamW learning rate of the prompt step", tuning=True)
+_key("TTA.WEIGHT_DECAY", 0.01, "AdamW weight decay", check=Range(lambda v: v >= 0, ">= 0"),
+     tuning=True)
 _key("TTA.N_CTX", 4, "context tokens tuned", check=Range(lambda v: v >= 1, ">= 1", True))
 _key("TTA.CTX_INIT", "a photo of a", "the context's initial words")
 # CTX_CHECKPOINT: CoOp's output folder (holding prompt_learner/) or a
@@ -171,7 +172,7 @@ _key("TTA.CTX_CHECKPOINT_EPOCH", 0, "CoOp's --load-epoch; 0: model-best.pth.tar,
 _key("TTA.PREC", "amp", "\"amp\": fp16 autocast on CUDA, fp32 params; \"fp32\"; CPU is fp32",
      choices=("amp", "fp32"))
 _key("TTA.LOSS_SCALE", 1000.0, "static loss scale under fp16 autocast (TPT's GradScaler init)",
-     check=Range(lambda v: v > 0, "> 0"))
+     check=Range(lambda v: v > 0, "> 0"), tuning=True)
 # "auto" (fast on CUDA, reference on CPU), "reference" (one image at a time) or "fast" (batched;
 # equals the reference on CPU to 1e-5); the training-free and online methods run on "features",
 # TTL on "lora", which "auto" picks for them. Its values are the registered engines (checks.py)
@@ -185,7 +186,7 @@ _key("TTA.COMPILE", "auto", "fast engine on CUDA: torch.compile the towers (\"on
 # floating-point rounding, so they are in the run's fingerprint. "auto": the engine chooses.
 _SWITCH = ("auto", "on", "off")
 _key("TTA.FAST.GRAD_MODE", "auto", "step-1 gradient: jacobian, vjp, loop, recompute",
-     choices=("auto", "vjp", "loop", "recompute", "jacobian"))
+     choices=("auto", "vjp", "loop", "recompute", "jacobian"), tuning=True)
 _key("TTA.FAST.TEXT_ATTENTION", "auto", "text tower: split, efficient, math, flash, cudnn, default",
      choices=("auto", "split", "efficient", "default", "math", "flash", "cudnn"))
 _key("TTA.FAST.PREFIX_SHARE", True, "SOS + context computed once per image for all prompts")
@@ -197,15 +198,17 @@ _key("TTA.FAST.COMPILE_IMAGE", "auto", "torch.compile the image tower; \"auto\":
 _key("TTA.FAST.COMPILE_TEXT", "auto", "... the text tower's no-grad pass; \"auto\": as "
      "TTA.COMPILE", choices=_SWITCH)
 _key("TTA.FAST.COMPILE_TEXT_GRAD", "auto", "... its passes with gradient; \"auto\": as "
-     "TTA.COMPILE", choices=_SWITCH)
-_key("TTA.FAST.COMPILE_JACOBIAN", False, "... the tangent pass building J^T (once per dataset)")
+     "TTA.COMPILE", choices=_SWITCH, tuning=True)
+_key("TTA.FAST.COMPILE_JACOBIAN", False, "... the tangent pass building J^T (once per dataset)",
+     tuning=True)
 _key("TTA.FAST.COMPILE_MODE", "", "torch.compile mode of the image tower (\"\": default)")
-_key("TTA.FAST.JACOBIAN_TF32", True, "grad mode jacobian: cot @ J^T on TF32 tensor cores")
+_key("TTA.FAST.JACOBIAN_TF32", True, "grad mode jacobian: cot @ J^T on TF32 tensor cores",
+     tuning=True)
 _key("TTA.FAST.IMAGE_CHUNK", -1, "views per image-tower call; -1: BATCH_IMAGES x N_VIEWS",
      check=Range(lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for BATCH_IMAGES x N_VIEWS (at "
                  "most 2048)", True))
 _key("TTA.FAST.TEXT_TOKENS", 65536, "prompt tokens per text-tower call with gradient",
-     check=_INT_GE1)
+     check=_INT_GE1, tuning=True)
 _key("TTA.FAST.CUDA_GRAPH", "auto", "a batch's work captured/replayed as one CUDA graph; \"auto\" "
      "= off (GPU-bound loop: < 1 %; engine/graphs.py)", choices=_SWITCH)
 _key("TTA.FAST.VIEWS_OVERLAP", False, "GPU views of batch n+1 made while batch n tunes (the same "

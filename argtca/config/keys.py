@@ -6,8 +6,9 @@ can change a number (``numbers``: a key that cannot, such as the loader's worker
 folder, stays out of a run's fingerprint), its short name in report headers (``short``) and,
 for the report, whether it is a property of the dataset (``dataset``: differs between datasets
 by nature) or of the protocol (``protocol``: rows differing in it are never ranked against each
-other). The yacs tree of defaults, the value checks (argtca/config/checks.py), the fingerprint's
-keys (argtca/run_folder/fingerprint.py) and the report's classification and names
+other), and whether only the methods that take a tuning step read it (``tuning``). The yacs tree
+of defaults, the value checks (argtca/config/checks.py), the fingerprint's keys
+(argtca/run_folder/fingerprint.py) and the report's classification and names
 (argtca/report/identity.py) are all read from these declarations (:data:`KEYS`); a method's own
 node declares its keys the same way, beside the method (``@method(..., defaults={...})``).
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-__all__ = ["Key", "Range", "KEYS", "declare", "key_facts", "node_keys"]
+__all__ = ["Key", "Range", "KEYS", "declare", "key_facts", "node_keys", "node_checks"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,9 @@ class Key:
     short: str = ""
     dataset: bool = False
     protocol: bool = False
+    # read only by the methods that take a tuning step (a trainer's ``tunes``): no number of
+    # another method depends on it, so its runs' fingerprints leave it out
+    tuning: bool = False
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def problems(self) -> list:
@@ -89,6 +93,19 @@ def node_keys(prefix: str, table: Dict[str, Any]) -> Dict[str, Key]:
             out.update(node_keys(f"{prefix}.{k}", v))
         else:
             out[f"{prefix}.{k}"] = v if isinstance(v, Key) else Key(v, "")
+    return out
+
+
+def node_checks(table: Dict[str, Any]) -> Dict[str, Any]:
+    """The value checks of a method node's ``defaults`` (as :func:`node_keys` reads them): key
+    relative to the node (``"GAT.HEADS"``) -> its Key's ``check`` (a :class:`Range`, which may
+    read the node: ``uses_node``) or its ``choices``; the table argtca/config/checks.py runs."""
+    out: Dict[str, Any] = {}
+    for path, key in node_keys("", table).items():
+        if key.check is not None:
+            out[path[1:]] = key.check
+        elif key.choices:
+            out[path[1:]] = tuple(key.choices)
     return out
 
 

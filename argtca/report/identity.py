@@ -28,6 +28,7 @@ from ..config.keys import KEYS, key_facts
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
                           flatten_cfg, trainer_node)
+from ..run_folder.fingerprint import TUNING_KEYS
 
 # Keys of argtca/config/defaults.py that change what a run computes: those declared with
 # ``numbers=True`` (argtca/config/keys.py). SEED is one (it draws the views) but is the axis the
@@ -202,10 +203,12 @@ def settings_of(config: Dict[str, Any], overrides: Dict[str, Any],
     if not read:   # an older folder without config.json: its trainer's node, and what it set
         read = {str(trainer).upper()} if trainer else {
             trainer_node(k) for k in overrides if trainer_node(k)}
+    # a key only a tuning step reads is no setting of a run whose fingerprint left it out
+    unread = {k for k in TUNING_KEYS if k not in config} if read and config else set()
     out = {k: v for k, v in default_settings().items()
-           if not trainer_node(k) or trainer_node(k) in read}
+           if (not trainer_node(k) or trainer_node(k) in read) and k not in unread}
     out.update({k: v for k, v in overrides.items()
-                if not trainer_node(k) or trainer_node(k) in read})
+                if (not trainer_node(k) or trainer_node(k) in read) and k not in unread})
     out.update(config)
     # the seed, and the stream order drawn from it, are the axis a cell averages over
     return {k: _plain(v) for k, v in sorted(experiment_settings(out).items())

@@ -65,15 +65,22 @@ def trainer_node(key: str) -> str:
     return parts[1] if len(parts) > 2 and parts[0] == "TRAINER" else ""
 
 
-def result_fingerprint(cfg, nodes: Optional[Iterable[str]] = None) -> Dict[str, object]:
+def result_fingerprint(cfg, nodes: Optional[Iterable[str]] = None,
+                       tunes: Optional[bool] = None) -> Dict[str, object]:
     """The result-defining keys of ``cfg``. ``nodes``: the method nodes (``TRAINER.<NODE>``) the
     run reads (its trainer's ``config_nodes``); the other methods' nodes are left out, so that
     adding a method (a new node of defaults) moves no other method's run folder. None keeps
-    every node (a configuration without a trainer)."""
+    every node (a configuration without a trainer). ``tunes`` False: the run takes no tuning
+    step, so the keys only such a step reads (declared ``tuning``: TTA.LR, ...) are left out."""
     keep = None if nodes is None else {str(n).upper() for n in nodes}
     return {k: v for k, v in sorted(flatten_cfg(cfg).items()) if k not in NON_RESULT_KEYS
             and (keep is None or not trainer_node(k) or trainer_node(k) in keep)
-            and (not trainer_node(k) or changes_numbers(k))}
+            and (not trainer_node(k) or changes_numbers(k))
+            and not (tunes is False and k in TUNING_KEYS)}
+
+
+# keys only a tuning step reads (declared ``tuning=True``)
+TUNING_KEYS = frozenset(k for k, key in KEYS.items() if key.tuning)
 
 
 def changes_numbers(key: str) -> bool:
@@ -115,12 +122,13 @@ def data_fingerprint(dataset) -> Dict[str, object]:
 
 def run_fingerprint(cfg, dataset, device_type: Optional[str] = None,
                     inputs: Optional[Dict[str, str]] = None,
-                    nodes: Optional[Iterable[str]] = None) -> Dict[str, object]:
+                    nodes: Optional[Iterable[str]] = None,
+                    tunes: Optional[bool] = None) -> Dict[str, object]:
     """The fingerprint stored in ``config.json``: result-defining config keys (of the method
     nodes, ``nodes``: :func:`result_fingerprint`) plus the test set, (when given) the device type
     the run computes on (cuda: fp16 autocast; cpu: fp32) and the sha256 of every input file
     (``inputs``: role -> sha256, stored as ``FILE_SHA256.<role>``)."""
-    fp = result_fingerprint(cfg, nodes)
+    fp = result_fingerprint(cfg, nodes, tunes)
     fp.update(data_fingerprint(dataset))
     if device_type is not None:
         fp["RUN.DEVICE_TYPE"] = str(device_type)

@@ -15,7 +15,7 @@ from typing import Dict, List, Optional
 
 from argtca.run_folder.errors import ConfigMismatchError, RunFolderError
 from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, ROOT_KEY, TEST_SET_KEYS,
-                                           config_defaults, unread_node_keys)
+                                           TUNING_KEYS, config_defaults, unread_node_keys)
 from argtca.utils.code import RESUMED_KEY, code_id, is_code_key, without_code
 from argtca.utils.io import os_error, read_json_object, write_json
 
@@ -90,6 +90,10 @@ def _upgrade(old: Dict[str, object], want: Dict[str, object]) -> Dict[str, objec
     # written while every --plugin of a command entered all its runs: a plug-in file this run
     # takes no code from (argtca/trainers/identity.py plugin_code_files) is not read by it
     for k in [k for k in cmp if k.startswith(PLUGIN_HASH_PREFIX) and k not in want]:
+        cmp.pop(k)
+    # written while a fingerprint held keys this run does not read (a tuning step's keys of a
+    # method without one): they cannot have changed its records
+    for k in [k for k in cmp if k in TUNING_KEYS and k not in want]:
         cmp.pop(k)
     # a config key added after these records were written, at its default value, cannot
     # have changed them (what the code did then is what the default does now)

@@ -65,12 +65,15 @@ class RunIdentity:
     @classmethod
     def config_nodes(cls, cfg) -> Tuple[str, ...]:
         """The method nodes a run of this trainer under ``cfg`` reads, the only ones its
-        fingerprint holds (so a new method's node moves no other method's folder): its own,
-        ``TRAINER.<CLASS NAME>`` (``base_node``: the base method's, e.g. a temperature-scaled
-        variant's), and ``reads_nodes``. A trainer that reads another node only under some
-        settings adds it here for those (zoo.py: ``TTA.PROMPTS attributes``)."""
-        own = str(getattr(cls, "base_node", "") or cls.__name__.upper())
-        return tuple(dict.fromkeys((own, *cls.reads_nodes)))
+        fingerprint holds (so a new method's node moves no other method's folder): the node its
+        prompts and objective read (its own, ``TRAINER.<NODE>`` as declared, or ``base_node``:
+        the base method's, e.g. a temperature-scaled variant's), its own, and ``reads_nodes``. A
+        trainer that reads another node only under some settings adds it here for those
+        (zoo.py: ``TTA.PROMPTS attributes``)."""
+        from argtca.config.methods import node_of
+        own = node_of(cls)
+        return tuple(dict.fromkeys((str(getattr(cls, "base_node", "") or own), own,
+                                    *cls.reads_nodes)))
 
     def more_weights(self) -> List[Tuple[str, str, str]]:
         """Model weights this run loads besides ``MODEL.PRETRAINED``, as (key prefix, backbone,
@@ -158,7 +161,8 @@ class RunIdentity:
             check_read(paths, hashes)
             self.input_paths = paths
             fp = run_fingerprint(self.cfg, self.dataset, self.device.type, hashes,
-                                 nodes=type(self).config_nodes(self.cfg))
+                                 nodes=type(self).config_nodes(self.cfg),
+                                 tunes=bool(getattr(self, "tunes", True)))
             from argtca.trainers.providers import provider_keys
             fp.update(provider_keys(self.providers()))
             # the code that computes it: recorded, checked on resume, not in the folder's hash

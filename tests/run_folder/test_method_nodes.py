@@ -181,3 +181,16 @@ def test_the_report_ignores_an_override_of_a_node_the_run_does_not_read():
     assert "TRAINER.TCA.BETA" not in plain and plain["TRAINER.TPT.ENABLED"] is True
     # a folder without config.json (older) keeps every override
     assert settings_of({}, {"TRAINER.TCA.BETA": 20.0})["TRAINER.TCA.BETA"] == 20.0
+
+
+def test_a_tuning_steps_keys_are_no_setting_of_a_method_without_one():
+    """TTA.LR and the other keys only a tuning step reads (declared tuning=True) leave the
+    fingerprint of a method that takes none: TDA with another TTA.LR is the same experiment;
+    TPT's keeps them."""
+    from argtca.run_folder.fingerprint import TUNING_KEYS
+    assert {"TTA.LR", "TTA.STEPS", "TTA.WEIGHT_DECAY"} <= TUNING_KEYS
+    tda, tda_lr = _trainer("tda"), _trainer("tda", "TTA.LR", "0.01")
+    assert "TTA.LR" not in tda.fingerprint()
+    assert tda.output_dir() == tda_lr.output_dir()
+    tpt, tpt_lr = _trainer("tpt"), _trainer("tpt", "TTA.LR", "0.01")
+    assert tpt.fingerprint()["TTA.LR"] == 5e-3 and tpt.output_dir() != tpt_lr.output_dir()
