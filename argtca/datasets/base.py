@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 
 class DataError(ValueError):
@@ -28,7 +28,16 @@ class DatasetBase:
 
     dataset_dir: str = ""
     fine_grained: bool = True
+    # A dataset declares itself once, here and on its class: every list of datasets (the report's
+    # column order, table1's and shift's defaults, the aliases a report reads in older folders)
+    # is derived from the registry (argtca/datasets/catalogue.py)
     key: str = ""            # short name used in configs/output paths (e.g. "caltech101")
+    aliases: Tuple[str, ...] = ()       # other spellings of the key ("pets", "flowers102")
+    report_rank: int = 100              # the report's column order (CoOp's / C-TPT's Table 1)
+    paper_column: Optional[int] = None  # its column in the ArgTCA paper's Table 1
+    shift_column: Optional[int] = None  # its column in TPT's natural-shift table (I/A/V/R/K)
+    extended: bool = False              # ``table1 --extended`` adds it (C-TPT's and TCA's sets)
+    ablation: bool = False              # a default dataset of the ablation commands
 
     def __init__(self, test: Sequence[Datum], classnames: Sequence[str], root: str = ""):
         # every reader ends here: the file or folder that named the classes (``class_source``,

@@ -193,6 +193,7 @@ class JsonSplitDataset(CoOpDataset):
 @DATASET_REGISTRY.register()
 class Caltech101(JsonSplitDataset):
     key = "caltech101"
+    report_rank, paper_column, ablation = 1, 0, True
     dataset_dir = "caltech-101"
     image_dir = "101_ObjectCategories"
     split_file = "split_zhou_Caltech101.json"
@@ -201,6 +202,8 @@ class Caltech101(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class OxfordPets(JsonSplitDataset):
     key = "oxford_pets"
+    aliases = ("pets", "oxfordpets", "oxford_iiit_pet")
+    report_rank, paper_column, ablation = 2, 1, True
     dataset_dir = "oxford_pets"
     image_dir = "images"
     split_file = "split_zhou_OxfordPets.json"
@@ -209,6 +212,8 @@ class OxfordPets(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class StanfordCars(JsonSplitDataset):
     key = "stanford_cars"
+    aliases = ("cars", "stanfordcars")
+    report_rank, paper_column = 3, 2
     dataset_dir = "stanford_cars"
     image_dir = ""               # split paths are relative to the dataset folder (cars_test/...)
     split_file = "split_zhou_StanfordCars.json"
@@ -217,6 +222,8 @@ class StanfordCars(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class OxfordFlowers(JsonSplitDataset):
     key = "oxford_flowers"
+    aliases = ("flowers", "flower102", "flowers102", "oxfordflowers", "oxfordflowers102")
+    report_rank, paper_column = 4, 3
     dataset_dir = "oxford_flowers"
     image_dir = "jpg"
     split_file = "split_zhou_OxfordFlowers.json"
@@ -225,6 +232,8 @@ class OxfordFlowers(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class Food101(JsonSplitDataset):
     key = "food101"
+    aliases = ("food",)
+    report_rank, paper_column = 5, 4
     dataset_dir = "food-101"
     image_dir = "images"
     split_file = "split_zhou_Food101.json"
@@ -238,6 +247,8 @@ class Food101(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class DescribableTextures(JsonSplitDataset):
     key = "dtd"
+    aliases = ("describabletextures", "describable_textures", "textures")
+    report_rank, paper_column, ablation = 8, 6, True
     dataset_dir = "dtd"
     image_dir = "images"
     split_file = "split_zhou_DescribableTextures.json"
@@ -246,6 +257,7 @@ class DescribableTextures(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class EuroSAT(JsonSplitDataset):
     key = "eurosat"
+    report_rank, paper_column = 9, 7
     dataset_dir = "eurosat"
     image_dir = "2750"
     split_file = "split_zhou_EuroSAT.json"
@@ -254,6 +266,8 @@ class EuroSAT(JsonSplitDataset):
 @DATASET_REGISTRY.register()
 class UCF101(JsonSplitDataset):
     key = "ucf101"
+    aliases = ("ucf",)
+    report_rank, paper_column = 10, 8
     dataset_dir = "ucf101"
     image_dir = "UCF-101-midframes"
     split_file = "split_zhou_UCF101.json"
@@ -265,6 +279,8 @@ class FGVCAircraft(CoOpDataset):
     (lines ``<imageid> <variant name>``; image ``images/<imageid>.jpg``)."""
 
     key = "fgvc_aircraft"
+    aliases = ("aircraft", "fgvcaircraft")
+    report_rank, paper_column = 6, 5
     dataset_dir = "fgvc_aircraft"
     image_dir = "images"
 

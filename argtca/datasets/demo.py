@@ -28,6 +28,7 @@ from .images import check_images
 @DATASET_REGISTRY.register()
 class Demo(DatasetBase):
     key = "demo"
+    report_rank = 99
     dataset_dir = f"demo-{GENERATOR_VERSION}"
     fine_grained = True
     seed = DEFAULT_SEED

@@ -194,6 +194,7 @@ class ImageNetFolderDataset(DatasetBase):
 @DATASET_REGISTRY.register()
 class ImageNet(ImageNetFolderDataset):
     key = "imagenet"
+    report_rank, shift_column, extended = 0, 0, True
     dataset_dir = "imagenet"
     layouts = (("imagenet", "images/val"), ("ImageNet", "val"))
 
@@ -201,6 +202,7 @@ class ImageNet(ImageNetFolderDataset):
 @DATASET_REGISTRY.register()
 class ImageNetA(ImageNetFolderDataset):
     key = "imagenet_a"
+    report_rank, shift_column = 13, 1
     dataset_dir = "imagenet-adversarial"
     layouts = (("imagenet-adversarial", "imagenet-a"), ("imagenet-a", ""))
     expected_classes = 200
@@ -209,6 +211,7 @@ class ImageNetA(ImageNetFolderDataset):
 @DATASET_REGISTRY.register()
 class ImageNetR(ImageNetFolderDataset):
     key = "imagenet_r"
+    report_rank, shift_column = 14, 3
     dataset_dir = "imagenet-rendition"
     layouts = (("imagenet-rendition", "imagenet-r"), ("imagenet-r", ""))
     expected_classes = 200
@@ -217,6 +220,8 @@ class ImageNetR(ImageNetFolderDataset):
 @DATASET_REGISTRY.register()
 class ImageNetSketch(ImageNetFolderDataset):
     key = "imagenet_sketch"
+    aliases = ("sketch",)
+    report_rank, shift_column = 12, 4
     dataset_dir = "imagenet-sketch"
     # CoOp's DATASETS.md; the published archive unpacks to sketch/; TPT's ImageNet-Sketch/
     layouts = (("imagenet-sketch", "images"), ("imagenet-sketch", "sketch"),
@@ -227,6 +232,8 @@ class ImageNetSketch(ImageNetFolderDataset):
 @DATASET_REGISTRY.register()
 class ImageNetV2(ImageNetFolderDataset):
     key = "imagenetv2"
+    aliases = ("imagenet_v2",)
+    report_rank, shift_column = 11, 2
     dataset_dir = "imagenetv2"
     layouts = (("imagenetv2", "imagenetv2-matched-frequency-format-val"),
                ("imagenetv2-matched-frequency-format-val", ""))

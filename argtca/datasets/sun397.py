@@ -11,6 +11,8 @@ __all__ = ["SUN397"]
 @DATASET_REGISTRY.register()
 class SUN397(JsonSplitDataset):
     key = "sun397"
+    aliases = ("sun",)
+    report_rank, extended = 7, True
     dataset_dir = "sun397"
     image_dir = "SUN397"
     split_file = "split_zhou_SUN397.json"

@@ -2,7 +2,7 @@
 
     python -m argtca.experiments table1 [DATASET ...] [--seeds 1,2,3] [--baseline-config F]
                                         [KEY VALUE ...]
-    python -m argtca.experiments table2 [DATASET ...]   # ablations (caltech101 oxford_pets dtd)
+    python -m argtca.experiments table2 [DATASET ...]   # ablations (default: ABLATION_DATASETS)
     python -m argtca.experiments sweep  [DATASET ...]   # alpha / beta sensitivity figures
     python -m argtca.experiments table3 [DATASET ...] [--class [DATASET:]NAME ...]
     python -m argtca.experiments tune   [DATASET]       # baselines re-tuned on the val split

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..config.paths import configs_dir, repo_dir
+from ..datasets.catalogue import ablation_datasets, table1_datasets
 from ..trainers.catalogue import method_config_args, method_names, method_sets
 
 REPO = repo_dir()
@@ -31,13 +32,12 @@ CONFIGS = configs_dir()
 METHOD_SETS = method_sets()
 PAPER_METHODS, ZOO_METHODS, METHODS = (METHOD_SETS[k] for k in ("paper", "zoo", "all"))
 BASELINES = METHOD_SETS["baselines"]
-# the ArgTCA paper's Table 1: nine fine-grained sets (configs/datasets keys), in its order
-TABLE1_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101",
-                   "fgvc_aircraft", "dtd", "eurosat", "ucf101"]
-# not in the paper's Table 1 (C-TPT's and TCA's tables have them): table1 --extended adds them
-TABLE1_EXTENSION = ["imagenet", "sun397"]
-
-ABLATION_DATASETS = ["caltech101", "oxford_pets", "dtd"]
+# the ArgTCA paper's Table 1: nine fine-grained sets (configs/datasets keys), in its order; the
+# sets table1 --extended adds (C-TPT's and TCA's tables have them); the ablations' defaults: each
+# as the dataset classes declare it (argtca/datasets/catalogue.py)
+TABLE1_DATASETS = table1_datasets()
+TABLE1_EXTENSION = [d for d in table1_datasets(extended=True) if d not in TABLE1_DATASETS]
+ABLATION_DATASETS = ablation_datasets()
 # methods reading an attribute file (DATASET.ATTRIBUTE_FILE or the dataset's TCA file)
 NEEDS_ATTRIBUTES = ("tca", "argtca")
 

@@ -28,15 +28,6 @@ METRICS = {  # name -> (display, higher is better)
     # selective prediction (argtca/metrics.py: risk-coverage from the records alone), in %
     "aurc": ("AURC", False), "eaurc": ("E-AURC", False),
 }
-# canonical dataset order (CoOp / C-TPT Table 1), compared on lower-cased alphanumerics
-DATASET_ORDER = ["imagenet", "caltech101", "oxfordpets", "stanfordcars", "oxfordflowers",
-                 "food101", "fgvcaircraft", "sun397", "describabletextures", "eurosat", "ucf101",
-                 "imagenetv2", "imagenetsketch", "imageneta", "imagenetr", "demo"]
-DATASET_ALIASES = {"pets": "oxfordpets", "cars": "stanfordcars", "flowers": "oxfordflowers",
-                   "flower102": "oxfordflowers", "flowers102": "oxfordflowers",
-                   "oxfordflowers102": "oxfordflowers", "food": "food101",
-                   "aircraft": "fgvcaircraft", "sun": "sun397", "dtd": "describabletextures",
-                   "ucf": "ucf101", "sketch": "imagenetsketch"}
 REQUIRED_SUMMARY_KEYS = ("method", "dataset", "seed", "accuracy", "ece")
 
 
@@ -49,9 +40,10 @@ def _norm(s: str) -> str:
 
 
 def _dataset_rank(key: str) -> int:
-    k = _norm(key)
-    k = DATASET_ALIASES.get(k, k)
-    return DATASET_ORDER.index(k) if k in DATASET_ORDER else len(DATASET_ORDER)
+    """A dataset's place in the report's column order, as its class declares it (CoOp's and
+    C-TPT's Table 1: argtca/datasets/catalogue.py)."""
+    from ..datasets.catalogue import report_rank
+    return report_rank(key)
 
 
 def plugin_label(label: str, providers: Dict[str, str]) -> str:

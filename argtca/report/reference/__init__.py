@@ -21,34 +21,33 @@ import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ...datasets.catalogue import canon as dataset_canon, shift_datasets, table1_datasets
+
 HERE = Path(__file__).resolve().parent
-# the ArgTCA paper's Table 1, in its column order
-PAPER_DATASETS = ["caltech101", "oxford_pets", "stanford_cars", "oxford_flowers", "food101",
-                  "fgvc_aircraft", "dtd", "eurosat", "ucf101"]
+# the ArgTCA paper's Table 1, in its column order (as the datasets declare it)
+PAPER_DATASETS = table1_datasets()
 # report method (and argtca selector) -> the paper's row name
 PAPER_METHOD = {("tpt", None): "TPT", ("ctpt", None): "C-TPT", ("otpt", None): "O-TPT",
                 ("atpt", None): "A-TPT", ("tca", None): "TCA", ("argtca", "div"): "ArgTCA-Div",
                 ("argtca", "disc"): "ArgTCA-Disc"}
 METRIC_OF = {"Acc": "accuracy", "ECE": "ece"}
 # the TPT paper's Table 1 (natural distribution shifts), in its column order (I / A / V / R / K)
-SHIFT_DATASETS = ["imagenet", "imagenet_a", "imagenetv2", "imagenet_r", "imagenet_sketch"]
+SHIFT_DATASETS = shift_datasets()
 # report method -> the row name of paper_shift.csv
 SHIFT_METHOD = {"zeroshot": "CLIP-ViT-B/16", "tpt": "TPT"}
 # a zero-shot run this many accuracy points off the published value is worth a warning
 ZEROSHOT_TOLERANCE = 1.0
 # the published numbers are for this backbone
 REFERENCE_BACKBONE = "ViT-B/16"
-_ALIASES = {"pets": "oxford_pets", "oxfordpets": "oxford_pets", "cars": "stanford_cars",
-            "stanfordcars": "stanford_cars", "flowers": "oxford_flowers",
-            "oxfordflowers": "oxford_flowers", "flowers102": "oxford_flowers",
-            "oxfordflowers102": "oxford_flowers", "aircraft": "fgvc_aircraft",
-            "fgvcaircraft": "fgvc_aircraft", "describabletextures": "dtd"}
-
-
 def canon(key: str) -> str:
+    """The configs/datasets key of a run's ``dataset_key`` in any spelling (the datasets'
+    declared aliases: argtca/datasets/catalogue.py), else a key of the shipped tables."""
+    found = dataset_canon(key)
+    if found != str(key).lower():
+        return found
     k = re.sub(r"[^a-z0-9]", "", str(key).lower())
     by_plain = {re.sub(r"[^a-z0-9]", "", d): d for d in _test_sizes()}
-    return _ALIASES.get(k, by_plain.get(k, str(key).lower()))
+    return by_plain.get(k, str(key).lower())
 
 
 def _rows(name: str) -> List[Dict[str, str]]:
