@@ -8,12 +8,12 @@ AdamW moments (AdamW is element-wise), so tuning B images together equals tuning
 """
 from __future__ import annotations
 
-import contextlib
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
 
+from argtca.utils.precision import autocast_ctx  # noqa: F401  (engines import it here)
 from argtca.engine.objectives import Objective, objective_loss, select_confident
 from argtca.registry import ENGINE_REGISTRY
 
@@ -68,12 +68,6 @@ def settings_hint(objective, lr: float, steps: int, prec: str) -> str:
                if node is not None and isinstance(getattr(node, k, None), (int, float))]
     w = f"the objective weights TRAINER.*.{{{', '.join(weights)}}}, " if weights else ""
     return f"{w}TTA.LR={lr}, TTA.STEPS={steps} or TTA.PREC={prec} (fp32 is the safest)"
-
-
-def autocast_ctx(device: torch.device, prec: str):
-    if device.type == "cuda" and prec == "amp":
-        return torch.autocast("cuda", dtype=torch.float16)
-    return contextlib.nullcontext()
 
 
 @ENGINE_REGISTRY.register(name="reference")

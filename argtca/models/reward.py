@@ -77,7 +77,7 @@ class RewardCLIP:
     when the views are another size, as the official ``extract_image_features``)."""
 
     def __init__(self, model, tokenizer, prompts: List[str], device, prec: str = "amp"):
-        from argtca.engine.reference import autocast_ctx
+        from argtca.utils.precision import autocast_ctx
         self.model = model
         self.device = torch.device(device)
         self.autocast = lambda: autocast_ctx(self.device, prec)
