@@ -99,13 +99,23 @@ class TestTimeTrainer(RunIdentity):
                                        label=self.label, also=own,
                                        own_engine=str(getattr(self, "engine_name", "") or ""))
         lines = own_lines + lines
+        # the views pipeline (TTA.VIEWS_DEVICE x VIEWS_FLOAT x VIEWS_OPS), settled here with the
+        # rest of the configuration: recorded in summary.json and log.txt
+        from argtca.config import ConfigError
+        from argtca.views.loader import settle_views
+        try:
+            self.views_pipeline = settle_views(self.run_cfg, self.device)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         if lines and self.cfg.get("VERBOSE", True):
             print("\n".join(f"argtca: {line}" for line in lines), flush=True)
 
     # ---------------------------------------------------------------- Dassl-style hooks
     @property
     def node(self):
-        return self.cfg.TRAINER.get(type(self).__name__.upper())
+        """Its config node ``TRAINER.<NODE>`` (declared with argtca.plugins.method)."""
+        from argtca.config.methods import node_of
+        return self.cfg.TRAINER.get(node_of(type(self)))
 
     def check_cfg(self, cfg) -> None:
         pass
@@ -256,6 +266,9 @@ class TestTimeTrainer(RunIdentity):
         records = self.resume_records(out_dir, records)
         n_total = len(self.dataset.test)
         todo = self.pending_indices(records, n_total)
+        if records:   # the same words whichever command runs it (table1's say it too)
+            print(f"argtca: {'resumed at' if todo else 'already finished (re-read):'} "
+                  f"{len(records)} of {n_total} images (records.jsonl)", flush=True)
 
         running = RunningCalibration(n_bins=20)
         for r in sorted(records, key=lambda r: r["index"]):
@@ -381,6 +394,7 @@ class TestTimeTrainer(RunIdentity):
             "trainer_cfg": {k: v for k, v in flat.items()
                             if k.startswith(f"TRAINER.{type(self).__name__.upper()}.")},
             "engine": str(self.cfg.TTA.ENGINE), "device": str(self.device),
+            "views_pipeline": getattr(self, "views_pipeline", ""),
             "seconds_this_session": round(elapsed, 2), "images_this_session": n_new,
         }
         if timing:
@@ -391,7 +405,9 @@ class TestTimeTrainer(RunIdentity):
         write_json(os.path.join(out_dir, "summary.json"), summary)
         lines = ["=> result", f"* total: {len(records)}", f"* accuracy: {m['accuracy']:.2f}%",
                  f"* ece: {m['ece']:.2f}%", f"* adaece: {m['adaece']:.2f}%",
-                 f"* mce: {m['mce']:.2f}%"] + [f"* note: {x}" for x in note_lines(self)]
+                 f"* mce: {m['mce']:.2f}%",
+                 f"* views: {getattr(self, 'views_pipeline', '')}"] + [
+            f"* note: {x}" for x in note_lines(self)]
         if timing and n_new:
             lines.append(f"* time: {timing_line(timing, n_new)}")
         header = f"{self.display_label} on {self.dataset.name}, seed {self.cfg.SEED}"

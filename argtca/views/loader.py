@@ -243,37 +243,70 @@ class ViewsLoader:
             yield cur if self.overlap else self._finish(cur)
 
 
+# The views pipelines, settled once per run (:func:`settle_views`) and recorded in its summary:
+# name -> what makes the views
+PIPELINES = {
+    "pil": "TPT's PIL views in the loader workers (exact)",
+    "pil+device-float": "PIL views as uint8 from the workers, ToTensor/Normalize and the AugMix "
+                        "mix on the engine's device (exact, bit for bit)",
+    "pil+device-ops": "crops and encoded AugMix chains from the workers, Pillow's arithmetic of "
+                      "the ops and the float stage on the engine's device (exact, bit for bit)",
+    "cpu-fast": "the same random draws, tensor arithmetic in the workers (statistical)",
+    "gpu": "the same transforms batched on the device (statistical)",
+}
+
+
+def settle_views(cfg, device) -> str:
+    """The views pipeline a run of ``cfg`` on ``device`` uses (a key of :data:`PIPELINES`), from
+    ``TTA.VIEWS_DEVICE`` x ``VIEWS_FLOAT`` x ``VIEWS_OPS`` and their "auto": the one place the
+    three are resolved and their cross-key rule checked (a :class:`ValueError` naming the fix;
+    the trainer settles it with the rest of the configuration, before anything is loaded)."""
+    where = views_device(cfg)
+    if where != "cpu":
+        return where
+    if views_float(cfg, device) == "workers":
+        views_ops(cfg, device)   # the cross-key rule: ops on the engine need the float stage
+        return "pil"
+    return "pil+device-ops" if views_ops(cfg, device) == "engine" else "pil+device-float"
+
+
+def _exact_dataset(cfg, dataset, view_gen, seed, indices, pipeline, device, pin):
+    """(dataset of items, device-side mixer or None, the dtype of the views) of a CPU pipeline."""
+    if pipeline == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
+        view_gen = FastViewGenerator.like(view_gen)
+    # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower) rounds
+    # its input to fp16: rounding before the copy instead gives identical features and halves
+    # the bytes collated, pinned and copied (38.5 -> 19 MB per image)
+    dtype = torch.float16 if pin and str(cfg.TTA.PREC) == "amp" else torch.float32
+    if pipeline in ("pil+device-float", "pil+device-ops"):
+        # the workers ship the exact uint8 images; their float work (and with ops, their AugMix
+        # chains) runs on the device
+        ops = pipeline == "pil+device-ops"
+        ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices, ops=ops)
+        return ds, PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device, ops=ops,
+                              size=view_gen.size), dtype
+    ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
+    ds.out_dtype = dtype
+    return ds, None, dtype
+
+
 def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
                        device, num_workers: int, prefetch: int = 4,
                        canvas: Optional[int] = None,
                        compile: Optional[bool] = None) -> ViewsLoader:
-    """The loader of the test loop for ``cfg.TTA.VIEWS_DEVICE`` "cpu" (the exact PIL views of
-    :mod:`argtca.views.cpu`) or "gpu" (this module). ``cfg`` is the run configuration the
-    engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA): ``torch.compile`` the
-    view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None: as the engine's towers,
-    i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
+    """The loader of the test loop for the run's views pipeline (:func:`settle_views`): the
+    exact PIL views of :mod:`argtca.views.cpu` (their float stage and AugMix ops in the workers
+    or on the device) or the statistical "cpu-fast" and "gpu" ones (this module). ``cfg`` is the
+    run configuration the engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA):
+    ``torch.compile`` the view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None:
+    as the engine's towers, i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
     device = torch.device(device)
     view_gen = build_view_generator(cfg, dataset)
     pin = device.type == "cuda"
-    where = views_device(cfg)
-    if where in ("cpu", "cpu-fast"):
-        if where == "cpu-fast":   # same parameters, exact PIL ops where cheap, mixing once
-            view_gen = FastViewGenerator.like(view_gen)
-        # under fp16 autocast the image tower's first layer (autocast conv / the fp16 tower)
-        # rounds its input to fp16: rounding before the copy instead gives identical features
-        # and halves the bytes collated, pinned and copied (38.5 -> 19 MB per image)
-        dtype = torch.float16 if pin and str(cfg.TTA.PREC) == "amp" else torch.float32
-        mixer = None
-        ops = views_ops(cfg, device) == "engine" if where == "cpu" else False
-        if where == "cpu" and views_float(cfg, device) == "engine":
-            # the workers ship the exact uint8 images; their float work (and with ops, their
-            # AugMix chains) runs on the device
-            ds = PixelViewDataset(dataset.test, view_gen, int(seed), indices=indices, ops=ops)
-            mixer = PixelMixer(view_gen.mean, view_gen.std, view_gen.augmix, device, ops=ops,
-                               size=view_gen.size)
-        else:
-            ds = TestTimeDataset(dataset.test, view_gen, int(seed), indices=indices)
-            ds.out_dtype = dtype
+    pipeline = settle_views(cfg, device)
+    if pipeline != "gpu":
+        ds, mixer, dtype = _exact_dataset(cfg, dataset, view_gen, seed, indices, pipeline,
+                                          device, pin)
         if int(batch_images) < 1:
             raise ValueError(f"batch_images={batch_images} must be >= 1")
         # single images, grouped into batches by ViewsLoader (all workers on every batch).
