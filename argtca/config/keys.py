@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-__all__ = ["Key", "Range", "KEYS", "declare", "key_facts", "node_keys", "node_checks"]
+__all__ = ["Key", "Range", "KEYS", "declare", "node_keys", "node_checks"]
 
 
 @dataclass(frozen=True)
@@ -107,12 +107,3 @@ def node_checks(table: Dict[str, Any]) -> Dict[str, Any]:
         elif key.choices:
             out[path[1:]] = tuple(key.choices)
     return out
-
-
-def key_facts(path: str) -> Optional[Key]:
-    """The declaration of a flat key (a global key, or a method node's once its method is
-    registered); None for one nobody declared."""
-    if path in KEYS:
-        return KEYS[path]
-    from argtca.config.methods import declared_key
-    return declared_key(path)

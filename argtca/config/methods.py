@@ -5,6 +5,7 @@ a name means. No method is named here: each trainer class declares its own ``met
 trainers; this module does not, so that the configuration stays below the trainers)."""
 from __future__ import annotations
 
+import copy
 from typing import Optional
 
 from argtca.registry import TRAINER_REGISTRY
@@ -40,26 +41,45 @@ def find_trainer(name) -> Optional[type]:
                  if name.lower() in trainer_names(cls)), None)
 
 
+def node_of(cls) -> str:
+    """The config node ``TRAINER.<NODE>`` a trainer class declares (``node_name``, set by
+    argtca.plugins.method); a subclass that declares none has its class name's, upper-cased."""
+    return str(cls.__dict__.get("node_name") or cls.__name__.upper())
+
+
 def declared_nodes():
     """(node name, defaults dict, class) of every registered trainer that declares its config node
-    itself (``defaults``: a method declared with argtca.plugins.method, a plug-in's or a new
-    built-in's), in registration order; the nodes of argtca/config/defaults.py declare none."""
+    (``defaults``, given to argtca.plugins.method: argtca's own methods and plug-ins alike), in
+    registration order; a node two methods share (TRAINER.TS) comes once a method."""
     for cls in TRAINER_REGISTRY.registered_objects():
         own = cls.__dict__.get("defaults")
         if isinstance(own, dict):
-            yield cls.__name__.upper(), own, cls
+            yield node_of(cls), own, cls
 
 
 def declared_key(path: str):
     """The :class:`~argtca.config.keys.Key` of a flat key ``TRAINER.<NODE>.<KEY>`` that a
     registered method declares in its ``defaults`` (None when none does)."""
+    parts = str(path).split(".")
+    if len(parts) < 3 or parts[0] != "TRAINER":
+        return None
     from argtca.config.keys import node_keys
     for name, own, _ in declared_nodes():
-        if path.startswith(f"TRAINER.{name}."):
+        if name == parts[1]:
             found = node_keys(f"TRAINER.{name}", own).get(path)
             if found is not None:
                 return found
     return None
+
+
+def key_facts(path: str):
+    """The :class:`~argtca.config.keys.Key` of a flat key: a global key's (argtca/config/
+    defaults.py), or a method node's once its method is registered; None for one nobody
+    declared."""
+    from argtca.config.keys import KEYS
+    if path in KEYS:
+        return KEYS[path]
+    return declared_key(path)
 
 
 def add_declared_nodes(cfg) -> None:
@@ -77,8 +97,8 @@ def add_declared_nodes(cfg) -> None:
                 if isinstance(v, dict):
                     dst[k] = CN()
                     merge(dst[k], v)
-                else:
-                    dst[k] = v
+                else:   # a copy: a run's list value is never the declaration's
+                    dst[k] = copy.deepcopy(v)
             elif isinstance(v, dict) and isinstance(dst[k], CN):
                 merge(dst[k], v)
 
@@ -92,11 +112,17 @@ def add_declared_nodes(cfg) -> None:
 
 
 def drop_foreign_nodes(cfg, keep=None) -> None:
-    """Remove from ``cfg`` (not frozen) the declared nodes of the methods other than ``keep``
-    (default: the trainer ``TRAINER.NAME`` names), so that what happens to be imported (a
-    plug-in, an installed package's methods) never enters another method's fingerprint."""
+    """Remove from ``cfg`` (not frozen) the nodes of the methods from outside argtca (a
+    plug-in, an installed package's) other than those ``keep`` (default: the trainer
+    ``TRAINER.NAME`` names) reads, so that what happens to be imported never enters another
+    method's configuration; argtca's own nodes stay, as every node of its defaults always has."""
     keep = keep if keep is not None else find_trainer(cfg.TRAINER.get("NAME", ""))
-    own = getattr(keep, "__name__", "").upper()
-    for name, _, _ in list(declared_nodes()):
-        if name != own and name in cfg.TRAINER:
+    read = set()
+    if keep is not None:
+        read = {node_of(keep)}
+        if hasattr(keep, "config_nodes"):
+            read.update(keep.config_nodes(cfg))
+    for name, _, cls in list(declared_nodes()):
+        builtin = str(cls.__module__) == "argtca" or str(cls.__module__).startswith("argtca.")
+        if not builtin and name not in read and name in cfg.TRAINER:
             del cfg.TRAINER[name]

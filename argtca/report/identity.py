@@ -24,7 +24,8 @@ import json
 import math
 from typing import Any, Dict, Optional, Tuple
 
-from ..config.keys import KEYS, key_facts
+from ..config.keys import KEYS
+from ..config.methods import key_facts
 from ..config.paths import configs_dir
 from ..run_folder import (NON_RESULT_KEYS, STREAM_ORDER_KEY, experiment_settings,
                           flatten_cfg, trainer_node)

@@ -14,7 +14,8 @@ import os
 from typing import Dict, Iterable, List, Optional, Set
 
 from argtca.config import get_cfg_default
-from argtca.config.keys import KEYS, key_facts
+from argtca.config.keys import KEYS
+from argtca.config.methods import key_facts
 
 # Keys that change how fast a run goes, never what it computes: those declared with
 # ``numbers=False`` beside their default (argtca/config/defaults.py, argtca/config/keys.py). E.g.

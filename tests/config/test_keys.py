@@ -5,7 +5,8 @@ import pytest
 
 from argtca.config import CFG_CHOICES, get_cfg_default
 from argtca.config.checks import SHARED_RANGES
-from argtca.config.keys import KEYS, Key, declare, key_facts
+from argtca.config.keys import KEYS, Key, declare
+from argtca.config.methods import key_facts
 from argtca.report.identity import DATASET_KEYS, PROTOCOL_KEYS, SHORT_NAMES, is_result_key
 from argtca.run_folder import NON_RESULT_KEYS, flatten_cfg
 
