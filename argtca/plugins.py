@@ -12,10 +12,13 @@ loaded with :mod:`argtca.trainers`).
 
 Declaring a method. :func:`method` turns one class into a method of every list (CLI, table1,
 scripts, report, Dassl's registry): an :class:`~argtca.adapters.base.Adapter` (training-free, or
-online when it is an :class:`~argtca.adapters.base.OnlineAdapter`) or an
-:class:`~argtca.engine.objectives.Objective` (TPT-style prompt tuning). It registers the class, a
-trainer named after the key (its config node ``TRAINER.<KEY>``) and the node's defaults, which
-join argtca's defaults while the module is imported (docs/own-method.md)::
+online when it is an :class:`~argtca.adapters.base.OnlineAdapter`), an
+:class:`~argtca.engine.objectives.Objective` (TPT-style prompt tuning) or a
+:class:`~argtca.trainers.base.TestTimeTrainer` subclass (its own trainer logic). It registers the
+class, a trainer named after the key (its config node ``TRAINER.<KEY>``) and the node's defaults
+with their facts, which join argtca's defaults while the module is imported
+(docs/own-method.md). argtca's own methods are declared the same way, beside their classes
+(argtca/adapters/<method>.py, argtca/trainers/methods.py, ts.py, argtca.py)::
 
     @method("zs_t2", label="Zero-shot CLIP, T=2", defaults={"TEMPERATURE": 2.0})
     class ZeroShotT2(Adapter):
@@ -38,7 +41,7 @@ __all__ = ["PluginError", "PLUGIN_PACKAGE", "METHODS_GROUP", "load_plugins", "lo
            "loaded_plugin_files", "method"]
 
 from argtca.registry import (METHODS_GROUP, PLUGIN_PACKAGE, PluginError,  # noqa: F401
-                             load_entry_points)
+                             load_builtin_methods, load_entry_points)
 
 
 def _plugin_module_name(path: str) -> str:
@@ -71,7 +74,7 @@ def load_plugins(modules: Iterable[str]) -> None:
     modules = [str(m).strip() for m in modules or () if str(m).strip()]
     if modules:
         import argtca.selectors  # noqa: F401
-        import argtca.trainers  # noqa: F401
+        load_builtin_methods()
     for name in modules:
         before = set(sys.modules)
         try:
@@ -130,73 +133,115 @@ def loaded_plugin_files(names: Iterable[str]) -> Dict[str, str]:
 
 # ------------------------------------------------------------------------------ methods
 _KEY = re.compile(r"^[a-z][a-z0-9_]*$")
+_NODE = re.compile(r"^[A-Z][A-Z0-9_]*$")
 
 
 def method(key: str, *, label: str = "", family: str = "", defaults: Optional[Dict] = None,
-           paper: bool = False, override: bool = False):
-    """Declare the decorated class, an ``Adapter`` or an ``Objective``, as the method ``key``.
+           paper: Optional[bool] = None, override: bool = False, trainer: str = "",
+           node: str = "", **traits):
+    """Declare the decorated class as the method ``key``: an ``Adapter`` or an ``Objective``
+    (a trainer is made for it), or a ``TestTimeTrainer`` subclass (a method with its own trainer
+    logic, registered itself). argtca's own methods are declared with it too, beside their class.
 
-    ``key``: lower case letters, digits and ``_`` (scripts, run folders, ``--methods``); the
-    trainer is ``key.upper()`` and its config node ``TRAINER.<KEY>`` (its keys: ``defaults``, a
-    dict, nested dicts for sub-nodes; the class's ``cfg_ranges`` checks them); ``label``: the
-    report's name (default the key); ``family``: a key of argtca/config/methods.py FAMILIES
-    (default: "online" for an online adapter, "training-free" for another, "tpt-family" for an
-    objective); ``paper``: a row of the paper's Table 1 (built-ins only); ``override``: replace
-    a registered method of that key on purpose. A problem is one :class:`PluginError` line."""
+    ``key``: lower case letters, digits and ``_`` (scripts, run folders, ``--methods``);
+    ``trainer``: the trainer's name (``TRAINER.NAME``, Dassl's registry; default ``key.upper()``,
+    for a trainer class its class name); ``node``: its config node ``TRAINER.<NODE>`` (default
+    the trainer's name upper-cased); ``defaults``: that node's keys, each a
+    :class:`~argtca.config.keys.Key` (default, one-line doc, ``check``/``choices``) or a plain
+    value (a plug-in's shorthand), nested dicts for sub-nodes: its value checks are the Keys'
+    (plus the class's own ``cfg_ranges``); ``label``: the report's name (default the key);
+    ``family``: a key of argtca/config/methods.py FAMILIES (default: "online" for an online
+    adapter, "training-free" for another, "tpt-family" for an objective, a trainer class's own);
+    ``paper``: a row of the paper's Table 1 (built-ins only); ``override``: replace a registered
+    method of that key on purpose. ``traits``: class attributes of the trainer, among
+    ``tunes``, ``aliases`` (other names it answers to), ``rows`` (its names in table1's method
+    sets), ``base_node`` (the node its prompts and objective read, e.g. a temperature-scaled
+    variant's base method's) and ``reads_nodes`` (other nodes it reads). A problem is one
+    :class:`PluginError` line."""
     def deco(cls):
-        _declare(cls, key, label, family, defaults, paper, override)
+        _declare(cls, key, label, family, defaults, paper, override, trainer, node, traits)
         return cls
     return deco
 
 
-def _declare(cls, key, label, family, defaults, paper, override) -> None:
-    from argtca.adapters.base import Adapter
+TRAITS = ("tunes", "aliases", "rows", "base_node", "reads_nodes")
+
+
+def _declare(cls, key, label, family, defaults, paper, override, trainer, node, traits) -> None:
+    from argtca.config.keys import node_checks
     from argtca.config.methods import FAMILIES, find_trainer
-    from argtca.engine.objectives import Objective
-    from argtca.registry import ADAPTER_REGISTRY, OBJECTIVE_REGISTRY, TRAINER_REGISTRY
+    from argtca.registry import TRAINER_REGISTRY
     from argtca.trainers.base import TestTimeTrainer
-    from argtca.trainers.zoo import FeatureTrainer, StreamTrainer
 
     where = f"method {key!r} ({cls.__module__}.{cls.__qualname__})"
     if not isinstance(key, str) or not _KEY.match(key):
         raise PluginError(f"{where}: the key must be lower-case letters, digits and _ starting "
                           f"with a letter (it names run folders and --methods rows)")
-    if not inspect.isclass(cls) or not issubclass(cls, (Adapter, Objective)):
-        raise PluginError(f"{where}: @method declares a subclass of argtca.adapters.Adapter "
-                          f"(training-free or online) or argtca.engine.objectives.Objective "
-                          f"(prompt tuning), not {cls!r}")
-    online = issubclass(cls, Adapter) and bool(getattr(cls, "online", False))
-    family = family or ("online" if online else "training-free" if issubclass(cls, Adapter)
-                        else "tpt-family")
+    own_trainer = inspect.isclass(cls) and issubclass(cls, TestTimeTrainer)
+    if not own_trainer:   # imported only here: a trainer module declaring its methods needs none
+        from argtca.adapters.base import Adapter
+        from argtca.engine.objectives import Objective
+        if not inspect.isclass(cls) or not issubclass(cls, (Adapter, Objective)):
+            raise PluginError(f"{where}: @method declares a subclass of argtca.adapters.Adapter "
+                              f"(training-free or online), argtca.engine.objectives.Objective "
+                              f"(prompt tuning) or argtca.trainers.TestTimeTrainer (its own "
+                              f"trainer logic), not {cls!r}")
+    adapter = not own_trainer and issubclass(cls, Adapter)
+    online = adapter and bool(getattr(cls, "online", False))
+    family = family or (getattr(cls, "family", "tpt-family") if own_trainer else "online"
+                        if online else "training-free" if adapter else "tpt-family")
     if family not in FAMILIES:
         raise PluginError(f"{where}: family {family!r} is not one of {', '.join(FAMILIES)}")
-    if issubclass(cls, Adapter) and family not in ("training-free", "online"):
+    if adapter and family not in ("training-free", "online"):
         raise PluginError(f"{where}: an adapter is a training-free or online method, not "
                           f"family {family!r}")
     if defaults is not None and not isinstance(defaults, dict):
         raise PluginError(f"{where}: defaults must be a dict of the node's keys, got "
                           f"{type(defaults).__name__}")
+    unknown = sorted(set(traits) - set(TRAITS))
+    if unknown:
+        raise PluginError(f"{where}: unknown argument(s) {', '.join(unknown)} (traits: "
+                          f"{', '.join(TRAITS)})")
+    name = str(trainer or (cls.__name__ if own_trainer else key.upper()))
+    if own_trainer and name != cls.__name__:
+        raise PluginError(f"{where}: a trainer class is registered under its class name "
+                          f"{cls.__name__!r}, not trainer={name!r}")
+    node = str(node or name.upper())
+    if not _NODE.match(node):
+        raise PluginError(f"{where}: node {node!r} must be upper-case letters, digits and _ "
+                          f"(it is the config node TRAINER.<NODE>)")
+    defaults = dict(defaults or {})
+    # the node's value checks: its keys' facts, and the class's own table (a plug-in's shorthand)
+    checks = {**node_checks(defaults), **dict(cls.__dict__.get("cfg_ranges") or {})}
     attrs: Dict[str, Any] = {
-        "method": key, "label": str(label or key), "family": family, "paper": bool(paper),
-        "defaults": dict(defaults or {}), "__module__": cls.__module__,
-        "__doc__": cls.__doc__ or f"The method {key} ({cls.__qualname__})."}
+        "method": key, "label": str(label or key), "family": family, "defaults": defaults,
+        "node_name": node, "cfg_ranges": checks, **traits}
+    if paper is not None or not own_trainer:
+        attrs["paper"] = bool(paper)
     taken = find_trainer(key)
-    if taken is not None and not override:
+    if taken is not None and taken is not cls and not override:
         raise PluginError(f"{where}: the method key {key!r} is taken by the trainer "
                           f"{taken.__module__}.{taken.__qualname__}; choose another key, or "
                           f"pass override=True to replace it on purpose")
     try:
-        if issubclass(cls, Adapter):
+        if own_trainer:
+            for attr, value in attrs.items():
+                setattr(cls, attr, value)
+            TRAINER_REGISTRY.register(cls, override=override)
+            return
+        from argtca.registry import ADAPTER_REGISTRY, OBJECTIVE_REGISTRY
+        if adapter:
+            from argtca.trainers.zoo import FeatureTrainer, StreamTrainer
             ADAPTER_REGISTRY.register(cls, name=key, override=override)
             base = StreamTrainer if online else FeatureTrainer
             attrs["adapter_name"] = key
+            attrs.setdefault("tunes", bool(getattr(cls, "tunes", False)))
         else:
             OBJECTIVE_REGISTRY.register(cls, name=key, override=override)
             base = TestTimeTrainer
             attrs["objective_name"] = key
-            attrs["cfg_ranges"] = dict(getattr(cls, "cfg_ranges", None) or {})
-        name = key.upper()
-        attrs["__qualname__"] = name
+        attrs.update({"__module__": cls.__module__, "__qualname__": name,
+                      "__doc__": cls.__doc__ or f"The method {key} ({cls.__qualname__})."})
         TRAINER_REGISTRY.register(type(name, (base,), attrs), override=override)
     except KeyError as e:   # the registry's "already registered by ..." line
         raise PluginError(f"{where}: {e.args[0] if e.args else e}") from None

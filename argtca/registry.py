@@ -10,10 +10,13 @@ Dassl's ``force``). Other keyword arguments of ``register`` are traits kept with
 """
 from __future__ import annotations
 
+import importlib
 import inspect
+import sys
 from typing import Any, Dict, List, Optional
 
-__all__ = ["PluginError", "PLUGIN_PACKAGE", "METHODS_GROUP", "load_entry_points", "Registry",
+__all__ = ["PluginError", "PLUGIN_PACKAGE", "METHODS_GROUP", "BUILTIN_METHOD_PACKAGES",
+           "load_entry_points", "load_builtin_methods", "builtin_package_loaded", "Registry",
            "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY", "OBJECTIVE_REGISTRY",
            "ENGINE_REGISTRY", "ADAPTER_REGISTRY"]
 
@@ -64,6 +67,37 @@ def load_entry_points(group: str, registry=None, kind: str = "plug-in") -> List[
                 registry.register(obj, name=ep.name)
         names.append(ep.name)
     return names
+
+
+# argtca's own methods: each module of these packages declares its methods on import
+# (``argtca.plugins.method`` beside the class: a trainer in argtca/trainers, an adapter in
+# argtca/adapters). They are imported by name, as Dassl's and timm's registries fill on import,
+# so that the configuration, which sits below them, gets every built-in method's node
+# (``get_cfg_default``) without importing upwards.
+BUILTIN_METHOD_PACKAGES = ("argtca.trainers", "argtca.adapters")
+_LOADED: set = set()
+
+
+def load_builtin_methods() -> None:
+    """Register argtca's own methods (and then the installed packages' ones, entry-point group
+    ``argtca.methods``); once per process."""
+    for name in BUILTIN_METHOD_PACKAGES:
+        if name not in _LOADED:
+            importlib.import_module(name)
+
+
+def builtin_package_loaded(name: str) -> None:
+    """Called at the end of each of :data:`BUILTIN_METHOD_PACKAGES`' ``__init__``: each imports
+    the other (whichever is imported first, a method of one declares itself with a class of the
+    other), and once both are in, the installed packages' methods are loaded, after argtca's own
+    (so that one registering over a built-in with ``override=True`` replaces it)."""
+    _LOADED.add(name)
+    for other in BUILTIN_METHOD_PACKAGES:
+        if other not in _LOADED and other not in sys.modules:   # in sys.modules: under way
+            importlib.import_module(other)
+    if _LOADED.issuperset(BUILTIN_METHOD_PACKAGES) and "entry points" not in _LOADED:
+        load_entry_points(METHODS_GROUP, kind="method")   # a failure: the next import retries
+        _LOADED.add("entry points")
 
 
 class Registry:

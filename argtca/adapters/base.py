@@ -82,7 +82,14 @@ class Adapter:
     """``adapter(img [B, V, E]) -> probs [B, K]``, episodic: each image alone."""
 
     online = False
-    # the value checks of the method's config node TRAINER.<NAME>: key -> Range or the allowed
+    # tunes prompts through the engine's text tower: TPT's step keys (TTA.STEPS, TTA.LR,
+    # TTA.N_VIEWS >= 2) are checked as for the prompt-tuning methods (DynaPrompt)
+    tunes = False
+    # built with the features engine (``engine=``: its text tower and autocast), not only the
+    # class text features
+    needs_engine = False
+    # value checks of the method's config node TRAINER.<NODE> beyond its Keys' own (``check``,
+    # ``choices`` of the ``defaults`` given to argtca.plugins.method): key -> Range or the allowed
     # spellings (argtca/config/checks.py loops over every registered method's table)
     cfg_ranges: Table = {}
     # "-1 = the official per-dataset value": DATASET.NAME -> the official row (a tuple, or one
@@ -165,6 +172,10 @@ class OnlineAdapter(Adapter):
 
     def reset(self) -> None:
         self.state = {}
+
+    def begin_stream(self, n: int) -> None:
+        """Told the stream's length ``n`` before its first image (and on resume, after the
+        state is restored); a rule whose schedule depends on it keeps it (OnZeta)."""
 
     def step(self, img: torch.Tensor) -> torch.Tensor:
         """One image of the stream: ``img [V, E]`` -> ``probs [K]``, updating the state."""

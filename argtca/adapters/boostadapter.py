@@ -33,7 +33,8 @@ from argtca.adapters.base import (OFFICIAL, OnlineAdapter, Range, gate_reason, s
 from argtca.adapters.cache import (cache_logits, entries, fifo_push, new_cache, priority_push,
                                    widen)
 from argtca.engine.objectives import avg_entropy
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
 # The official per-dataset configs (configs/<dataset>.yaml): positive alpha, beta and delta. The
 # official imagenet.yaml has no delta (its runner fails on it); 1 is TTA-VLM's value for ImageNet.
@@ -79,23 +80,47 @@ def image_summary(logits: torch.Tensor, img: torch.Tensor, mode: str, p: float):
     return img[idx].mean(0), mean, avg_entropy(sel), sel.softmax(-1).mean(0), mean.argmax()
 
 
-@ADAPTER_REGISTRY.register(name="boostadapter")
+_UNIT = Range(lambda v: 0 <= v <= 1, "[0, 1]")
+_GE0 = Range(lambda v: v >= 0, ">= 0")
+
+# TRAINER.BOOSTADAPTER: official code github.com/taolinzhang/BoostAdapter (runner.py,
+# configs/<dataset>.yaml). -1: the official per-dataset value for DATASET.NAME (PRESETS; other
+# datasets take ImageNet's). The boosting samples are the int(V * TTA.SELECTION_P) most confident
+# views (official: 10 %).
+DEFAULTS = {
+    "SHOT_CAPACITY": Key(3, "historical cache entries per class (all configs)",
+                         check=Range(lambda v: v >= 1, ">= 1", True)),
+    "ALPHA": Key(-1.0, "positive cache weight (e.g. Caltech 5, DTD 2); -1: the official value",
+                 check=Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}")),
+    "BETA": Key(-1.0, "positive cache sharpness (e.g. Caltech 5, DTD 3); -1: the official value",
+                check=Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}")),
+    "DELTA": Key(-1, "extra entries per class for boosting samples (configs' delta: 0-3; "
+                 "ImageNet has none: 1); -1: the official value",
+                 check=Range(lambda v: v >= -1, f">= 0, {OFFICIAL}", True)),
+    "NEG_SHOT_CAPACITY": Key(2, "negative cache entries per class (FIFO)",
+                             check=Range(lambda v: v >= 1, ">= 1", True)),
+    "NEG_ALPHA": Key(0.117, "negative cache weight (all configs)", check=_GE0),
+    "NEG_BETA": Key(1.0, "negative cache sharpness (all configs)", check=_GE0),
+    "NEG_ENTROPY_LOWER": Key(0.2, "an image enters the negative cache when lower < H(nats) / "
+                             "log2 K < upper (official)", check=_UNIT),
+    "NEG_ENTROPY_UPPER": Key(0.5, "the upper bound of that entropy gate (official)",
+                             check=_UNIT),
+    "NEG_MASK_LOWER": Key(0.03, "negative values: lower < p < upper (official)", check=_UNIT),
+    "NEG_MASK_UPPER": Key(1.0, "the upper bound of the negative mask (official)", check=_UNIT),
+    "HISTORY_VIEWS": Key("auto", "the image's feature for the caches and its CLIP logits: "
+                         "\"original\" (view 0: the official cross-domain sets), \"confident\" "
+                         "(mean of the confident views: its ImageNet variants), \"auto\": "
+                         "confident for DATASET.NAME ImageNet*, else view 0",
+                         choices=("auto", "original", "confident")),
+}
+
+
+@method("boostadapter", label="BoostAdapter", family="online", trainer="BoostAdapter",
+        defaults=DEFAULTS)
 class BoostAdapter(OnlineAdapter):
     """Historical cache + per-image boosting samples + negative cache (module docstring)."""
 
     presets, preset_keys = PRESETS, {"ALPHA": 0, "BETA": 1, "DELTA": 2}
-    cfg_ranges = {
-        "ALPHA": Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}"),
-        "BETA": Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}"),
-        "DELTA": Range(lambda v: v >= -1, f">= 0, {OFFICIAL}", True),
-        "SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
-        "NEG_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
-        "NEG_ALPHA": Range(lambda v: v >= 0, ">= 0"),
-        "NEG_BETA": Range(lambda v: v >= 0, ">= 0"),
-        **{f"NEG_{k}": Range(lambda v: 0 <= v <= 1, "[0, 1]")
-           for k in ("ENTROPY_LOWER", "ENTROPY_UPPER", "MASK_LOWER", "MASK_UPPER")},
-        "HISTORY_VIEWS": ("auto", "original", "confident"),
-    }
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

@@ -35,9 +35,10 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import OnlineAdapter, Range
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
-__all__ = ["DMNAdapter", "PRESETS"]
+__all__ = ["DMNAdapter", "PRESETS", "DEFAULTS"]
 
 # The memory weight the official script chose per dataset by test accuracy (zero-shot, ViT-B/16:
 # camera_ready_dmn_tf_searched_vit_0.txt, first block, and camera_ready_dmn_tf_shift_0.txt).
@@ -50,17 +51,28 @@ PRESETS: Dict[str, float] = {
 }
 
 
-@ADAPTER_REGISTRY.register(name="dmn")
+# TRAINER.DMN: DMN-ZS (Zhang et al., CVPR 2024), official YBZh/DMN scripts/run.sh (zero-shot,
+# ViT-B/16)
+DEFAULTS = {
+    "MEMORY_SIZE": Key(50, "dynamic memory entries per class (--memory_size 50)",
+                       check=Range(lambda v: v >= 1, ">= 1 (DMN: 50)", True)),
+    "BETA": Key(5.5, "read-out sharpness exp(-beta (1 - sim)) (--beta 5.5)",
+                check=Range(lambda v: v >= 0, ">= 0 (DMN: 5.5)")),
+    "MEMORY_WEIGHT": Key(-1.0, "weight w of the memory prediction: p = (p_text + w p_mem) / "
+                         "(1 + w). The official script picks w per dataset by test accuracy (a "
+                         "grid 0.001 .. 1000); -1: its logged choice for DATASET.NAME "
+                         "(camera_ready_dmn_tf_*_vit_0.txt; PRESETS, e.g. ImageNet 1, DTD 10, "
+                         "Caltech101 0.3); other datasets take ImageNet's 1",
+                         check=Range(lambda v: v >= 0 or v == -1,
+                                     ">= 0, or -1 for the official per-dataset value")),
+}
+
+
+@method("dmn", label="DMN-ZS", family="online", defaults=DEFAULTS)
 class DMNAdapter(OnlineAdapter):
     """DMN-ZS's dynamic memory over the stream (``TRAINER.DMN``)."""
 
     presets, preset_keys = PRESETS, {"MEMORY_WEIGHT": 0}
-    cfg_ranges = {
-        "MEMORY_SIZE": Range(lambda v: v >= 1, ">= 1 (DMN: 50)", True),
-        "BETA": Range(lambda v: v >= 0, ">= 0 (DMN: 5.5)"),
-        "MEMORY_WEIGHT": Range(lambda v: v >= 0 or v == -1,
-                               ">= 0, or -1 for the official per-dataset value"),
-    }
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

@@ -25,21 +25,27 @@ import torch
 
 from argtca.adapters.base import OnlineAdapter, Range
 from argtca.adapters.dmn import DMNAdapter
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
-__all__ = ["DMNWeakAdapter"]
+__all__ = ["DMNWeakAdapter", "DEFAULTS"]
+
+# TRAINER.DMNWEAK: TTA-VLM's dmn_weak (TomSheng21/tta-vlm online_method/dmn_weak.py)
+DEFAULTS = {
+    "MEMORY_SIZE": Key(50, "dynamic memory entries per class (max_len 50)",
+                       check=Range(lambda v: v >= 1, ">= 1 (TTA-VLM: 50)", True)),
+    "BETA": Key(5.5, "read-out sharpness exp(-beta (1 - sim)) (beta 5.5)",
+                check=Range(lambda v: v >= 0, ">= 0 (TTA-VLM: 5.5)")),
+    "MEMORY_WEIGHT": Key(1.0, "p = (p_text + w p_mem) / (1 + w) (alpha 1.0)",
+                         check=Range(lambda v: v >= 0, ">= 0 (TTA-VLM: 1)")),
+}
 
 
-@ADAPTER_REGISTRY.register(name="dmn_weak")
+@method("dmn_weak", label="DMN-weak", family="online", trainer="DMNWeak", defaults=DEFAULTS)
 class DMNWeakAdapter(DMNAdapter):
     """DMN-ZS's memory on view 0 alone, TTA-VLM's rules (``TRAINER.DMNWEAK``)."""
 
     presets, preset_keys = {}, {}
-    cfg_ranges = {
-        "MEMORY_SIZE": Range(lambda v: v >= 1, ">= 1 (TTA-VLM: 50)", True),
-        "BETA": Range(lambda v: v >= 0, ">= 0 (TTA-VLM: 5.5)"),
-        "MEMORY_WEIGHT": Range(lambda v: v >= 0, ">= 0 (TTA-VLM: 1)"),
-    }
 
     @classmethod
     def needs_views(cls, node, cfg) -> bool:

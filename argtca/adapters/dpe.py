@@ -37,7 +37,8 @@ import torch.nn.functional as F
 from argtca.adapters.base import OFFICIAL, OnlineAdapter, Range, view_entropy
 from argtca.adapters.boostadapter import image_summary, imagenet_family, resolve_views
 from argtca.adapters.cache import affinity_weights, filled, new_cache, priority_push
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
 # The official per-dataset configs (configs/<dataset>.yaml): alpha, beta, learning rate (the text
 # and image rates are equal in every file) and the alignment weight. Datasets without an official
@@ -66,24 +67,47 @@ def entropy(logits: torch.Tensor) -> torch.Tensor:
     return view_entropy(logits)
 
 
-@ADAPTER_REGISTRY.register(name="dpe")
+_OFFICIAL = Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}")
+_VIEWS = ("auto", "original", "confident")
+
+# TRAINER.DPE: official code github.com/zhangce01/DPE-CLIP (main_dpe.py, configs/<dataset>.yaml).
+# -1: the official per-dataset value for DATASET.NAME (PRESETS; other datasets take ImageNet's).
+DEFAULTS = {
+    "SHOT_CAPACITY": Key(3, "priority queue entries per class (all configs)",
+                         check=Range(lambda v: v >= 1, ">= 1", True)),
+    "ALPHA": Key(-1.0, "cache weight (e.g. Caltech 15, DTD 6, ImageNet 6)", check=_OFFICIAL),
+    "BETA": Key(-1.0, "cache sharpness (e.g. Caltech 5, DTD 3, ImageNet 5)", check=_OFFICIAL),
+    "LR_TEXT": Key(-1.0, "AdamW lr of the textual residual (5e-5 .. 6e-4)", check=_OFFICIAL),
+    "LR_IMAGE": Key(-1.0, "AdamW lr of the visual residual (= LR_TEXT everywhere)",
+                    check=_OFFICIAL),
+    "ALIGN": Key(-1.0, "weight of the alignment (InfoNCE) loss (0 .. 2.5)", check=_OFFICIAL),
+    "STEPS": Key(1, "residual steps per image (main_dpe.py: steps = 1)",
+                 check=Range(lambda v: v >= 0, ">= 0 (official: 1)", True)),
+    "ADAM_EPS": Key(1e-3, "AdamW eps (main_dpe.py)", check=Range(lambda v: v > 0, "> 0")),
+    "WEIGHT_DECAY": Key(0.1, "AdamW weight decay (main_dpe.py)",
+                        check=Range(lambda v: v >= 0, ">= 0")),
+    "INFONCE_T": Key(0.01, "InfoNCE temperature (main_dpe.py)",
+                     check=Range(lambda v: v > 0, "> 0")),
+    "EVOLVE_ENTROPY": Key(0.1, "textual prototypes evolve when the prediction's entropy H(nats) "
+                          "/ log2 K is below this (main_dpe.py)",
+                          check=Range(lambda v: v >= 0, ">= 0 (0: the text never evolves)")),
+    "VIEWS": Key("auto", "the feature that is cached and tuned on: \"original\" (view 0: the "
+                 "official cross-domain sets, one view), \"confident\" (mean of the confident "
+                 "views: ImageNet and its variants); \"auto\": confident for ImageNet*",
+                 choices=_VIEWS),
+    "PREDICT_VIEWS": Key("auto", "the final prediction's feature: \"original\" (view 0), "
+                         "\"confident\" (re-selected with the tuned text: official for "
+                         "ImageNet-A only); \"auto\": confident for ImageNetA",
+                         choices=_VIEWS),
+}
+
+
+@method("dpe", label="DPE", family="online", defaults=DEFAULTS)
 class DPE(OnlineAdapter):
     """Evolving textual and visual prototypes with per-image residuals (module docstring)."""
 
     presets = PRESETS
     preset_keys = {"ALPHA": 0, "BETA": 1, "LR_TEXT": 2, "LR_IMAGE": 2, "ALIGN": 3}
-    cfg_ranges = {
-        **{k: Range(lambda v: v == -1 or v >= 0, f">= 0, {OFFICIAL}")
-           for k in ("ALPHA", "BETA", "LR_TEXT", "LR_IMAGE", "ALIGN")},
-        "SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
-        "STEPS": Range(lambda v: v >= 0, ">= 0 (official: 1)", True),
-        "ADAM_EPS": Range(lambda v: v > 0, "> 0"),
-        "WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
-        "INFONCE_T": Range(lambda v: v > 0, "> 0"),
-        "EVOLVE_ENTROPY": Range(lambda v: v >= 0, ">= 0 (0: the text never evolves)"),
-        "VIEWS": ("auto", "original", "confident"),
-        "PREDICT_VIEWS": ("auto", "original", "confident"),
-    }
 
     @classmethod
     def needs_views(cls, node, cfg) -> bool:

@@ -37,10 +37,11 @@ import torch.nn.functional as F
 
 from argtca.adapters.base import OnlineAdapter, Range
 from argtca.config import ConfigError
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
 __all__ = ["DynaPromptAdapter", "select_prompts", "prompt_entropy_and_difference",
-           "confident_views_loss"]
+           "confident_views_loss", "DEFAULTS"]
 
 
 def _entropy(logits: torch.Tensor) -> torch.Tensor:
@@ -100,14 +101,27 @@ def confident_views_loss(logits: torch.Tensor, p: float) -> torch.Tensor:
     return -(avg * torch.exp(avg)).sum(dim=-1).mean()
 
 
-@ADAPTER_REGISTRY.register(name="dynaprompt")
-class DynaPromptAdapter(OnlineAdapter):
-    """The prompt buffer, its selection, tuning and replacement (module docstring)."""
+# TRAINER.DYNAPROMPT: the official zzzx1224/DynaPrompt run_dynap.sh defaults: a buffer of prompts
+# tuned by TPT's step (TTA.STEPS, TTA.LR, TTA.WEIGHT_DECAY, TTA.SELECTION_P, TTA.N_VIEWS,
+# TTA.CTX_INIT, the GradScaler's TTA.LOSS_SCALE) over one stream
+DEFAULTS = {
+    "NUM_PROMPTS": Key(12, "prompts in the buffer (num_p=12; TTA-VLM: 10)",
+                       check=Range(lambda v: v >= 1, ">= 1 (official: 12)", True)),
+    "APPEND": Key(True, "reset the least recently picked prompt once all are used (False: the "
+                  "official 'noapp' ablation)"),
+}
 
-    cfg_ranges = {
-        "NUM_PROMPTS": Range(lambda v: v >= 1, ">= 1 (official: 12)", True),
-        "APPEND": (True, False),
-    }
+
+@method("dynaprompt", label="DynaPrompt", family="online", trainer="DynaPrompt",
+        defaults=DEFAULTS)
+class DynaPromptAdapter(OnlineAdapter):
+    """An online method that tunes prompts: the prompt buffer, its selection, tuning and
+    replacement (module docstring). It is built with the engine's text tower (the buffer's
+    features need gradients: ``needs_engine``), and TPT's step keys (TTA.STEPS, TTA.LR,
+    TTA.N_VIEWS >= 2) are checked as for the prompt-tuning methods (``tunes``)."""
+
+    tunes = True
+    needs_engine = True
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

@@ -38,23 +38,32 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import OnlineAdapter, Range
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
-__all__ = ["ECALPAdapter"]
+__all__ = ["ECALPAdapter", "DEFAULTS"]
+
+# TRAINER.ECALP: ECALP (Li et al., ICLR 2025), official Yushu-Li/ECALP main.py defaults
+# (zero-shot; one set of values for every dataset and backbone)
+DEFAULTS = {
+    "K_TEXT": Key(3, "class neighbours of an image (--k_text 3)",
+                  check=Range(lambda v: v >= 1, ">= 1 (ECALP: 3)", True)),
+    "K_IMAGE": Key(8, "image neighbours of an image (--k_image 8)",
+                   check=Range(lambda v: v >= 1, ">= 1 (ECALP: 8)", True)),
+    "GAMMA": Key(10.0, "edge weight = similarity ** gamma (--gamma 10)",
+                 check=Range(lambda v: v > 0, "> 0 (ECALP: 10)")),
+    "ALPHA": Key(1.0, "Y <- alpha W Y + (1 - alpha) Y0 (--alpha 1)",
+                 check=Range(lambda v: 0 <= v <= 1, "in [0, 1] (ECALP: 1)")),
+    "ITERATIONS": Key(3, "propagation steps an image (--num_iterations 3)",
+                      check=Range(lambda v: v >= 1, ">= 1 (ECALP: 3)", True)),
+    "OUTPUT_SCALE": Key(10000.0, "recorded p = softmax(scale * scores) (official 10000)",
+                        check=Range(lambda v: v > 0, "> 0 (ECALP: 10000)")),
+}
 
 
-@ADAPTER_REGISTRY.register(name="ecalp")
+@method("ecalp", label="ECALP", family="online", defaults=DEFAULTS)
 class ECALPAdapter(OnlineAdapter):
     """ECALP's label propagation over the stream's graph (``TRAINER.ECALP``)."""
-
-    cfg_ranges = {
-        "K_TEXT": Range(lambda v: v >= 1, ">= 1 (ECALP: 3)", True),
-        "K_IMAGE": Range(lambda v: v >= 1, ">= 1 (ECALP: 8)", True),
-        "GAMMA": Range(lambda v: v > 0, "> 0 (ECALP: 10)"),
-        "ALPHA": Range(lambda v: 0 <= v <= 1, "in [0, 1] (ECALP: 1)"),
-        "ITERATIONS": Range(lambda v: v >= 1, ">= 1 (ECALP: 3)", True),
-        "OUTPUT_SCALE": Range(lambda v: v > 0, "> 0 (ECALP: 10000)"),
-    }
 
     @classmethod
     def needs_views(cls, node, cfg) -> bool:

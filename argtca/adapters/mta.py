@@ -29,20 +29,27 @@ from __future__ import annotations
 import torch
 
 from argtca.adapters.base import Adapter, Range
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
+
+# TRAINER.MTA: github.com/MaxZanella/MTA mta.py solve_mta and main.py's arguments
+DEFAULTS = {
+    "LAMBDA_Y": Key(0.2, "inlierness entropic weight (main.py --lambda_y)",
+                    check=Range(lambda v: v > 0, "> 0 (MTA: 0.2)")),
+    "LAMBDA_Q": Key(4.0, "inlierness affinity (quadratic) weight (--lambda_q)",
+                    check=Range(lambda v: v >= 0, ">= 0 (MTA: 4)")),
+    "MAX_ITER": Key(5, "rounds, and steps of each inner loop (mta.py max_iter)",
+                    check=Range(lambda v: v >= 1, ">= 1 (MTA: 5)", True)),
+    "TOL": Key(1e-6, "an inner loop stops when its step's L2 norm is below it",
+               check=Range(lambda v: v >= 0, ">= 0 (MTA: 1e-6)")),
+    "BANDWIDTH_P": Key(0.3, "a view's bandwidth: its int(P * (V - 1)) nearest views",
+                       check=Range(lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)")),
+}
 
 
-@ADAPTER_REGISTRY.register(name="mta")
+@method("mta", label="MTA", family="training-free", defaults=DEFAULTS)
 class MTA(Adapter):
     """``mta(img [B, V, E]) -> probs [B, K]``: softmax of the logits of the views' inlier mode."""
-
-    cfg_ranges = {
-        "LAMBDA_Y": Range(lambda v: v > 0, "> 0 (MTA: 0.2)"),
-        "LAMBDA_Q": Range(lambda v: v >= 0, ">= 0 (MTA: 4)"),
-        "MAX_ITER": Range(lambda v: v >= 1, ">= 1 (MTA: 5)", True),
-        "TOL": Range(lambda v: v >= 0, ">= 0 (MTA: 1e-6)"),
-        "BANDWIDTH_P": Range(lambda v: 0 < v <= 1, "(0, 1] (MTA: 0.3)"),
-    }
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

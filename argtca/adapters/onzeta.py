@@ -17,8 +17,8 @@ The prediction is a probability (it sums to 1) and is recorded as it is. The off
 runs ImageNet only, with β 0.8 and α 1; TTA-VLM (``online_method/onzeta.py``) sets β 0.4 on
 every other dataset and α 0 on Caltech101: ``BETA`` / ``ALPHA`` -1 take the official values on
 the ImageNet family and TTA-VLM's elsewhere (:data:`PRESETS`; datasets outside both, e.g. the
-demo, take ImageNet's). The schedule needs ``n``: the stream trainer sets
-:attr:`OnZetaAdapter.stream_length` before the first image.
+demo, take ImageNet's). The schedule needs ``n``: the stream trainer tells it
+(:meth:`OnZetaAdapter.begin_stream`) before the first image.
 """
 from __future__ import annotations
 
@@ -28,9 +28,10 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import OFFICIAL, OnlineAdapter, Range
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
-__all__ = ["OnZetaAdapter", "PRESETS"]
+__all__ = ["OnZetaAdapter", "PRESETS", "DEFAULTS"]
 
 _FINE = (0.4, 1.0)     # TTA-VLM: beta 0.4 when test_sets is not a one-letter ImageNet set
 # DATASET.NAME -> (BETA, ALPHA)
@@ -44,20 +45,31 @@ PRESETS: Dict[str, Tuple[float, float]] = {
 }
 
 
-@ADAPTER_REGISTRY.register(name="onzeta")
+# TRAINER.ONZETA: the official idstcv/OnZeta main_online.py defaults. -1: the official value
+# on the ImageNet family, TTA-VLM's elsewhere (PRESETS: beta 0.4 on the fine-grained sets, alpha
+# 0 on Caltech101); other datasets take ImageNet's
+DEFAULTS = {
+    "TAU_T": Key(0.01, "temperature of the text label (--tau_t)",
+                 check=Range(lambda v: v > 0, "> 0 (OnZeta: 0.01)")),
+    "TAU_I": Key(0.04, "temperature of the vision proxies (--tau_i)",
+                 check=Range(lambda v: v > 0, "> 0 (OnZeta: 0.04)")),
+    "CW": Key(0.5, "proxy learning rate cw / sqrt(t) (--cw)",
+              check=Range(lambda v: v >= 0, ">= 0 (OnZeta: 0.5)")),
+    "CR": Key(20.0, "dual (rho) learning rate cr / sqrt(t) (--cr)",
+              check=Range(lambda v: v >= 0, ">= 0 (OnZeta: 20)")),
+    "ALPHA": Key(-1.0, "OnLab's class-proportion bound alpha / K (--alpha 1); -1: the official "
+                 "value", check=Range(lambda v: v >= 0 or v == -1, f">= 0, {OFFICIAL}")),
+    "BETA": Key(-1.0, "proxy weight beta sqrt(t / n) (--beta 0.8); -1: the official value",
+                check=Range(lambda v: 0 <= v <= 1 or v == -1, f"in [0, 1], {OFFICIAL}")),
+}
+
+
+@method("onzeta", label="OnZeta", family="online", trainer="OnZeta", defaults=DEFAULTS)
 class OnZetaAdapter(OnlineAdapter):
     """OnZeta's label learning and proxy learning over the stream (``TRAINER.ONZETA``)."""
 
     presets, preset_keys = PRESETS, {"BETA": 0, "ALPHA": 1}
-    cfg_ranges = {
-        "TAU_T": Range(lambda v: v > 0, "> 0 (OnZeta: 0.01)"),
-        "TAU_I": Range(lambda v: v > 0, "> 0 (OnZeta: 0.04)"),
-        "CW": Range(lambda v: v >= 0, ">= 0 (OnZeta: 0.5)"),
-        "CR": Range(lambda v: v >= 0, ">= 0 (OnZeta: 20)"),
-        "ALPHA": Range(lambda v: v >= 0 or v == -1, f">= 0, {OFFICIAL}"),
-        "BETA": Range(lambda v: 0 <= v <= 1 or v == -1, f"in [0, 1], {OFFICIAL}"),
-    }
-    # the number of images in the stream (β's schedule); the stream trainer sets it
+    # the number of images in the stream (β's schedule): :meth:`begin_stream`
     stream_length: Optional[int] = None
 
     @classmethod
@@ -80,6 +92,9 @@ class OnZetaAdapter(OnlineAdapter):
         self.beta, self.alpha = float(given["BETA"]), float(given["ALPHA"])
         super().__init__(node, cfg, text, logit_scale)
 
+    def begin_stream(self, n: int) -> None:
+        self.stream_length = int(n)
+
     def reset(self) -> None:
         K = self.text.shape[0]
         self.state = {"w": self.text.t().contiguous().clone(),          # [E, K] proxies
@@ -89,7 +104,7 @@ class OnZetaAdapter(OnlineAdapter):
     def step(self, img: torch.Tensor) -> torch.Tensor:
         if not self.stream_length:
             raise RuntimeError("OnZeta's beta schedule sqrt(t / n) needs the stream's length: "
-                               "set OnZetaAdapter.stream_length before the first image")
+                               "call begin_stream(n) before the first image")
         st = self.state
         x = img[0].float()
         K = self.text.shape[0]

@@ -43,10 +43,11 @@ import torch
 from argtca.adapters.base import (OnlineAdapter, Range, gate_reason, select_confident,
                                   view_entropy)
 from argtca.adapters.cache import cache_logits, new_cache, priority_push
+from argtca.config.keys import Key
 from argtca.engine.objectives import avg_entropy
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.plugins import method
 
-__all__ = ["TDAAdapter", "PRESETS", "CONFIDENT_VIEWS"]
+__all__ = ["TDAAdapter", "PRESETS", "CONFIDENT_VIEWS", "DEFAULTS"]
 
 # The official configs/<dataset>.yaml: the positive cache's (alpha, beta); every other value is
 # the same in all of them. Datasets without an official config take ImageNet's row.
@@ -60,30 +61,54 @@ PRESETS: Dict[str, Tuple[float, float]] = {
 # the datasets the official runner gives 64 views (get_ood_preprocess): "A", "V", "R", "S"
 CONFIDENT_VIEWS = ("ImageNetA", "ImageNetV2", "ImageNetR", "ImageNetSketch")
 
+_GE0 = Range(lambda v: v >= 0, ">= 0")
+_OFFICIAL = Range(lambda v: v >= 0 or v == -1, ">= 0, or -1 for the official per-dataset value")
 
-@ADAPTER_REGISTRY.register(name="tda")
+
+def _above(lower: str) -> Range:
+    """The upper bound of a (lower, upper) pair: above the node's ``lower`` key."""
+    return Range(lambda v, node: not isinstance(node[lower], (int, float)) or v > node[lower],
+                 lambda node, path: f"> {path}.{lower}={node[lower]!r}", uses_node=True)
+
+
+# TRAINER.TDA: the official kdiAAA/TDA configs/<dataset>.yaml, ViT-B/16. Only the positive
+# cache's alpha/beta differ per dataset; -1: the official value for DATASET.NAME (PRESETS; other
+# datasets, e.g. the demo, take ImageNet's 2 / 5, also the median of the ten fine-grained sets')
+DEFAULTS = {
+    "POS_ENABLED": Key(True, "positive cache on (all configs)"),
+    "POS_SHOT_CAPACITY": Key(3, "positive cache entries per class (all configs)",
+                             check=Range(lambda v: v >= 1, ">= 1", True)),
+    "POS_ALPHA": Key(-1.0, "weight of the positive cache logits (e.g. Caltech 5); -1: the "
+                     "official value for DATASET.NAME", check=_OFFICIAL),
+    "POS_BETA": Key(-1.0, "sharpness of exp(-beta (1 - affinity)) (e.g. Caltech 5); -1: the "
+                    "official value for DATASET.NAME", check=_OFFICIAL),
+    "NEG_ENABLED": Key(True, "negative cache on (all configs)"),
+    "NEG_SHOT_CAPACITY": Key(2, "negative cache entries per class (all configs)",
+                             check=Range(lambda v: v >= 1, ">= 1", True)),
+    "NEG_ALPHA": Key(0.117, "weight of the subtracted negative logits (all configs)",
+                     check=_GE0),
+    "NEG_BETA": Key(1.0, "sharpness of the negative cache's weights (all configs)", check=_GE0),
+    "NEG_ENTROPY_LOWER": Key(0.2, "an image enters the negative cache when lower < H / log2 K "
+                             "< upper (H in nats, as get_entropy; all configs)", check=_GE0),
+    "NEG_ENTROPY_UPPER": Key(0.5, "the upper bound of that entropy gate (all configs)",
+                             check=_above("NEG_ENTROPY_LOWER")),
+    "NEG_MASK_LOWER": Key(0.03, "its negative mask: the classes with lower < p < upper (all "
+                          "configs)", check=_GE0),
+    "NEG_MASK_UPPER": Key(1.0, "the upper bound of that mask (all configs)",
+                          check=_above("NEG_MASK_LOWER")),
+    "VIEWS": Key("auto", "the image's feature and logits: \"original\" (view 0: the official "
+                 "runner on the cross-domain sets and ImageNet), \"confident\" (the confident "
+                 "views' mean: its ImageNet-A/V2/R/Sketch runs), \"auto\": confident for "
+                 "DATASET.NAME ImageNetA, ImageNetV2, ImageNetR, ImageNetSketch",
+                 choices=("auto", "original", "confident")),
+}
+
+
+@method("tda", label="TDA", family="online", defaults=DEFAULTS)
 class TDAAdapter(OnlineAdapter):
     """TDA's positive and negative caches over the stream (``TRAINER.TDA``)."""
 
     presets, preset_keys = PRESETS, {"POS_ALPHA": 0, "POS_BETA": 1}
-    cfg_ranges = {
-        "POS_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
-        "POS_ALPHA": Range(lambda v: v >= 0 or v == -1,
-                           ">= 0, or -1 for the official per-dataset value"),
-        "POS_BETA": Range(lambda v: v >= 0 or v == -1,
-                          ">= 0, or -1 for the official per-dataset value"),
-        "NEG_SHOT_CAPACITY": Range(lambda v: v >= 1, ">= 1", True),
-        "NEG_ALPHA": Range(lambda v: v >= 0, ">= 0"),
-        "NEG_BETA": Range(lambda v: v >= 0, ">= 0"),
-        **{f"NEG_{k}_{end}": (
-            Range(lambda v: v >= 0, ">= 0") if end == "LOWER" else Range(
-                lambda v, node, k=k: not isinstance(node[f"NEG_{k}_LOWER"], (int, float))
-                or v > node[f"NEG_{k}_LOWER"],
-                lambda node, path, k=k: f"> {path}.NEG_{k}_LOWER={node[f'NEG_{k}_LOWER']!r}",
-                uses_node=True))
-           for k in ("ENTROPY", "MASK") for end in ("LOWER", "UPPER")},
-        "VIEWS": ("auto", "original", "confident"),
-    }
 
     @staticmethod
     def resolve_views(node, cfg) -> str:

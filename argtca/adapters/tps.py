@@ -15,20 +15,27 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import Adapter, Range
+from argtca.config.keys import Key
 from argtca.engine.objectives import avg_entropy, select_confident
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.plugins import method
+
+# TRAINER.TPS
+DEFAULTS = {
+    "LR": Key(5e-3, "AdamW lr on the shifts (TPS README / args.py default; TTA-VLM uses 1e-3 on "
+              "the fine-grained sets)", check=Range(lambda v: v > 0, "> 0 (TPS: 5e-3)")),
+    "STEPS": Key(1, "shift steps per image (TPS scripts: --tta_steps 1)",
+                 check=Range(lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True)),
+    "WEIGHT_DECAY": Key(0.01, "AdamW weight decay: torch AdamW's default (TPS sets none)",
+                        check=Range(lambda v: v >= 0, ">= 0")),
+    "PER_CLASS": Key(True, "one shift per class prototype (TPS scripts: --per_label); False: "
+                     "one shift shared by every class"),
+}
 
 
-@ADAPTER_REGISTRY.register(name="tps")
+@method("tps", label="TPS", family="training-free", defaults=DEFAULTS)
 class TPS(Adapter):
     """``TRAINER.TPS``: LR, STEPS, WEIGHT_DECAY (AdamW), PER_CLASS (a shift per class, or one
     shared by all classes)."""
-
-    cfg_ranges = {
-        "LR": Range(lambda v: v > 0, "> 0 (TPS: 5e-3)"),
-        "STEPS": Range(lambda v: v >= 0, ">= 0 (0: zero-shot; TPS: 1)", True),
-        "WEIGHT_DECAY": Range(lambda v: v >= 0, ">= 0"),
-    }
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

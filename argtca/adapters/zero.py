@@ -32,19 +32,27 @@ import torch
 import torch.nn.functional as F
 
 from argtca.adapters.base import Adapter, Range, view_entropy
-from argtca.registry import ADAPTER_REGISTRY
+from argtca.config.keys import Key
+from argtca.plugins import method
 
 OUTPUTS = ("vote", "onehot")
 
+# TRAINER.ZERO; the confident fraction is TTA.SELECTION_P (official gamma = 0.3,
+# configs/trainers/zero.yaml)
+DEFAULTS = {
+    "OUTPUT": Key("vote", "the recorded probabilities: \"vote\" = the official output p_bar (the "
+                  "confident views' vote counts + the tie-break vote) normalised; \"onehot\" = "
+                  "the prediction alone", choices=OUTPUTS),
+    "TEMPERATURE": Key(0.0, "the votes' temperature on cosine similarities: 0 = one-hot votes "
+                       "(the paper); the official fp16 code divides by finfo(fp16).eps, i.e. "
+                       "0.0009765625",
+                       check=Range(lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)")),
+}
 
-@ADAPTER_REGISTRY.register(name="zero")
+
+@method("zero", label="ZERO", family="training-free", defaults=DEFAULTS)
 class Zero(Adapter):
     """``zero(img [B, V, E]) -> probs [B, K]``: the confident views' vote, batched over images."""
-
-    cfg_ranges = {
-        "OUTPUT": ("vote", "onehot"),
-        "TEMPERATURE": Range(lambda v: v >= 0, ">= 0 (0: one-hot votes, ZERO's paper)"),
-    }
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:

@@ -7,7 +7,7 @@ from typing import Dict, Iterator, Tuple, Union
 
 from argtca.config import defaults as _defaults  # noqa: F401  (declares every key first)
 from argtca.config.keys import KEYS, Range  # noqa: F401  (Range: a method's checks use it)
-from argtca.config.methods import find_trainer
+from argtca.config.methods import find_trainer, node_of
 from argtca.registry import ENGINE_REGISTRY, TRAINER_REGISTRY
 
 
@@ -51,14 +51,15 @@ Table = Dict[str, Union[Range, Tuple[str, ...]]]
 
 def method_tables() -> Iterator[Tuple[str, Table]]:
     """(node path, table) of every registered trainer that declares checks, in registration
-    order: a trainer's ``cfg_ranges`` (a dict, or a classmethod returning one) covers its node
-    ``TRAINER.<CLASS NAME>``; ``cfg_node_ranges`` (node path -> table) covers shared nodes (e.g.
-    ``TRAINER.TS``). A node's key checked by several trainers is checked once."""
+    order: a trainer's ``cfg_ranges`` (a dict, or a classmethod returning one; a method declared
+    with argtca.plugins.method: derived from its node's Keys) covers its node ``TRAINER.<NODE>``
+    (argtca/config/methods.py ``node_of``); ``cfg_node_ranges`` (node path -> table) covers
+    other nodes. A node's key checked by several trainers is checked once."""
     for cls in TRAINER_REGISTRY.registered_objects():
         own = getattr(cls, "cfg_ranges", None)
         own = own() if callable(own) else own
         if own:
-            yield f"TRAINER.{cls.__name__.upper()}", own
+            yield f"TRAINER.{node_of(cls)}", own
         for node, table in (getattr(cls, "cfg_node_ranges", None) or {}).items():
             yield node, table
 

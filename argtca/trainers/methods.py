@@ -1,24 +1,27 @@
-"""The baseline methods: each is its objective, its prompts and its config node — nothing else."""
+"""The baseline methods: each is its objective, its prompts and its config node — nothing else.
+Each is declared with ``argtca.plugins.method`` above its class: its key, label, family and its
+node's keys with their facts (``Key``: default, doc, check)."""
 from __future__ import annotations
 
 import os
 from typing import Dict, List, Tuple
 
-from argtca.config.checks import Range
+from argtca.config.keys import Key, Range
 from argtca.engine.objectives import alpha_beta_for
+from argtca.plugins import method
 from argtca.utils.io import write_json
-from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.attributes import AttributeFile
 from argtca.trainers.base import TestTimeTrainer
 from argtca.engine import lora as _lora  # noqa: F401  (registration: TTL's engine)
 
 
-@TRAINER_REGISTRY.register()
+@method("zeroshot", label="Zero-shot CLIP", family="zero-shot", paper=True,
+        aliases=("ArgtcaZeroshotCLIP",),   # its name under Dassl (CoOp owns ZeroshotCLIP)
+        defaults={"TEMPLATE": Key("a photo of a {}.", "the class prompt; it starts with "
+                                  "TTA.CTX_INIT and a space")})
 class ZeroshotCLIP(TestTimeTrainer):
     """Zero-shot CLIP with "a photo of a {class}." (the reference row; nothing is tuned)."""
-    method, label, objective_name, tunes = "zeroshot", "Zero-shot CLIP", "none", False
-    family, paper = "zero-shot", True
-    aliases = ("ArgtcaZeroshotCLIP",)   # its name under Dassl (CoOp owns ZeroshotCLIP)
+    objective_name, tunes = "none", False
 
     def prompt_suffixes(self, classnames: List[str]) -> List[str]:
         template = self.node.TEMPLATE
@@ -29,40 +32,48 @@ class ZeroshotCLIP(TestTimeTrainer):
         return [template[len(ctx) + 1:].format(c) for c in classnames]
 
 
-@TRAINER_REGISTRY.register()
+@method("tpt", label="TPT", family="tpt-family", paper=True,
+        defaults={"ENABLED": Key(True, "placeholder: TPT has no method-specific knob")})
 class TPT(TestTimeTrainer):
-    method, label, objective_name, paper = "tpt", "TPT", "tpt", True
+    objective_name = "tpt"
 
 
 LAMBDA = Range(lambda v: v >= 0, ">= 0 (the sign is part of the objective)")
 
 
-@TRAINER_REGISTRY.register()
+@method("ctpt", label="C-TPT", family="tpt-family", paper=True,
+        defaults={"LAMBDA": Key(50.0, "weight of C-TPT's dispersion term (its fine-grained "
+                                "script)", check=LAMBDA)})
 class CTPT(TestTimeTrainer):
-    method, label, objective_name, paper = "ctpt", "C-TPT", "ctpt", True
-    cfg_ranges = {"LAMBDA": LAMBDA}
+    objective_name = "ctpt"
 
 
-@TRAINER_REGISTRY.register()
+@method("otpt", label="O-TPT", family="tpt-family", paper=True,
+        defaults={"LAMBDA": Key(18.0, "weight of O-TPT's orthogonality term (its fine-grained "
+                                "script)", check=LAMBDA)})
 class OTPT(TestTimeTrainer):
-    method, label, objective_name, paper = "otpt", "O-TPT", "otpt", True
-    cfg_ranges = {"LAMBDA": LAMBDA}
+    objective_name = "otpt"
 
 
-@TRAINER_REGISTRY.register()
+@method("atpt", label="A-TPT", family="tpt-family", paper=True, defaults={
+    "LAMBDA": Key(80.0, "weight of A-TPT's angular diversity term (its fine-grained script; the "
+                  "paper's sign: -lambda*AD)", check=LAMBDA),
+    "TAU": Key(0.99999, "the cosine clamp of the angular diversity",
+               check=Range(lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT"))})
 class ATPT(TestTimeTrainer):
-    method, label, objective_name, paper = "atpt", "A-TPT", "atpt", True
-    cfg_ranges = {"LAMBDA": LAMBDA,
-                  "TAU": Range(lambda v: 0 < v <= 1, "(0, 1], the cosine clamp of A-TPT")}
+    objective_name = "atpt"
 
 
-@TRAINER_REGISTRY.register()
+@method("rtpt", label="R-TPT", family="tpt-family", defaults={
+    "TOP_K": Key(20, "neighbours a view's reliability averages over (R-TPT rtpt.py get_top_sim: "
+                 "k = 20; capped at N_VIEWS - 1)",
+                 check=Range(lambda v: v >= 1, ">= 1 (R-TPT: 20)", True)),
+    "TEMPERATURE": Key(0.01, "softmax temperature of the reliability (rtpt.py: /0.01)",
+                       check=Range(lambda v: v > 0, "> 0 (R-TPT: 0.01)"))})
 class RTPT(TestTimeTrainer):
     """R-TPT: TPT's prompt step on the pointwise entropy, then the reliability-weighted ensemble
     of all views (argtca/engine/objectives.py ``rtpt``)."""
-    method, label, objective_name = "rtpt", "R-TPT", "rtpt"
-    cfg_ranges = {"TOP_K": Range(lambda v: v >= 1, ">= 1 (R-TPT: 20)", True),
-                  "TEMPERATURE": Range(lambda v: v > 0, "> 0 (R-TPT: 0.01)")}
+    objective_name = "rtpt"
 
 
 def auto_alpha_beta(cfg, node_name: str) -> Tuple[Dict[Tuple[str, ...], float], List[str]]:
@@ -86,19 +97,34 @@ def auto_alpha_beta(cfg, node_name: str) -> Tuple[Dict[Tuple[str, ...], float], 
              + f" by NUM_ATTRIBUTES={m} (auto){more}"])
 
 
-@TRAINER_REGISTRY.register()
+# TRAINER.TCA's keys (ArgTCA's node starts with them too)
+TCA_DEFAULTS = {
+    "NUM_ATTRIBUTES": Key(2, "M': the attributes per class, each one prompt",
+                          check=Range(lambda v: v >= 1, ">= 1", True)),
+    "ALPHA": Key(10.0, "TCA's weight for M'=2; with AUTO_ALPHA_BETA a value left at this default "
+                 "follows M' as TCA's official script sets it (M'=1: 1; M'>=2: 10)",
+                 check=Range(lambda v: v >= 0, ">= 0")),
+    "BETA": Key(35.0, "TCA's weight for M'=2; with AUTO_ALPHA_BETA a value left at this default "
+                "follows M' (M'=1: 10; M'>=2: 35)", check=Range(lambda v: v >= 0, ">= 0")),
+    "AUTO_ALPHA_BETA": Key(True, "ALPHA/BETA left at their defaults follow M' (any other value "
+                           "wins); False: ALPHA/BETA as given. The run records the resolved "
+                           "values"),
+    "ENTROPY_INPUT": Key("prob", "\"prob\": the official code (softmax of probabilities); "
+                         "\"logprob\": the paper's equations (log p)",
+                         choices=("prob", "logprob")),
+}
+
+
+@method("tca", label="TCA", family="tpt-family", paper=True, defaults=TCA_DEFAULTS)
 class TCA(AttributeFile, TestTimeTrainer):
     """TCA: one prompt "a photo of a {attribute} {class}." per chosen attribute (M' per class),
     the first M' of the attribute file in file order (the TCA ranking)."""
-    method, label, objective_name, paper = "tca", "TCA", "tca", True
-    cfg_ranges = {"NUM_ATTRIBUTES": Range(lambda v: v >= 1, ">= 1", True),
-                  "ALPHA": Range(lambda v: v >= 0, ">= 0"),
-                  "BETA": Range(lambda v: v >= 0, ">= 0"),
-                  "ENTROPY_INPUT": ("prob", "logprob")}
+    objective_name = "tca"
 
     def auto_values(self, cfg):
-        # NUM_ATTRIBUTES >= 1 is in cfg_ranges, checked before the config is settled
-        return auto_alpha_beta(cfg, type(self).__name__.upper())
+        # NUM_ATTRIBUTES >= 1 is checked (its Key) before the config is settled
+        from argtca.config.methods import node_of
+        return auto_alpha_beta(cfg, node_of(type(self)))
 
     def build_data_loader(self) -> None:
         super().build_data_loader()
@@ -149,16 +175,30 @@ def _ttl_blocks(cfg):
                           f"{backbone}") from None
 
 
-@TRAINER_REGISTRY.register()
+# TRAINER.TTL (Imam et al., WACV'25; Razaimam45/TTL-Test-Time-Low-Rank-Adaptation
+# scripts/test_ttl.sh): LoRA in the image tower's attention, tuned per image (TTA.STEPS / LR /
+# WEIGHT_DECAY: AdamW) on every view's confidence-weighted entropy, reset after each image
+TTL_DEFAULTS = {
+    "LAYERS": Key([-3, -2, -1], "adapted blocks; negative: from the end (--layer_range 9,11: "
+                  "the last 3 of ViT-B/16's 12 blocks); checked against the backbone (check_cfg)"),
+    "TARGETS": Key(["q", "v"], "projections with an adapter, of q, k, v, out (LoraConfig "
+                   "target_modules q_proj, v_proj); checked in check_cfg"),
+    "RANK": Key(16, "r (--rank 16)", check=Range(lambda v: v >= 1, ">= 1 (TTL: 16)", True)),
+    "ALPHA": Key(32.0, "lora_alpha: the LoRA term is scaled by ALPHA / RANK",
+                 check=Range(lambda v: v > 0, "> 0 (TTL: 32)")),
+    "MARGIN": Key(0.4, "a view's weight exp(-(H - MARGIN)) (--deyo_margin_e0 0.4); a factor on "
+                  "the whole loss: AdamW ignores it but for eps",
+                  check=Range(lambda v: True, "a number (TTL: 0.4)")),
+}
+
+
+@method("ttl", label="TTL", family="tpt-family", defaults=TTL_DEFAULTS)
 class TTL(TestTimeTrainer):
     """TTL: low-rank adapters in the image tower's attention, tuned per image on the views'
     confidence-weighted entropy and reset after it (argtca/engine/lora.py; the objective:
     argtca/engine/objectives.py ``ttl``); class prompts, frozen."""
-    method, label, objective_name = "ttl", "TTL", "ttl"
+    objective_name = "ttl"
     engine_name = "lora"
-    cfg_ranges = {"RANK": Range(lambda v: v >= 1, ">= 1 (TTL: 16)", True),
-                  "ALPHA": Range(lambda v: v > 0, "> 0 (TTL: 32)"),
-                  "MARGIN": Range(lambda v: True, "a number (TTL: 0.4)")}
 
     def check_cfg(self, cfg) -> None:
         from argtca.config import ConfigError
@@ -183,15 +223,33 @@ class TTL(TestTimeTrainer):
 RLCF_STEPS = {True: 5, False: 3}
 
 
-@TRAINER_REGISTRY.register()
+# TRAINER.RLCF: the official mzhaoshuai/RLCF TPT/scripts/rlcf-prompt.sh (ImageNet family) and
+# rlcf-prompt-fine.sh (fine-grained sets), ViT-B/16 policy
+RLCF_DEFAULTS = {
+    "REWARD_BACKBONE": Key("ViT-L/14", "the reward CLIP (--reward_arch); \"\": the policy's "
+                           "MODEL.BACKBONE.NAME (TTA-VLM: the policy itself)"),
+    "REWARD_PRETRAINED": Key("openai", "its weights, as MODEL.PRETRAINED takes them (a tag, a "
+                             "file, hf-hub:); \"\": MODEL.PRETRAINED"),
+    "SAMPLE_K": Key(3, "sampled classes per view: its top-k (--sample_k 3)",
+                    check=Range(lambda v: v >= 1, ">= 1 (RLCF: 3), at most the classes", True)),
+    "CLIPSCORE_WEIGHT": Key(2.5, "reward = w * max(cos, 0) (CLIPRewards clipscore_weight)",
+                            check=Range(lambda v: v > 0, "> 0 (RLCF: 2.5)")),
+    "REWARD_PROCESS": Key(True, "subtract the mean reward (--reward_process 1)"),
+    "PROCESS_BATCH": Key(False, "mean over all views' samples, not a view's k (--process_batch "
+                         "0)"),
+    "REWARD_AMPLIFY": Key(False, "also divide by the std + 1e-5 (--reward_amplify 0)"),
+    "AUTO_STEPS": Key(True, "TTA.STEPS left at its default (1) -> the official scripts' steps "
+                      "for DATASET.NAME: 5 on the fine-grained sets, 3 on the ImageNet family "
+                      "and any other dataset; another TTA.STEPS wins; False: TTA.STEPS as given"),
+}
+
+
+@method("rlcf", label="RLCF", family="tpt-family", defaults=RLCF_DEFAULTS)
 class RLCF(TestTimeTrainer):
     """RLCF (Zhao et al., ICLR'24; mzhaoshuai/RLCF ``TPT/tpt_cls_rl.py``): TPT's prompt tuning on
     a REINFORCE loss rewarded by a second, frozen CLIP (``TRAINER.RLCF.REWARD_*``;
     argtca/models/reward.py, argtca/engine/objectives.py ``rlcf_loss``)."""
-    method, label, objective_name = "rlcf", "RLCF", "rlcf"
-    cfg_ranges = {"SAMPLE_K": Range(lambda v: v >= 1, ">= 1 (RLCF: 3), at most the classes",
-                                    True),
-                  "CLIPSCORE_WEIGHT": Range(lambda v: v > 0, "> 0 (RLCF: 2.5)")}
+    objective_name = "rlcf"
 
     def check_cfg(self, cfg) -> None:
         from argtca.models.reward import check_reward

@@ -22,8 +22,8 @@ def declared_inactive(trainer_cls, node, cfg, n_classes: int) -> str:
     by design). ``node``: its config node, ``cfg`` the configuration its engine sees."""
     adapter = getattr(trainer_cls, "adapter_name", "")
     if adapter:
-        import argtca.adapters  # noqa: F401  (registration)
-        from argtca.registry import ADAPTER_REGISTRY
+        from argtca.registry import ADAPTER_REGISTRY, load_builtin_methods
+        load_builtin_methods()   # registration
         cls = ADAPTER_REGISTRY.get(adapter)
     elif getattr(trainer_cls, "tunes", True):
         from argtca.registry import OBJECTIVE_REGISTRY

@@ -27,11 +27,11 @@ from typing import Dict, List
 
 import torch
 
-from argtca.config.checks import Range
+from argtca.config.keys import Key, Range
+from argtca.plugins import method
 from argtca.run_folder import (RunFolderError, check_derived, config_hash, has_records,
                                record_derived, result_fingerprint)
 from argtca.utils.io import read_json_object, write_json
-from argtca.registry import TRAINER_REGISTRY
 from argtca.trainers.base import zeroshot_cfg
 from argtca.trainers.methods import TPT, ZeroshotCLIP
 
@@ -96,17 +96,28 @@ def scaled_objective(base):
     return obj
 
 
+# TRAINER.TS, the node both temperature-scaled methods declare (``node="TS"``) besides their base
+# method's (``base_node``: its prompts and objective keys)
+TS_DEFAULTS = {
+    "FIT": Key("val", "\"val\": T minimises the NLL of the validation split; \"fixed\": T = "
+               "TRAINER.TS.T", choices=("val", "fixed")),
+    "T": Key(1.16, "the fixed temperature (C-TPT's tpt_ts: 1.16 ViT, 1.15 RN)",
+             check=Range(lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)")),
+    "FIT_ON": Key("method", "\"method\": the method's own outputs on val (TPT tunes each val "
+                  "image); \"zeroshot\": zero-shot CLIP's (one cheap pass)",
+                  choices=("method", "zeroshot")),
+    "VAL_SPLIT": Key("val", "split of the split file T is fitted on"),
+    "VAL_IMAGES": Key(-1, ">0: only the first N validation images",
+                      check=Range(lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)),
+}
+
+
 class TemperatureScaled:
     """Mix-in: ``base_node`` names the base method's config node (its prompts/objective keys)."""
 
     base_node = ""
-    reads_nodes = ("TS",)   # besides the base method's node
     shared_build = True   # temperature.json: rank 0 fits T, the others read it
     rows = ()             # a reference row on request, in none of table1's method sets
-    cfg_node_ranges = {"TRAINER.TS": {
-        "FIT": ("val", "fixed"), "FIT_ON": ("method", "zeroshot"),
-        "T": Range(lambda v: v > 0, "> 0 (C-TPT: 1.16 ViT, 1.15 RN)"),
-        "VAL_IMAGES": Range(lambda v: v == -1 or v >= 1, "-1 for all, or N >= 1", True)}}
 
     @property
     def node(self):
@@ -280,13 +291,13 @@ class TemperatureScaled:
         return summary
 
 
-@TRAINER_REGISTRY.register()
+@method("zeroshot_ts", label="Zero-shot CLIP + TS", family="zero-shot", node="TS",
+        base_node="ZEROSHOTCLIP", defaults=TS_DEFAULTS)
 class ZeroshotTS(TemperatureScaled, ZeroshotCLIP):
     """Zero-shot CLIP with temperature scaling (T fitted on the validation split, or fixed)."""
-    method, label, base_node = "zeroshot_ts", "Zero-shot CLIP + TS", "ZEROSHOTCLIP"
 
 
-@TRAINER_REGISTRY.register()
+@method("tpt_ts", label="TPT + TS", family="tpt-family", node="TS", base_node="TPT",
+        defaults=TS_DEFAULTS)
 class TPTTS(TemperatureScaled, TPT):
     """TPT with temperature scaling of its final prediction (C-TPT's ``tpt_ts`` row)."""
-    method, label, base_node = "tpt_ts", "TPT + TS", "TPT"

@@ -1,5 +1,7 @@
-"""The training-free and online methods as trainers: each is its adapter's name, its label and its
-config node (``TRAINER.<NAME>``); the views, records, resume and metrics are the shared loop's.
+"""The trainers of the training-free and online methods: a method declared with
+``argtca.plugins.method`` on its adapter (argtca/adapters/<method>.py: its key, label, family and
+config node ``TRAINER.<NODE>``) is one of these two classes with its adapter's name; the views,
+records, resume and metrics are the shared loop's.
 
 :class:`FeatureTrainer` runs an episodic adapter on the features engine. :class:`StreamTrainer`
 runs an online one over a fixed, seeded order of the test set (``TTA.STREAM``): the order is
@@ -21,7 +23,8 @@ import torch
 
 from argtca.config import ConfigError
 from argtca.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
-from argtca.registry import ADAPTER_REGISTRY, TRAINER_REGISTRY
+from argtca.config.methods import node_of
+from argtca.registry import ADAPTER_REGISTRY, load_builtin_methods
 from argtca.trainers.attributes import GRAPH_NODE, AttributePrompts, ClassPrompts
 from argtca.trainers.base import TestTimeTrainer
 from argtca.trainers.stream_state import (STATE_FIX, STATE_FORMAT, read_stream_state,
@@ -48,9 +51,14 @@ class FeatureTrainer(TestTimeTrainer):
 
     @classmethod
     def cfg_ranges(cls):
-        """The value checks of this trainer's node: its adapter's table (argtca/adapters/)."""
-        import argtca.adapters  # noqa: F401  (registration)
-        return ADAPTER_REGISTRY.get(cls.adapter_name).cfg_ranges if cls.adapter_name else {}
+        """The value checks of this trainer's node: its adapter's table (a method declared with
+        argtca.plugins.method has them from its node's Keys instead)."""
+        return cls.adapter_class().cfg_ranges if cls.adapter_name else {}
+
+    @classmethod
+    def adapter_class(cls):
+        load_builtin_methods()   # registration
+        return ADAPTER_REGISTRY.get(cls.adapter_name)
 
     @classmethod
     def config_nodes(cls, cfg):
@@ -110,15 +118,17 @@ class FeatureTrainer(TestTimeTrainer):
 
     @property
     def adapter_cls(self):
-        import argtca.adapters  # noqa: F401  (registration)
-        return ADAPTER_REGISTRY.get(self.adapter_name)
+        return self.adapter_class()
 
     def engine_kwargs(self) -> Dict[str, object]:
-        """The features engine builds the adapter once the class text features exist."""
+        """The features engine builds the adapter once the class text features exist; an
+        adapter that tunes through the engine's text tower (``needs_engine``, DynaPrompt) gets
+        the engine."""
         cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())
 
         def make(text):
-            return cls(self.node, self.cfg, text, scale)
+            more = {"engine": self.engine} if getattr(cls, "needs_engine", False) else {}
+            return cls(self.node, self.cfg, text, scale, **more)
 
         return {"adapter": make, "n_classes": len(self.classnames)}
 
@@ -126,7 +136,7 @@ class FeatureTrainer(TestTimeTrainer):
         """The keys left at -1 and the official per-dataset values the adapter used; for an
         episodic adapter that changed itself during a batch (undone before the next one, engine/
         features.py EpisodicState), which attributes, said once."""
-        node = f"TRAINER.{type(self).__name__.upper()}"
+        node = f"TRAINER.{node_of(type(self))}"
         used = self.adapter_cls.resolved_presets(self.node, self.cfg)
         out = {"official_values": {f"{node}.{k}": v for k, v in used.items()}} if used else {}
         state = getattr(getattr(self, "engine", None), "pristine", None)
@@ -259,6 +269,9 @@ class StreamTrainer(FeatureTrainer):
                   f"state", flush=True)
             write_records(os.path.join(self._out_dir, "records.jsonl"), self._kept)
             self._drop = 0
+        begin = getattr(adapter, "begin_stream", None)
+        if begin is not None:   # e.g. OnZeta's schedule sqrt(t / n) needs the stream's length
+            begin(len(self.order))
 
     def make_records(self, batch, probs) -> List[dict]:
         recs = super().make_records(batch, probs)
@@ -284,77 +297,3 @@ class StreamTrainer(FeatureTrainer):
 
     def summary_extra(self) -> Dict[str, object]:
         return dict(super().summary_extra(), stream=self.stream_info())
-
-
-# --------------------------------------------------------------------------------- the methods
-# Each line: the trainer's name (its config node TRAINER.<NAME>), its method key (scripts, run
-# folders, reports), its label and its adapter (argtca/adapters/<file>.py).
-@TRAINER_REGISTRY.register()
-class ZERO(FeatureTrainer):
-    method, label, adapter_name = "zero", "ZERO", "zero"
-
-
-@TRAINER_REGISTRY.register()
-class MTA(FeatureTrainer):
-    method, label, adapter_name = "mta", "MTA", "mta"
-
-
-@TRAINER_REGISTRY.register()
-class TPS(FeatureTrainer):
-    method, label, adapter_name = "tps", "TPS", "tps"
-
-
-@TRAINER_REGISTRY.register()
-class TDA(StreamTrainer):
-    method, label, adapter_name = "tda", "TDA", "tda"
-
-
-@TRAINER_REGISTRY.register()
-class DMN(StreamTrainer):
-    method, label, adapter_name = "dmn", "DMN-ZS", "dmn"
-
-
-@TRAINER_REGISTRY.register()
-class BoostAdapter(StreamTrainer):
-    method, label, adapter_name = "boostadapter", "BoostAdapter", "boostadapter"
-
-
-@TRAINER_REGISTRY.register()
-class DPE(StreamTrainer):
-    method, label, adapter_name = "dpe", "DPE", "dpe"
-
-
-@TRAINER_REGISTRY.register()
-class DMNWeak(StreamTrainer):
-    method, label, adapter_name = "dmn_weak", "DMN-weak", "dmn_weak"
-
-
-@TRAINER_REGISTRY.register()
-class ECALP(StreamTrainer):
-    method, label, adapter_name = "ecalp", "ECALP", "ecalp"
-
-
-@TRAINER_REGISTRY.register()
-class OnZeta(StreamTrainer):
-    method, label, adapter_name = "onzeta", "OnZeta", "onzeta"
-
-    def before_loop(self, out_dir: str) -> None:
-        super().before_loop(out_dir)
-        self.engine.adapter.stream_length = len(self.order)   # beta's schedule sqrt(t / n)
-
-
-@TRAINER_REGISTRY.register()
-class DynaPrompt(StreamTrainer):
-    """An online method that tunes prompts: its adapter gets the engine's text tower (the prompt
-    buffer's features need gradients), and TPT's step keys (TTA.STEPS, TTA.LR, TTA.N_VIEWS >= 2)
-    are checked as for the prompt-tuning methods."""
-    method, label, adapter_name = "dynaprompt", "DynaPrompt", "dynaprompt"
-    tunes = True
-
-    def engine_kwargs(self) -> Dict[str, object]:
-        cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())
-
-        def make(text):
-            return cls(self.node, self.cfg, text, scale, engine=self.engine)
-
-        return dict(super().engine_kwargs(), adapter=make)

@@ -15,6 +15,8 @@ import sys
 import numpy as np
 import pytest
 
+from argtca.dassl_plugin import dassl_name
+from argtca.trainers.catalogue import catalogue
 from conftest import REPO
 from helpers_data import make_caltech
 
@@ -23,16 +25,14 @@ COOP = VENDOR / "CoOp"
 DASSL_SRC = VENDOR / "Dassl.pytorch"
 TRAIN_PY = COOP / "train.py"
 DEMO_YAML = str(REPO / "configs" / "datasets" / "demo.yaml")
-METHODS = {"zeroshot": "ArgtcaZeroshotCLIP", "tpt": "TPT", "ctpt": "CTPT", "otpt": "OTPT",
-           "atpt": "ATPT", "tca": "TCA", "argtca": "ArgTCA"}
-# the field's other families: run through CoOp's train.py with the one added import line (the
-# "after" order), checked record for record against python -m argtca.run
-ZOO = {"rtpt": "RTPT", "zero": "ZERO", "mta": "MTA", "tps": "TPS", "tda": "TDA", "dmn": "DMN",
-       "boostadapter": "BoostAdapter", "dpe": "DPE", "dmn_weak": "DMNWeak", "ecalp": "ECALP",
-       "onzeta": "OnZeta", "ttl": "TTL",
-       "rlcf": "RLCF", "dynaprompt": "DynaPrompt"}
-ARGTCA_DASSL_TRAINERS = (set(METHODS.values()) | set(ZOO.values())
-                         | {"ZeroshotTS", "TPTTS"})   # + temperature scaling
+# method key -> its trainer's name under Dassl, from the catalogue: the paper's rows (run in
+# either import order) ...
+METHODS = {m.method: dassl_name(m.trainer) for m in catalogue() if m.paper and m.rows}
+# ... and the field's other methods: run through CoOp's train.py with the one added import line
+# (the "after" order), checked record for record against python -m argtca.run
+ZOO = {m.method: dassl_name(m.trainer) for m in catalogue() if not m.paper and m.rows}
+# every registered trainer (temperature scaling's reference rows too)
+ARGTCA_DASSL_TRAINERS = {dassl_name(m.trainer) for m in catalogue()}
 SMALL = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False",
          "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False", "TRAINER.ARGTCA.GAT.EPOCHS", "5"]
 # the exact change a CoOp user makes (README, "Inside Dassl/CoOp")

@@ -42,7 +42,8 @@ def _identity(method, *opts):
 
 @pytest.fixture
 def new_builtin_node(monkeypatch):
-    """As if a new built-in method's node had been added to argtca/config/defaults.py."""
+    """As if a new built-in method's node were among the defaults (declared beside its class
+    with argtca.plugins.method, every built-in node is in every run's configuration)."""
     node = CN({"WEIGHT": 0.5, "SUB": CN({"N": 3})})
     monkeypatch.setitem(config_defaults_module._C.TRAINER, "NEWMETHOD", node)
     config_defaults.cache_clear()

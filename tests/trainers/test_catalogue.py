@@ -112,10 +112,11 @@ def test_catalogue_command_prints_the_sets():
 
 
 def test_each_method_checks_its_own_node():
-    from argtca.adapters.tda import TDAAdapter
+    from argtca.adapters.tda import DEFAULTS
     from argtca.config.checks import method_tables
+    from argtca.config.keys import node_checks
     tables = dict(method_tables())
-    assert tables["TRAINER.TDA"] is TDAAdapter.cfg_ranges       # the adapter's own table
+    assert tables["TRAINER.TDA"] == node_checks(DEFAULTS)     # its keys' facts, beside TDA
     cfg = get_cfg_default()
     cfg.TRAINER.DPE.ALIGN = -3.0
     cfg.TRAINER.ARGTCA.GAT.HEADS = 8
@@ -183,7 +184,7 @@ def test_official_values_are_resolved_in_one_helper():
 def test_a_run_records_its_family_and_the_official_values_it_used(tmp_path):
     import json
 
-    from argtca.trainers.zoo import DMN
+    DMN = find_trainer("dmn")   # declared on its adapter (argtca/adapters/dmn.py)
     from conftest import tiny_cfg
     from helpers_data import make_caltech
     data = make_caltech(tmp_path / "data", per_class=2)

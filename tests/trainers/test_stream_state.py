@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from argtca.config.methods import find_trainer, node_of
 from argtca.run import main
+from argtca.trainers.catalogue import method_config_args, method_names
+from argtca.trainers.stream_state import state_structure_problem
 from argtca.trainers.zoo import StreamTrainer
 from helpers_data import make_caltech
 
@@ -22,26 +25,30 @@ TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "MODEL.PRETRAINED", "random",
         "INPUT.SIZE", "32", "DATALOADER.NUM_WORKERS", "0", "USE_CUDA", "False",
         "VERBOSE", "False", "TTA.N_VIEWS", "4", "TTA.BATCH_IMAGES", "2",
         "TTA.STREAM.CHECKPOINT_IMAGES", "4"]
-# method: (config file, trainer name, a hyper-parameter of another experiment)
-METHODS = {"tda": ("tda", "TDA", ["TRAINER.TDA.POS_SHOT_CAPACITY", "4"]),
-           "dmn": ("dmn", "DMN", ["TRAINER.DMN.MEMORY_SIZE", "40"]),
-           "boostadapter": ("boostadapter", "BoostAdapter",
-                            ["TRAINER.BOOSTADAPTER.SHOT_CAPACITY", "4"]),
-           "dpe": ("dpe", "DPE", ["TRAINER.DPE.LR_TEXT", "0.0003"]),
-           "dmn_weak": ("dmn_weak", "DMNWeak", ["TRAINER.DMNWEAK.MEMORY_SIZE", "40"]),
-           "ecalp": ("ecalp", "ECALP", ["TRAINER.ECALP.K_IMAGE", "5"]),
-           "onzeta": ("onzeta", "OnZeta", ["TRAINER.ONZETA.CW", "0.25"]),
-           "dynaprompt": ("dynaprompt", "DynaPrompt", ["TRAINER.DYNAPROMPT.NUM_PROMPTS", "6"])}
-DONOR = {"tda": "dmn", "dmn": "tda", "boostadapter": "dmn", "dpe": "dmn", "dmn_weak": "tda",
-         "ecalp": "dmn", "onzeta": "dmn", "dynaprompt": "dmn"}   # another structure
+
+
+def _other_experiment(method):
+    """A hyper-parameter of another experiment of ``method``: its node's first positive float
+    key halved (its first int key + 1 where it has none), as its declared Keys allow."""
+    from argtca.config.keys import node_keys
+    cls = find_trainer(method)
+    keys = node_keys(f"TRAINER.{node_of(cls)}", cls.defaults)
+    numbers = [(p, k.default) for p, k in keys.items() if isinstance(k.default, (int, float))
+               and not isinstance(k.default, bool) and k.default > 0]
+    path, v = next(((p, v / 2) for p, v in numbers if isinstance(v, float)),
+                   next(((p, v + 1) for p, v in numbers), (None, None)))
+    return [path, repr(v)]
+
+
+# every online method (the catalogue's): its config arguments and another experiment's setting
+METHODS = {m: (method_config_args(m), _other_experiment(m)) for m in method_names("online")}
 STOP_AT = 6   # records written when the run is interrupted; the state was saved at 4
 
 
 def _argv(data, method, out, *extra):
     return ["--root", str(data), "--seed", "1", "--output-dir", str(out),
             "--dataset-config-file", str(REPO / "configs/datasets/caltech101.yaml"),
-            "--config-file", str(REPO / f"configs/trainers/{METHODS[method][0]}.yaml"),
-            *TINY, *extra]
+            *METHODS[method][0], *TINY, *extra]
 
 
 def _interrupted(data, method, out, *extra):
@@ -68,7 +75,7 @@ def runs(tmp_path_factory):
     data = make_caltech(root / "data", per_class=4)   # 12 images, 3 classes
     torch.set_num_threads(1)
     out = {"data": data}
-    for m, (_, _, other) in METHODS.items():
+    for m, (_, other) in METHODS.items():
         out[m] = _interrupted(data, m, root / m / "own")
         out[m, "other"] = _interrupted(data, m, root / m / "other", *other)
     return out
@@ -107,7 +114,7 @@ def test_own_state_resumes_to_the_end(runs, method, tmp_path):
 def test_a_state_of_other_hyper_parameters_is_refused(runs, method, tmp_path, capsys):
     out = _copy(runs, method, tmp_path)
     shutil.copy2(runs[method, "other"] / "stream_state.pt", out / "stream_state.pt")
-    key, value = METHODS[method][2]
+    key, value = METHODS[method][1]
     err = _resume_refused(runs, method, out, capsys)
     assert "saved by another experiment" in err
     assert f"{key}: " in err and value in err
@@ -130,16 +137,24 @@ def test_a_state_of_other_clip_weights_is_refused(runs, method, tmp_path, capsys
     assert "FILE_SHA256.MODEL.PRETRAINED" in err and "saved by another experiment" in err
 
 
+def _donor(runs, method):
+    """Another online method whose adapter state has another structure than ``method``'s."""
+    own = _own(runs, method)["state"]
+    return next(m for m in METHODS if m != method
+                and state_structure_problem(_own(runs, m)["state"], own))
+
+
 @pytest.mark.parametrize("method", list(METHODS))
 def test_another_methods_state_is_refused(runs, method, tmp_path, capsys):
     out = _copy(runs, method, tmp_path)
-    shutil.copy2(runs[DONOR[method]] / "stream_state.pt", out / "stream_state.pt")
+    donor_method = _donor(runs, method)
+    shutil.copy2(runs[donor_method] / "stream_state.pt", out / "stream_state.pt")
     err = _resume_refused(runs, method, out, capsys)
     assert "saved by another experiment" in err and "TRAINER.NAME" in err
     # the same state relabelled with this run's fingerprint and adapter: its tensors are not
     # this adapter's
     own = torch.load(runs[method] / "stream_state.pt", weights_only=True)
-    donor = torch.load(runs[DONOR[method]] / "stream_state.pt", weights_only=True)
+    donor = torch.load(runs[donor_method] / "stream_state.pt", weights_only=True)
     torch.save(dict(own, state=donor["state"]), out / "stream_state.pt")
     err = _resume_refused(runs, method, out, capsys)
     assert "not a state of" in err and "adapter" in err
