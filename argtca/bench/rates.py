@@ -128,12 +128,14 @@ def load(path) -> Dict[str, object]:
 
 
 def merge(old: Optional[Dict[str, object]], new: Dict[str, object]) -> Dict[str, object]:
-    """``new``'s rows over ``old``'s (a row of the same method, dataset, backbone and views is
-    replaced; the others kept, each with the commit and command that measured it)."""
+    """``new``'s rows over ``old``'s (a row of the same method, dataset, backbone, views and
+    settings is replaced; the others kept, each with the commit that measured it)."""
     if not old:
         return new
-    ours = {tuple(r[k] for k in KEY) for r in new["rows"]}
-    kept = [r for r in old.get("rows", []) if tuple(r[k] for k in KEY) not in ours]
+    def key(r):
+        return tuple(r[k] for k in KEY) + tuple(r.get("settings", []))
+    ours = {key(r) for r in new["rows"]}
+    kept = [r for r in old.get("rows", []) if key(r) not in ours]
     out = dict(new)
     out["rows"] = kept + list(new["rows"])
     return out
@@ -153,10 +155,29 @@ def borrowed_note(borrowed: Sequence[Sequence[str]], n_methods: int) -> List[str
             f"nearest in classes)" for (src, who), ds in groups.items()]
 
 
+# overrides that are not settings of the measured runs' speed: the row's key has the views path
+# and backbone, a plan caps its images itself, and the rest only say where things are
+NOT_SETTINGS = ("TTA.VIEWS_DEVICE", "MODEL.BACKBONE.NAME", "USE_CUDA", "DATASET.NUM_IMAGES",
+                "VERBOSE", "DATASET.ROOT", "DATASET.ATTRIBUTE_FILE", "OUTPUT_ROOT", "OUTPUT_DIR",
+                "MODEL.PRETRAINED", "TRAINER.RLCF.REWARD_PRETRAINED", "DATALOADER.NUM_WORKERS")
+
+
+def settings(opts: Sequence[str]) -> List[str]:
+    """The ``KEY VALUE`` overrides among ``opts`` that can change a run's speed (the last value of
+    a key wins), as sorted ``KEY=VALUE`` words: what a row was measured with (``settings``) and
+    what a plan's runs use, so rates of other settings are told apart."""
+    last: Dict[str, str] = {}
+    for k, v in zip(list(opts)[::2], list(opts)[1::2]):
+        if k not in NOT_SETTINGS:
+            last[str(k)] = str(v).replace(" ", "")
+    return sorted(f"{k}={v}" for k, v in last.items())
+
+
 @dataclass
 class Estimate:
     seconds: Optional[float]   # None: no rate of this method on this path
     source: str = ""           # "" measured on this dataset, else the dataset whose rate is used
+    other_settings: Optional[List[str]] = None   # the row's settings, where they are not these
 
 
 class RateTable:
@@ -169,21 +190,28 @@ class RateTable:
         self.rows: List[Dict[str, object]] = list(self.data["rows"])
 
     def estimate(self, method: str, dataset: str, backbone: str, views: str, images: int,
-                 classes: Optional[int] = None) -> Estimate:
+                 classes: Optional[int] = None, opts: Sequence[str] = ()) -> Estimate:
         """Seconds of one run of ``method`` on ``dataset`` (``images`` test images) on this
-        path; where the dataset was not measured, the same method's rate on the measured
-        dataset of the nearest class count (``source`` names it)."""
+        path under the overrides ``opts``; where the dataset was not measured, the same
+        method's rate on the measured dataset of the nearest class count (``source`` names it).
+        Rows measured with the same :func:`settings` are preferred; where there are none, rows
+        of other settings serve and ``other_settings`` says which."""
         same = [r for r in self.rows if r["method"] == method and r["backbone"] == backbone
                 and r["views"] == views]
-        exact = [r for r in same if r["dataset"] == dataset]
-        if exact:
-            return Estimate(run_seconds(exact[-1], images))
         if not same:
             return Estimate(None)
+        want = settings(opts)
+        mine = [r for r in same if list(r.get("settings", [])) == want]
+        other = None
+        if not mine:
+            mine, other = same, list(same[-1].get("settings", []))
+        exact = [r for r in mine if r["dataset"] == dataset]
+        if exact:
+            return Estimate(run_seconds(exact[-1], images), "", other)
         k = classes or 0
-        near = min(same, key=lambda r: (abs(int(r.get("classes") or 0) - k),
+        near = min(mine, key=lambda r: (abs(int(r.get("classes") or 0) - k),
                                         -int(r.get("classes") or 0)))
-        return Estimate(run_seconds(near, images), str(near["dataset"]))
+        return Estimate(run_seconds(near, images), str(near["dataset"]), other)
 
     def describe(self) -> str:
         m = self.machine

@@ -128,14 +128,16 @@ def run_dataset(methods, sd, n, args, out_root: Path, on_row, deadline_at: float
         rc = run_main(argv)
         run_s = time.perf_counter() - t0
         if rc == 0 and spec.out is not None:
-            on_row(row_of(name, sd, spec.out, run_s))
+            on_row(row_of(name, sd, spec.out, run_s, args.opts))
         return rc
 
     execute([s for _, s in named], str(sd["root"]), tag=TAG, quiet=True, runner=runner)
 
 
-def row_of(name: str, sd: Dict[str, object], out: Path, run_s: float) -> Dict[str, object]:
-    """One rate row from a finished run folder."""
+def row_of(name: str, sd: Dict[str, object], out: Path, run_s: float,
+           opts: Sequence[str] = ()) -> Dict[str, object]:
+    """One rate row from a finished run folder; ``opts``: the bench's overrides of the run (its
+    ``settings``: those that can change its speed)."""
     from argtca.config import get_cfg_default
     from argtca.engine.pipeline import loop_bound
     summary = json.loads((Path(out) / "summary.json").read_text())
@@ -150,7 +152,7 @@ def row_of(name: str, sd: Dict[str, object], out: Path, run_s: float) -> Dict[st
            "loop_s": float(timing.get("loop_s", 0.0)), "run_s": round(run_s, 3),
            "steady_img_per_s": timing.get("steady_img_per_s"),
            "first_batch_s": timing.get("first_batch_s"), "prepare_s": timing.get("prepare_s"),
-           "bound": b.get("bound"), "shares": b.get("shares"),
+           "settings": R.settings(opts), "bound": b.get("bound"), "shares": b.get("shares"),
            "timing": {k: v for k, v in timing.items() if k.endswith("_s")}}
     return R.derive(row)
 
@@ -171,9 +173,10 @@ def extrapolation(rows: Sequence[Dict[str, object]], seeds: int = R.TABLE_SEEDS
     from argtca.experiments.plan import TABLE1_DATASETS
     from argtca.report.reference import num_classes
     out: Dict[str, object] = {}
-    paths = sorted({(str(r["backbone"]), str(r["views"])) for r in rows})
-    for backbone, views in paths:
-        mine = [r for r in rows if (r["backbone"], r["views"]) == (backbone, views)]
+    for path in sorted({_path(r) for r in rows}):
+        backbone, views, sets = path
+        mine = [r for r in rows if _path(r) == path]   # rows of other settings never mix
+        opts = [x for kv in sets for x in kv.split("=", 1)]
         measured = list(dict.fromkeys(str(r["dataset"]) for r in mine))
         target = TABLE1_DATASETS if set(measured) & set(TABLE1_DATASETS) else measured
         sizes = table_sizes(target)
@@ -183,15 +186,19 @@ def extrapolation(rows: Sequence[Dict[str, object]], seeds: int = R.TABLE_SEEDS
         for m in dict.fromkeys(str(r["method"]) for r in mine):
             for d, n in sizes.items():
                 k = 16 if d == "demo" else num_classes(d)
-                e = table.estimate(m, d, backbone, views, n, k)
+                e = table.estimate(m, d, backbone, views, n, k, opts)
                 per[m] = per.get(m, 0.0) + seeds * float(e.seconds) / 3600
                 if e.source:
                     borrowed.append([m, d, e.source])
-        out[path_name(backbone, views)] = {
+        out[path_name(backbone, views, sets)] = {
             "datasets": {d: sizes[d] for d in sizes}, "seeds": seeds,
             "hours_per_method": {m: round(h, 4) for m, h in per.items()},
             "hours_total": round(sum(per.values()), 4), "borrowed": borrowed}
     return out
+
+
+def _path(r: Dict[str, object]) -> tuple:
+    return (str(r["backbone"]), str(r["views"]), tuple(r.get("settings", [])))
 
 
 def per_method(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
@@ -199,9 +206,10 @@ def per_method(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
     (all its images over their seconds at the steady rates) and the bound most of its time had."""
     out: Dict[tuple, Dict[str, object]] = {}
     for r in rows:
-        key = (r["method"], r["backbone"], r["views"])
+        key = (r["method"],) + _path(r)
         a = out.setdefault(key, {"method": r["method"], "backbone": r["backbone"],
-                                 "views": r["views"], "n": 0, "loop_s": 0.0, "steady_s": 0.0,
+                                 "views": r["views"], "settings": list(r.get("settings", [])),
+                                 "n": 0, "loop_s": 0.0, "steady_s": 0.0,
                                  "bounds": {}, "datasets": 0})
         a["n"] += int(r["n"])
         a["loop_s"] += float(r["loop_s"])
@@ -224,7 +232,7 @@ def report_lines(data: Dict[str, object]) -> List[str]:
              f"commit {data['commit']}"]
     for path, ex in data["extrapolation"].items():
         rows = [a for a in per_method(data["rows"])
-                if path_name(a["backbone"], a["views"]) == path]
+                if path_name(a["backbone"], a["views"], a["settings"]) == path]
         ds = ex["datasets"]
         lines.append(f"{path}: hours of the full table = {len(ds)} dataset(s) "
                      f"({sum(ds.values())} test images) x {ex['seeds']} seeds")
@@ -241,8 +249,8 @@ def report_lines(data: Dict[str, object]) -> List[str]:
     return lines
 
 
-def path_name(backbone: str, views: str) -> str:
-    return f"{backbone}, TTA.VIEWS_DEVICE {views}"
+def path_name(backbone: str, views: str, sets: Sequence[str] = ()) -> str:
+    return f"{backbone}, TTA.VIEWS_DEVICE {views}" + (f", {' '.join(sets)}" if sets else "")
 
 
 def _num(v) -> str:

@@ -144,7 +144,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
              f"{where:>10}"]
     tot_runs = tot_img = per = 0
     tot_s = 0.0
-    unknown, borrowed, missing, own = [], [], {}, []
+    unknown, borrowed, missing, own, other = [], [], {}, [], {}
     for ds in datasets:
         n, k = dataset_size(ds, root, opts)
         runs = len(methods) * len(seeds)
@@ -159,7 +159,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
         s, known = 0.0, 0
         for m in methods:
             backbone, views = run_path(m, ds, opts)
-            e = table.estimate(m, ds, backbone, views, n, k) if table is not None else None
+            e = table.estimate(m, ds, backbone, views, n, k, opts) if table is not None \
+                else None
             if e is None or e.seconds is None:
                 missing.setdefault((backbone, views, m), []).append(ds)
                 continue
@@ -167,6 +168,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
             s += e.seconds * len(seeds)
             if e.source:
                 borrowed.append([m, ds, e.source])
+            if e.other_settings is not None:
+                other.setdefault(" ".join(e.other_settings) or "the defaults", []).append(m)
         cell = "?" if not known else _time(s) + ("+?" if known < len(methods) else "")
         lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{cell:>10}")
         tot_img, tot_s, per = tot_img + n * runs, tot_s + s, per + n
@@ -185,6 +188,13 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     else:
         lines.append(f"rates: {note}")
     lines += borrowed_note(borrowed, len(methods))
+    from ..bench.rates import settings
+    for sets, ms in other.items():
+        ms = list(dict.fromkeys(ms))
+        lines.append(f"no rate measured with these runs' settings "
+                     f"({' '.join(settings(opts)) or 'the defaults'}) for "
+                     f"{'every method' if len(ms) == len(methods) else ', '.join(ms)}: the "
+                     f"rates of {sets} used")
     if table is not None:
         lines += missing_note(missing, table.path.name)
     if unknown:

@@ -53,7 +53,11 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
         assert r["loop_img_per_s"] == pytest.approx(4 / r["loop_s"], rel=1e-3)
     # the full table: 9 datasets at their published sizes x 3 seeds; the eight not measured take
     # EuroSAT's rate (the only one measured)
-    ex = data["extrapolation"]["argtca-tiny-test, TTA.VIEWS_DEVICE cpu"]
+    # the rows' settings: the overrides that change a run's speed (not where files are, nor
+    # the backbone and views, which key the row themselves)
+    sets = ["INPUT.SIZE=(32,32)", "TTA.BATCH_IMAGES=2", "TTA.N_VIEWS=4"]
+    assert all(r["settings"] == sets for r in rows.values())
+    ex = data["extrapolation"]["argtca-tiny-test, TTA.VIEWS_DEVICE cpu, " + " ".join(sets)]
     assert ex["datasets"] == SIZES and ex["seeds"] == 3
     for m, r in rows.items():
         hours = 3 * (9 * r["fixed_s"] + 63846 * r["s_per_image"]) / 3600
@@ -80,6 +84,15 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
     want = f"{s / 3600:.1f}" if s >= 3600 else f"{s / 60:.0f}" if s >= 60 else f"{s:.0f}"
     assert cells[6] == want
     assert f"[table1] rates: {out} (cpu, {data['machine']['cores']} cores, commit abc1234" in plan
+    assert "settings" not in plan     # these runs' settings are the rows' own
+    # a plan of other settings (64 views) is estimated from these rows, and says so
+    rc, plan = _cli(["argtca.experiments", "table1", "eurosat", "--plan", "--rates", str(out),
+                     "--methods", "zeroshot,tpt", "--seeds", "1,2", "--out-root",
+                     str(tmp_path / "o")] + TINY[:2] + ["USE_CUDA", "False"], tmp_path)
+    assert rc == 0 and next(x for x in plan.splitlines()
+                            if x.startswith("[table1] eurosat")).split()[6] == want, plan
+    assert "[table1] no rate measured with these runs' settings (the defaults) for every " \
+           "method: the rates of INPUT.SIZE=(32,32) TTA.BATCH_IMAGES=2 TTA.N_VIEWS=4 used" in plan
 
 
 def _row(method, dataset, classes, n, loop_s, run_s, steady, views="cpu"):

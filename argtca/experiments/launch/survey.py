@@ -35,7 +35,7 @@ class Planned:
         if self.images is None or self.classes is None or table is None:
             return None
         return table.estimate(self.name, self.spec.dataset, self.backbone, self.views,
-                              self.images, self.classes).seconds
+                              self.images, self.classes, self.spec.overrides).seconds
 
 
 def survey(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
