@@ -6,7 +6,8 @@ The run asks the kernel for a signal when its parent dies (Linux ``prctl(PR_SET_
 On that signal it prints one ``error:`` line to the task's log naming the cause, stops at once as
 on Ctrl-C (``argtca.run`` keeps the finished images and says how to resume) and, should it not
 have ended ``STOP_GRACE_S`` later, kills its process group (the run and its loader workers: the
-task starts each run in a session of its own)."""
+task starts each run in a session of its own). SIGTERM, which SLURM sends every process of a job it
+ends, stops the run the same way, with its own ``error:`` line."""
 from __future__ import annotations
 
 import os
@@ -57,10 +58,24 @@ def _on_task_death(task: int, name: str):
     return handler
 
 
+def _on_terminate(name: str):
+    def handler(signum, frame):
+        signal.signal(signum, signal.SIG_IGN)   # once
+        print(f"error: {name}: stopped by SIGTERM (SLURM ends its job: scancel, a requeue, a "
+              f"preemption or the time limit); its finished images are kept in its records: it "
+              f"resumes from them when the job is requeued or the command is run again",
+              file=sys.stderr, flush=True)
+        raise KeyboardInterrupt   # argtca.run's Ctrl-C path: records kept, exit 130
+    return handler
+
+
 def main(argv: List[str]) -> None:
     task = int(os.environ.get(TASK_PID) or 0)
     name = os.environ.get(RUN_NAME) or "the run"
     signal.signal(DEATH_SIGNAL, _on_task_death(task, name))
+    # SLURM signals every process of a job it ends (SIGTERM, then SIGKILL KillWait later): the
+    # run stops at once as on Ctrl-C, with one line that says so, rather than dying mid-batch
+    signal.signal(signal.SIGTERM, _on_terminate(name))
     set_parent_death_signal(DEATH_SIGNAL)
     if task and os.getppid() != task:   # the task died before the kernel was asked
         os.kill(os.getpid(), DEATH_SIGNAL)

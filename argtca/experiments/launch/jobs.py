@@ -68,20 +68,29 @@ def _pid_alive(pid: str) -> bool:
 
 
 def job_state(job) -> str:
-    """done | failed | running | pending, from the task's result file, else the scheduler."""
-    if job.paths.result_pickle.exists():
-        result = read_result(job.paths.result_pickle)
-        return "done" if result is not None and result[0] == "success" else "failed"
+    """done | failed | running | pending. A local job: from its result file, else its process.
+    A SLURM job: from the scheduler first, since a requeued job (preempted, timed out,
+    ``scontrol requeue``) keeps the result file an interrupted attempt may have left; once SLURM
+    says it ended, from its result file (none: it ended without one, cancelled or killed)."""
     if isinstance(job, submitit.LocalJob):
+        if job.paths.result_pickle.exists():
+            return _by_result(job)
         if job._process is not None:   # started by this command
             return "running" if job._process.poll() is None else "failed"
         return "running" if _pid_alive(job.job_id) else "failed"
-    state = str(job.state).upper()
-    if state in ("PENDING", "REQUEUED", "CONFIGURING", "REQUEUE_HOLD", "SUSPENDED"):
-        return "pending"
-    if state in ("RUNNING", "COMPLETING", "UNKNOWN"):
-        return "running"
-    return "failed"   # ended without a result: CANCELLED, TIMEOUT, NODE_FAIL, OUT_OF_MEMORY...
+    from .slurm import ALIVE, RUNNING, scheduler_state
+    state = scheduler_state(job)
+    if state in ALIVE:
+        return "running" if state in RUNNING else "pending"
+    if job.paths.result_pickle.exists():
+        return _by_result(job)
+    # no answer from sacct or squeue: running, as far as anyone can tell
+    return "running" if state == "UNKNOWN" else "failed"
+
+
+def _by_result(job) -> str:
+    result = read_result(job.paths.result_pickle)
+    return "done" if result is not None and result[0] == "success" else "failed"
 
 
 def _killed_by(job) -> Optional[str]:
@@ -96,10 +105,34 @@ def _killed_by(job) -> Optional[str]:
     return None
 
 
+# states of a SLURM job that SLURM ended (not its task's own exit)
+ENDED_BY_SLURM = ("CANCELLED", "TIMEOUT", "PREEMPTED", "NODE_FAIL", "OUT_OF_MEMORY", "DEADLINE",
+                  "BOOT_FAIL")
+# submitit's reason when a task timed out more often than it requeues one (max_num_timeout)
+_TIMED_OUT = "timed-out too many times"
+
+
 def failure_line(name: str, job) -> str:
+    """``name``'s one line: the run's own ``error:`` line (its task's stderr), what SLURM did to
+    the task where SLURM ended it, and the log."""
     why = last_error_line(job.paths.stderr)
+    said = why.startswith("error:")
     sig = _killed_by(job)
-    if sig and not why.startswith("error:"):
+    if sig and not said:
         why = (f"error: task {job.job_id} was killed ({sig}) before any run said why; run the "
                f"command again to resume its runs from their records")
+    if isinstance(job, submitit.SlurmJob):
+        from .slurm import scheduler_state
+        result = read_result(job.paths.result_pickle) if job.paths.result_pickle.exists() \
+            else None
+        state = scheduler_state(job)
+        if result is not None and result[0] == "error" and _TIMED_OUT in str(result[1]):
+            why = (f"error: task {job.job_id} reached its time limit on every attempt (submitit "
+                   f"requeues a task 3 times); its runs' finished images are kept: raise "
+                   f"--timeout-min and run the command again to resume them")
+        elif state in ENDED_BY_SLURM:
+            hint = ": raise --timeout-min" if state == "TIMEOUT" else ""
+            what = f"SLURM ended task {job.job_id} ({state}{hint})"
+            why = (f"{why}; {what}" if said else f"error: {what} before any run said why; run "
+                   f"the command again to resume its runs from their records")
     return f"{name}: {why} (log: {job.paths.stderr})"

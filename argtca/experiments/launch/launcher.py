@@ -12,21 +12,14 @@ from typing import Dict, List, Optional, Sequence
 import submitit
 
 from ...utils.io import write_json
-from ..plan import ExperimentError, Outcome, RunSpec, resolve_run_dirs
+from ..plan import Outcome, RunSpec, resolve_run_dirs
 
 from .jobs import failure_line, job_state
 from .options import LaunchDone, LaunchOptions
 from .record import RecordedTask, log_folder, read_record
+from .slurm import check_slurm, sbatch_lines, sbatch_parameters, submit
 from .survey import Planned, group, plan_hash, plan_summary, survey
 from .tasks import RunTask, TaskRun
-
-
-def check_slurm() -> None:
-    """``--launcher slurm`` needs SLURM's commands here (submitit looks for ``srun``)."""
-    if submitit.SlurmExecutor.affinity() <= 0:
-        raise ExperimentError("--launcher slurm: SLURM is not available on this machine (no srun "
-                              "or sbatch on PATH); submit from the cluster's login node, or use "
-                              "--launcher local for submitit's local jobs on this machine")
 
 
 class Launcher:
@@ -75,6 +68,13 @@ class Launcher:
             for p in plans:
                 print(f"[{tag}] {'finished' if p.finished else 'would submit'}: {p.spec.name} "
                       f"-> {p.spec.where}")
+            n = len(group(todo, o.gpus_per_job))
+            if o.launcher == "slurm" and n:
+                # submitit's own lines for this array: what sbatch would be given
+                print(f"[{tag}] would submit " + (f"one SLURM job array of {n} tasks:" if n > 1
+                                                  else "one SLURM job:"))
+                for line in sbatch_lines(log_folder(record), self.slurm_parameters(), n):
+                    print(f"[{tag}]   {line}")
             raise LaunchDone(0)
         if not todo:
             print(f"[{tag}] every run is finished: nothing submitted", flush=True)
@@ -116,23 +116,13 @@ class Launcher:
         return 256   # submitit's default for arrays
 
     def slurm_parameters(self) -> Dict[str, object]:
-        o = self.opts
-        p: Dict[str, object] = dict(timeout_min=o.timeout_min, gpus_per_node=o.gpus_per_job,
-                                    nodes=1, tasks_per_node=1, name="argtca",
-                                    slurm_array_parallelism=self._parallel())
-        if o.cpus_per_gpu:   # submitit's cpus_per_gpu needs gpus_per_task: per task instead
-            p["cpus_per_task"] = o.cpus_per_gpu * max(1, o.gpus_per_job)
-        if o.partition:
-            p["slurm_partition"] = o.partition
-        if o.account:
-            p["slurm_account"] = o.account
-        return p
+        """The array's sbatch parameters (submitit's SlurmExecutor names)."""
+        return sbatch_parameters(self.opts, self._parallel())
 
     def _submit_slurm(self, folder: Path, tasks: List[RunTask], tag: str) -> list:
-        ex = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        ex.update_parameters(**self.slurm_parameters())
-        print(f"[{tag}] submitting {len(tasks)} task(s) as a SLURM job array", flush=True)
-        jobs = ex.submit_array(tasks)   # one sbatch --array
+        print(f"[{tag}] submitting " + (f"{len(tasks)} tasks as a SLURM job array"
+                                         if len(tasks) > 1 else "one SLURM job"), flush=True)
+        jobs = submit(folder, tasks, self.slurm_parameters())   # one sbatch --array
         self.jobs_submitted += len(jobs)
         return jobs
 

@@ -35,6 +35,11 @@ class TaskRun:
     hashed: bool = True           # a hash-keyed folder (<out-root>/<method>/...): finished = done
 
 
+# python -m argtca.experiments.launch.guard, without runpy's warning that the package (which
+# imports guard) was imported before the module ran as __main__
+_GUARD = "import sys; from argtca.experiments.launch.guard import main; main(sys.argv[1:])"
+
+
 def _preempt_signal():
     return getattr(signal, "SIG" + os.environ.get("SUBMITIT_PREEMPT_SIGNAL", "USR2"),
                    signal.SIGUSR2)
@@ -134,7 +139,7 @@ class RunTask(submitit.helpers.Checkpointable):
                 print(f"[task] {run.name} -> {run.out or 'the folder it picks'}"
                       + (f" (GPU {gpu})" if gpu is not None else ""), flush=True)
                 self._procs.append((run, subprocess.Popen(
-                    [self.python, "-m", "argtca.experiments.launch.guard"] + list(run.argv),
+                    [self.python, "-c", _GUARD] + list(run.argv),
                     cwd=self.cwd, env=e, stdout=subprocess.DEVNULL if self.quiet else None,
                     start_new_session=True, preexec_fn=_run_signals)))
             for run, p in self._procs:
@@ -165,12 +170,9 @@ class RunTask(submitit.helpers.Checkpointable):
             _signal_group(p, signal.SIGINT)
         deadline = time.time() + STOP_GRACE_S
         for _, p in self._procs:
-            try:
-                p.wait(timeout=max(0.0, deadline - time.time()))
-            except subprocess.TimeoutExpired:
-                pass
+            _reap(p, max(0.0, deadline - time.time()))
             _signal_group(p, signal.SIGKILL)   # the run, and loader workers it left behind
-            p.wait()
+            _reap(p, None)
 
     def checkpoint(self, *args, **kwargs) -> submitit.helpers.DelayedSubmission:
         """Preempted or timed out: stop the runs at a batch boundary (SIGINT: a run flushes its
@@ -178,6 +180,27 @@ class RunTask(submitit.helpers.Checkpointable):
         self._stop()
         self._procs = []
         return super().checkpoint(*args, **kwargs)
+
+
+def _reap(p: subprocess.Popen, timeout: Optional[float]) -> bool:
+    """Whether ``p`` ended within ``timeout`` seconds (None: wait for it), reaping it with
+    ``os.waitpid`` itself. Not ``p.wait()``: ``checkpoint`` runs in submitit's handler of SLURM's
+    signal, which interrupts ``__call__`` inside ``p.wait()``, and that call holds the lock
+    ``p.wait()`` takes: waiting on it there never returns (the task then hung until SLURM
+    killed it at its time limit, without requeueing it)."""
+    deadline = None if timeout is None else time.time() + timeout
+    while p.returncode is None:
+        try:
+            pid, status = os.waitpid(p.pid, os.WNOHANG)
+        except ChildProcessError:   # reaped already, by the interrupted wait
+            return True
+        if pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return True
+        if deadline is not None and time.time() >= deadline:
+            return False
+        time.sleep(0.05)
+    return True
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
