@@ -16,7 +16,8 @@ import sys
 from typing import Any, Dict, List, Optional
 
 __all__ = ["PluginError", "PLUGIN_PACKAGE", "METHODS_GROUP", "BUILTIN_METHOD_PACKAGES",
-           "load_entry_points", "load_builtin_methods", "builtin_package_loaded", "Registry",
+           "load_entry_points", "load_builtin_methods", "builtin_package_loaded",
+           "declare_method", "set_method_factory", "flush_declared_methods", "Registry",
            "TRAINER_REGISTRY", "DATASET_REGISTRY", "SELECTOR_REGISTRY", "OBJECTIVE_REGISTRY",
            "ENGINE_REGISTRY", "ADAPTER_REGISTRY"]
 
@@ -76,6 +77,37 @@ def load_entry_points(group: str, registry=None, kind: str = "plug-in") -> List[
 # (``get_cfg_default``) without importing upwards.
 BUILTIN_METHOD_PACKAGES = ("argtca.trainers", "argtca.adapters")
 _LOADED: set = set()
+
+
+# Declaring a method (argtca.plugins.method) makes a trainer for it; the trainers package, which
+# knows how, installs that factory when it loads. A declaration made before (an adapter module
+# imported first) waits here, in order, and is made when the factory arrives, so that the
+# declaration stays on the lowest floor and no module imports up into the trainers
+_METHOD_FACTORY: List[Any] = []
+_PENDING_METHODS: List[tuple] = []
+
+
+def declare_method(cls: Any, spec: Dict[str, Any]) -> None:
+    """Hand the declaration ``spec`` of the method class ``cls`` to the trainers' factory (now,
+    or once it is installed)."""
+    if _METHOD_FACTORY:
+        _METHOD_FACTORY[0](cls, **spec)
+    else:
+        _PENDING_METHODS.append((cls, spec))
+
+
+def set_method_factory(factory) -> None:
+    """Install the trainers' factory; the declarations that waited for it are made by
+    :func:`flush_declared_methods` (the trainers package calls it once its own methods are in,
+    so that the registration order is the same whichever package is imported first)."""
+    _METHOD_FACTORY[:] = [factory]
+
+
+def flush_declared_methods() -> None:
+    """Make the declarations that waited for the factory, in the order they were made."""
+    while _METHOD_FACTORY and _PENDING_METHODS:
+        cls, spec = _PENDING_METHODS.pop(0)
+        _METHOD_FACTORY[0](cls, **spec)
 
 
 def load_builtin_methods() -> None:

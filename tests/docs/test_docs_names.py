@@ -52,7 +52,7 @@ EXTERNAL_FLAGS = {
 }
 # keys of a run's fingerprint (config.json) that are not config keys: the test set, the device
 # type, input files' hashes, an online method's order (argtca/run_folder/, trainers)
-FINGERPRINT_ONLY = re.compile(r"^(TEST_SET|FILE_SHA256|STREAM|PROVIDER)\.|^RUN\.DEVICE_TYPE$")
+FINGERPRINT_ONLY = re.compile(r"^(TEST_SET|FILE_SHA256|STREAM|PROVIDER|CODE)\.|^RUN\.DEVICE_TYPE$")
 # Dassl's and CoOp's keys (docs/dassl.md): checked against Dassl's defaults and CoOp's train.py
 # (extend_cfg) where ../shared/vendor has them
 DASSL_KEYS = {"TEST.SPLIT", "DATASET.NUM_SHOTS"}
