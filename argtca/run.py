@@ -22,8 +22,10 @@ from argtca.registry import TRAINER_REGISTRY
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # options only as spelled in full (allow_abbrev): no word is taken for --plugin by accident
     p = argparse.ArgumentParser(prog="python -m argtca.run", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+                                formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--root", default="", help="data root (CoOp layout); $DATA in the scripts")
     p.add_argument("--output-dir", default="", help="output directory (default "
                    "output/<method>/<dataset>/<hash8>/seed<N>, hash8 naming the settings)")

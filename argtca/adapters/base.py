@@ -181,6 +181,15 @@ class OnlineAdapter(Adapter):
         """One image of the stream: ``img [V, E]`` -> ``probs [K]``, updating the state."""
         raise NotImplementedError
 
+    def state_shapes(self, position: int) -> Dict[str, Any]:
+        """What :attr:`state` holds after ``position`` images where it is not the fresh state's
+        size, nested as the state: a tensor's shape or a list's length (a tuple) for a buffer
+        that grows with the stream, an int for a counter of the images seen. A resumed state is
+        checked against it and against the fresh state's shapes (argtca/trainers/
+        stream_state.py), so a buffer of the wrong length is refused naming the file. Default:
+        nothing grows."""
+        return {}
+
     def __call__(self, img: torch.Tensor) -> torch.Tensor:
         return torch.stack([self.step(img[b]) for b in range(img.shape[0])])
 

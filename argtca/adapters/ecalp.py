@@ -32,7 +32,7 @@ O(n) and a stream O(n²), as the official code.
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Dict, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -97,6 +97,20 @@ class ECALPAdapter(OnlineAdapter):
                       "sim_store": empty(0, 0), "knn_store": empty(0, 0, dtype=torch.long),
                       "sim_text": empty(0, 0), "knn_text": empty(0, 0, dtype=torch.long),
                       "y0_val": empty(0), "y0_idx": empty(0, dtype=torch.long)}
+
+    def state_shapes(self, position: int) -> Dict[str, Tuple[int, ...]]:
+        """After ``position`` images: a row of ``feats`` an image, a row of the others a node of
+        the last graph (the images and the query); ``k`` image neighbours a row, the store as
+        wide as :meth:`expand` keeps it (k, then k + 1 once, then k + 2)."""
+        if not position:
+            return {}
+        K, E = self.text.shape
+        n = position + 1
+        k, kt, rows = min(self.k_image, n), min(self.k_text, K), n - 2
+        store = k + 1 if n > 2 and rows == k + 1 else (k + 2 if n > 2 and rows > k else k)
+        return {"feats": (position, E), "sim_im": (n, k), "knn_im": (n, k),
+                "sim_store": (n, store), "knn_store": (n, store), "sim_text": (n, kt),
+                "knn_text": (n, kt), "y0_val": (n,), "y0_idx": (n,)}
 
     # ------------------------------------------------------------------ the official pieces
     def reweighted(self, rows: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:

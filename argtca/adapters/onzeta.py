@@ -101,6 +101,9 @@ class OnZetaAdapter(OnlineAdapter):
                       "rho": torch.zeros(K, device=self.device),        # OnLab's dual variable
                       "seen": torch.zeros((), dtype=torch.long, device=self.device)}
 
+    def state_shapes(self, position: int) -> Dict[str, int]:
+        return {"seen": position}   # the step count t of the schedules
+
     def step(self, img: torch.Tensor) -> torch.Tensor:
         if not self.stream_length:
             raise RuntimeError("OnZeta's beta schedule sqrt(t / n) needs the stream's length: "

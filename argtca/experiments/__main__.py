@@ -86,8 +86,18 @@ def without_launch_options(argv: Sequence[str]) -> List[str]:
     return out
 
 
+class _Parser(argparse.ArgumentParser):
+    """Options only as spelled in full: argparse would take ``--plug FILE`` for ``--plugin``, so
+    a word that looks like something else could load code (``collect`` reads a record's command
+    with this same parser). Sub-commands are made of this class too (argparse's default)."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs["allow_abbrev"] = False
+        super().__init__(*args, **kwargs)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="python -m argtca.experiments", description=_DOC,
+    ap = _Parser(prog="python -m argtca.experiments", description=_DOC,
                                  epilog=EPILOG,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -211,22 +221,34 @@ def collect(rest: Sequence[str]) -> int:
     if not rest[0].endswith(".json"):
         return _run(rest, collect=True)
     import json
+    import shlex
     try:
         data = json.loads(open(rest[0]).read())
         command, cwd = list(data["command"]), str(data["cwd"])
+        if not all(isinstance(x, str) for x in command):
+            raise TypeError("'command' is not a list of words")
     except (OSError, ValueError, KeyError, TypeError) as e:
         return print_bad_input(ExperimentError(
             f"collect {rest[0]}: not a launch record ({type(e).__name__}: {e}); give the file "
             f"printed at submission, or the command and its arguments"))
-    plugins = [x for i, x in enumerate(command)
-               if x.startswith("--plugin=") or (i and command[i - 1] == "--plugin")]
-    if plugins:
+    yours = (f"run `python -m argtca.experiments collect {shlex.join(command)}` yourself from "
+             f"{cwd}")
+
+    def unparsable(message: str):
+        raise ExperimentError(f"collect {rest[0]}: its command is not one that python -m "
+                              f"argtca.experiments accepts ({message}); restore the record, or "
+                              f"{yours}")
+    try:   # the command's own parser (options spelled in full): what it loads is what it says
+        a = _parse(command, unparsable)
+    except ExperimentError as e:
+        return print_bad_input(e)
+    if a.plugin:
         # a launch record is a file anyone with write access can edit: collect never imports
         # code it names (the same rule as for the pickles it names)
         return print_bad_input(ExperimentError(
-            f"collect {rest[0]}: its command loads plug-in code ({', '.join(plugins)}), and "
-            f"collect never imports code that an editable record names; run `python -m "
-            f"argtca.experiments collect {' '.join(command)}` yourself from {cwd}"))
+            f"collect {rest[0]}: its command loads plug-in code (--plugin "
+            f"{', '.join(a.plugin)}), and collect never imports code that an editable record "
+            f"names; {yours}"))
     here = os.getcwd()
     try:   # the command's relative paths (--out-root, files) are from where it was launched
         os.chdir(cwd)
@@ -234,23 +256,40 @@ def collect(rest: Sequence[str]) -> int:
         return print_bad_input(ExperimentError(f"collect {rest[0]}: its command ran in {cwd}, "
                                                f"which cannot be entered ({e.strerror})"))
     try:
-        return _run(command, collect=True)
+        return _run(command, collect=True, parsed=a)
     finally:
         os.chdir(here)
 
 
-def _run(argv: List[str], collect: bool = False) -> int:
-    from .plan import ExperimentError, check_opts
-    from .runner import dispatching
-    from .preflight import PreflightError
+def _parse(argv: List[str], on_error=None) -> Optional[argparse.Namespace]:
+    """``argv`` (COMMAND then its arguments) read by the command's parser; None after --help.
+    ``on_error(message)``, given, raises instead of argparse's usage and exit."""
     ap = build_parser()
     sub = next(x for x in ap._actions if isinstance(x, argparse._SubParsersAction))
     if not argv or argv[0] not in sub.choices:
+        if on_error is not None:
+            on_error(f"{argv[0] if argv else 'an empty command'!r} is not one of "
+                     f"{', '.join(sub.choices)}")
         ap.parse_args(argv)   # --help, or the error naming the commands
-        return 2
+        return None
+    p = sub.choices[argv[0]]
+    if on_error is not None:
+        p.error = on_error
     # options may come between or after the datasets and the KEY VALUE overrides
-    a = sub.choices[argv[0]].parse_intermixed_args(argv[1:])
+    a = p.parse_intermixed_args(argv[1:])
     a.cmd = argv[0]
+    return a
+
+
+def _run(argv: List[str], collect: bool = False,
+         parsed: Optional[argparse.Namespace] = None) -> int:
+    from ..plugins import PluginError
+    from .plan import ExperimentError, check_opts
+    from .runner import dispatching
+    from .preflight import PreflightError
+    a = parsed if parsed is not None else _parse(argv)
+    if a is None:
+        return 2
     root = os.path.abspath(os.path.expanduser(a.root or os.environ.get("DATA", ""))) \
         if (a.root or os.environ.get("DATA")) else ""
     try:
@@ -274,6 +313,9 @@ def _run(argv: List[str], collect: bool = False) -> int:
         elif collect:
             raise ExperimentError("collect table3: table3 has no runs to collect (it reads the "
                                   "Phase-1 store); run it as it is")
+        if a.plugin:   # a file that does not import is bad input: one line, before any run
+            from ..plugins import load_plugins
+            load_plugins(a.plugin)
         with dispatching(launcher):
             try:
                 return _command(a, datasets, kw)
@@ -282,7 +324,7 @@ def _run(argv: List[str], collect: bool = False) -> int:
     except PreflightError as e:   # problems found before the first run: its own message
         print(e, file=sys.stderr)
         return 2
-    except (ExperimentError, KeyError) as e:
+    except (ExperimentError, KeyError, PluginError) as e:
         return print_bad_input(e)
 
 

@@ -121,7 +121,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _main(argv: Optional[Sequence[str]] = None) -> int:
-    p = argparse.ArgumentParser(prog="select_attributes", description=__doc__.split("\n")[0])
+    # options only as spelled in full: no shortened word is taken for --plugin
+    p = argparse.ArgumentParser(prog="select_attributes", description=__doc__.split("\n")[0],
+                                allow_abbrev=False)
     p.add_argument("dataset")
     p.add_argument("--class", dest="classes", action="append", default=[],
                    help="class to show (repeat); default: the first --num-classes")

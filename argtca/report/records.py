@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 
@@ -27,10 +27,31 @@ class ReportError(ValueError):
     """Bad report input; the message names the file, the value and the fix."""
 
 
+def _integral(v) -> bool:
+    return not isinstance(v, bool) and (isinstance(v, int) or (
+        isinstance(v, float) and v.is_integer()))
+
+
+def _value_problem(r: Dict[str, Any]) -> Optional[str]:
+    """Why a number of record ``r`` that the report reads cannot be used (None when each can):
+    pred and label integers, an index (when given) an integer, conf / p_label / brier finite and
+    in range (:func:`argtca.run_folder.records.number_problem`)."""
+    from argtca.run_folder.records import number_problem
+    for k in ("pred", "label"):
+        if not _integral(r[k]):
+            return f"{k}={r[k]!r} is not an integer"
+    if r.get("index") is not None and (isinstance(r["index"], bool)
+                                       or not isinstance(r["index"], int)):
+        return f"index={r['index']!r} is not an integer"
+    return number_problem(r)
+
+
 def load_records(path) -> Dict[str, np.ndarray]:
     """``records.jsonl`` -> arrays ``conf``, ``pred``, ``label``, ``correct`` and, when every
     line has them, ``index``, ``p_label`` and ``brier``. An unterminated last line (a run killed
-    mid-write) is ignored; any other bad line is an error naming it."""
+    mid-write) is ignored; any other bad line, and any line holding a number the report cannot
+    use (a NaN or infinite confidence, p_label or Brier score, one out of its range, a class
+    that is not an integer), is an error naming it: the run is left out, the others reported."""
     path = Path(path)
     cols: Dict[str, list] = {k: [] for k in ("conf", "pred", "label", "index", "p_label",
                                              "brier")}
@@ -52,6 +73,11 @@ def load_records(path) -> Dict[str, np.ndarray]:
                 continue
             raise ReportError(f"{path}:{ln}: bad record ({e!r}); each line must be a JSON "
                               "object with conf, pred and label") from e
+        problem = _value_problem(r)
+        if problem is not None:
+            raise ReportError(f"{path}:{ln}: {problem}, a number no metric can be computed "
+                              f"from (an edited file, or a run before records were checked); "
+                              f"run it again in a fresh folder, or restore the file")
         for k, v in zip(("conf", "pred", "label"), vals):
             cols[k].append(v)
         for k in ("index", "p_label", "brier"):

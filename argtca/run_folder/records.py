@@ -4,8 +4,9 @@
 
 A torn last line (a kill mid-write) is dropped and the file repaired; a bad line anywhere else is
 an error naming the line; an image index recorded twice keeps one copy (an error if the copies
-disagree); every index must be in range, every confidence finite, and every record's path and
-label must be the dataset's item at that index."""
+disagree); every index must be in range, every number the metrics read (conf, p_label, brier)
+finite and in its range, and every record's path and label must be the dataset's item at that
+index."""
 from __future__ import annotations
 
 import json
@@ -33,6 +34,29 @@ def _record_problem(r) -> Optional[str]:
             return f"{k}={r[k]!r} is not an integer"
     if not isinstance(r["conf"], (int, float)) or isinstance(r["conf"], bool):
         return f"conf={r['conf']!r} is not a number"
+    return None
+
+
+# the numbers of a record the metrics read, each with its range: probabilities, and the Brier
+# score of one image (at most 2); SLACK absorbs float32 rounding of a probability's mean
+RECORD_NUMBERS = {"conf": (0.0, 1.0), "p_label": (0.0, 1.0), "brier": (0.0, 2.0)}
+SLACK = 1e-6
+
+
+def number_problem(r: dict) -> Optional[str]:
+    """Why a number of record ``r`` that the metrics read cannot be used (None when each can):
+    ``conf``, and ``p_label`` / ``brier`` when the record has them, must be finite numbers in
+    their ranges (a NaN would end the report, an out-of-range one would be counted silently)."""
+    for k, (lo, hi) in RECORD_NUMBERS.items():
+        v = r.get(k)
+        if v is None and k != "conf":
+            continue
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return f"{k}={v!r} is not a number"
+        if not math.isfinite(v):
+            return f"{k}={v} is not a finite number"
+        if not lo - SLACK <= v <= hi + SLACK:
+            return f"{k}={v} is outside [{lo:g}, {hi:g}]"
     return None
 
 
@@ -70,11 +94,11 @@ def load_records(path: str) -> List[dict]:
             if ln == len(lines):   # unterminated last line: a torn write
                 continue
             raise RunFolderError(f"{path}:{ln}: not a record ({problem}): {line[:80]!r}; {fix}")
-        if not math.isfinite(float(r["conf"])):
+        problem = number_problem(r)
+        if problem is not None:
             raise RunFolderError(
-                f"{path}:{ln}: image index {r['index']} ({r.get('path', '?')}) has confidence "
-                f"{r['conf']}, not a finite number (a run before prediction checks existed); "
-                f"{fix}")
+                f"{path}:{ln}: image index {r['index']} ({r.get('path', '?')}): {problem} (an "
+                f"edited file, or a run before prediction checks existed); {fix}")
         i = r["index"]
         if i in good:
             if not _same_result(good[i], r):

@@ -115,10 +115,18 @@ def read_stream_state(path: str, fingerprint: Dict[str, Any], adapter: str, n: i
     return position, state
 
 
-def state_structure_problem(saved: Any, fresh: Any, where: str = "state") -> Optional[str]:
+def _zero_sized(t: torch.Tensor) -> bool:
+    return any(d == 0 for d in t.shape)
+
+
+def state_structure_problem(saved: Any, fresh: Any, where: str = "state",
+                            declared: Any = None) -> Optional[str]:
     """Why ``saved`` cannot be the adapter state shaped like ``fresh`` (the adapter's own state
-    before the first image): the same dict keys, a tensor where a tensor is, of the same shape
-    when it is a fixed-size buffer; None when it can."""
+    before the first image) at the saved position, None when it can: the same dict keys; a
+    tensor where a tensor is, of its dtype; of the shape ``declared`` gives where the adapter
+    declares one (:meth:`~argtca.adapters.base.OnlineAdapter.state_shapes`: a buffer that grows
+    with the stream, a list's length, a counter's value), else of the fresh shape, unless the
+    fresh buffer is empty (a plug-in's growing buffer it does not declare)."""
     if isinstance(fresh, dict):
         if not isinstance(saved, dict):
             return f"{where} is a {type(saved).__name__}, not a dict"
@@ -128,19 +136,31 @@ def state_structure_problem(saved: Any, fresh: Any, where: str = "state") -> Opt
             return (f"{where} " + "; ".join(
                 ([f"lacks {', '.join(gone)}"] if gone else [])
                 + ([f"has unknown {', '.join(extra)}"] if extra else [])))
+        declared = declared if isinstance(declared, dict) else {}
         for k in fresh:
-            problem = state_structure_problem(saved[k], fresh[k], f"{where}[{k!r}]")
+            problem = state_structure_problem(saved[k], fresh[k], f"{where}[{k!r}]",
+                                              declared.get(k))
             if problem:
                 return problem
         return None
+    if isinstance(declared, int) and not isinstance(declared, bool):   # a counter of images
+        value = saved.item() if isinstance(saved, torch.Tensor) and saved.numel() == 1 else saved
+        if value != declared:
+            return f"{where} is {value!r}, the adapter's is {declared} at this position"
     if isinstance(fresh, torch.Tensor):
         if not isinstance(saved, torch.Tensor):
             return f"{where} is a {type(saved).__name__}, not a tensor"
-        if saved.dtype != fresh.dtype or (fresh.dim() and fresh.shape[0] and
-                                          saved.shape != fresh.shape):
+        want = tuple(declared) if isinstance(declared, tuple) else (
+            None if _zero_sized(fresh) else tuple(fresh.shape))
+        if saved.dtype != fresh.dtype or (want is not None and tuple(saved.shape) != want):
             return (f"{where} is {saved.dtype} {tuple(saved.shape)}, the adapter's is "
-                    f"{fresh.dtype} {tuple(fresh.shape)}")
+                    f"{fresh.dtype} {want if want is not None else tuple(fresh.shape)}"
+                    + (" at this position" if isinstance(declared, tuple) else ""))
         return None
-    if isinstance(fresh, (list, tuple)) and not isinstance(saved, (list, tuple)):
-        return f"{where} is a {type(saved).__name__}, not a list"
+    if isinstance(fresh, (list, tuple)):
+        if not isinstance(saved, (list, tuple)):
+            return f"{where} is a {type(saved).__name__}, not a list"
+        want = declared[0] if isinstance(declared, tuple) else (len(fresh) or None)
+        if want is not None and len(saved) != want:
+            return f"{where} holds {len(saved)} items, the adapter's {want}"
     return None

@@ -255,10 +255,15 @@ class StreamTrainer(FeatureTrainer):
             raise TypeError(f"{type(self).__name__}: adapter {self.adapter_name!r} is not online")
         if self._resume_state is not None:
             path = os.path.join(self._out_dir, STATE_FILE)
-            problem = state_structure_problem(self._resume_state, adapter.state_dict())
+            # every buffer against the adapter's own and the lengths it declares for the saved
+            # position: a wrong one is refused here, not in the next image's torch.cat
+            problem = state_structure_problem(self._resume_state, adapter.state_dict(),
+                                              declared=adapter.state_shapes(
+                                                  self._saved_position))
             if problem:
                 raise RunFolderError(
-                    f"{path}: not a state of {self.label}'s adapter ({problem}); "
+                    f"{path}: not a state of {self.label}'s adapter at image "
+                    f"{self._saved_position} of the stream ({problem}); "
                     f"{STATE_FIX.format(out_dir=self._out_dir)}")
             adapter.load_state_dict(self._resume_state)
             print(f"argtca: stream resumed at image {self._saved_position} of "

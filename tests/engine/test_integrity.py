@@ -123,9 +123,9 @@ def test_corrupt_config_json_and_summary_json(data, tmp_path, capsys):
 
 
 # ------------------------------------------------------------------------- records when read
-def _rec(i, pred=0, label=0, conf=0.5, path=None):
+def _rec(i, pred=0, label=0, conf=0.5, path=None, **more):
     return json.dumps({"index": i, "path": path or f"img{i}.jpg", "label": label, "pred": pred,
-                       "conf": conf})
+                       "conf": conf, **more})
 
 
 def test_torn_last_line_is_repaired_garbage_elsewhere_is_an_error(tmp_path):
@@ -164,11 +164,20 @@ def test_duplicates_are_deduplicated_or_refused(tmp_path):
 
 
 def test_non_finite_confidence_is_refused_when_read(tmp_path):
+    """Every number the metrics read (conf, p_label, brier): a NaN or infinity, or one out of
+    its range, is refused when the records are read (a resume), naming the line."""
     p = tmp_path / "records.jsonl"
-    p.write_text(_rec(0) + "\n" + _rec(1, conf=float("nan")) + "\n")
-    with pytest.raises(RunFolderError, match=r"records.jsonl:2: image index 1 \(img1.jpg\) has "
-                                             r"confidence nan"):
-        load_records(str(p))
+    for key, value, says in (("conf", float("nan"), "conf=nan is not a finite number"),
+                             ("p_label", float("inf"), "p_label=inf is not a finite number"),
+                             ("brier", float("-inf"), "brier=-inf is not a finite number"),
+                             ("conf", 1.25, r"conf=1.25 is outside \[0, 1\]"),
+                             ("brier", 2.5, r"brier=2.5 is outside \[0, 2\]")):
+        p.write_text(_rec(0) + "\n" + _rec(1, **{key: value}) + "\n")
+        with pytest.raises(RunFolderError, match=r"records.jsonl:2: image index 1 \(img1.jpg\): "
+                                                 + says):
+            load_records(str(p))
+    p.write_text(_rec(0, p_label=0.5, brier=1.5) + "\n" + _rec(1, p_label=1.0, brier=2.0) + "\n")
+    assert len(load_records(str(p))) == 2   # the ends of the ranges are numbers
 
 
 def test_check_records_index_range_path_and_label():

@@ -166,17 +166,56 @@ def test_slurm_launcher_without_slurm_is_one_line(tmp_path, monkeypatch):
 
 def test_record_whose_command_loads_a_plugin_is_refused_and_not_imported(tmp_path, monkeypatch):
     """A record's command is re-run by collect: a --plugin it names would be imported (code run)
-    because someone edited the record. Refused in one line; the plug-in never runs."""
+    because someone edited the record. The command is read by its own parser (options spelled in
+    full): every spelling that parser takes for --plugin is refused as loading code, and the
+    shortened ones (which argparse used to take for --plugin) as not a command at all. Each is
+    one line naming the record; the plug-in never runs, in any sub-command."""
     monkeypatch.chdir(tmp_path)
     marker = tmp_path / "imported"
     plugin = tmp_path / "evil.py"
     plugin.write_text(f"open({str(marker)!r}, 'w').close()\n")
     record = tmp_path / "plan.json"
-    for spelled in (["--plugin", str(plugin)], [f"--plugin={plugin}"]):
-        record.write_text(json.dumps({"command": PLAN + spelled, "cwd": str(tmp_path)}))
-        rc, out, err = _call(["collect", str(record)])
-        assert rc == 2 and not marker.exists()
-        assert len(err.strip().splitlines()) == 1 and str(plugin) in err and "collect" in err
+    loads = (["--plugin", str(plugin)], [f"--plugin={plugin}"])
+    shortened = (["--plug", str(plugin)], [f"--plu={plugin}"], ["--p", str(plugin)])
+    for command in ("table1", "shift", "ood", "table2", "sweep", "table3", "tune"):
+        plan = [command, "demo", "--out-root", "o"] + TINY
+        for spelled in loads + shortened:
+            record.write_text(json.dumps({"command": plan + spelled, "cwd": str(tmp_path)}))
+            rc, out, err = _call(["collect", str(record)])
+            assert rc == 2 and not marker.exists(), (spelled, err)
+            assert len(err.strip().splitlines()) == 1 and err.startswith("error: collect "), err
+            assert str(record) in err and str(plugin) in err, err
+            assert ("loads plug-in code" in err) == (spelled in loads), err
+            if spelled in shortened:
+                assert "unrecognized arguments: " + spelled[0].split("=")[0] in err, err
+
+
+@pytest.mark.parametrize("command", ["table1", "shift", "ood", "table2", "sweep", "table3",
+                                     "tune", "run"])
+def test_shortened_plugin_option_is_an_unknown_option(tmp_path, monkeypatch, command, capsys):
+    """argparse's abbreviations are off for every command that takes --plugin and is run from
+    a record or a script: --plug FILE / --plu=FILE are unknown options (exit 2, nothing
+    imported), --plugin and --plugin= load the file."""
+    import argtca.run
+    monkeypatch.chdir(tmp_path)
+    marker = tmp_path / "imported"
+    plugin = tmp_path / "evil.py"
+    plugin.write_text(f"open({str(marker)!r}, 'w').close()\n")
+    if command == "run":
+        entry, head = argtca.run.main, ["--trainer", "zeroshot"]
+    else:
+        entry, head = main, [command, "demo"]
+    for spelled in (["--plug", str(plugin)], [f"--plu={plugin}"]):
+        with pytest.raises(SystemExit) as e:
+            entry(head + spelled + ["--root", str(tmp_path)])
+        assert e.value.code == 2 and not marker.exists()
+        assert "unrecognized arguments: " + spelled[0].split("=")[0] in capsys.readouterr().err
+    if command == "run":
+        parsed = argtca.run.parse_args(["--plugin", "a.py", "--plugin=b.py"] + head)
+    else:
+        from argtca.experiments.__main__ import _parse
+        parsed = _parse(head + ["--plugin", "a.py", "--plugin=b.py"])
+    assert parsed.plugin == ["a.py", "b.py"]
 
 
 def test_local_launcher_checks_what_the_runs_share_before_submitting(tmp_path, monkeypatch):

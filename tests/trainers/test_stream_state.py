@@ -203,3 +203,69 @@ def test_a_bad_state_file_is_one_line(runs, method, kind, tmp_path, capsys, monk
         torch.save(obj, out / "stream_state.pt")
         assert says in _resume_refused(runs, method, out, capsys)
         assert not (tmp_path / "pwned.txt").exists()
+
+
+def _buffers(state, keys=()):
+    """(keys, the value one image off) for every buffer of an adapter state: a tensor one row
+    short, a 0-d counter one more, a list one item short."""
+    if isinstance(state, dict):
+        for k, v in state.items():
+            yield from _buffers(v, keys + (k,))
+    elif isinstance(state, torch.Tensor):
+        yield keys, (state[:-1] if state.dim() else state + 1)
+    elif isinstance(state, list) and state:
+        yield keys, state[:-1]
+
+
+def _at(state, keys):
+    for k in keys:
+        state = state[k]
+    return state
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_a_buffer_of_the_wrong_length_is_one_line(runs, method, tmp_path, capsys):
+    """Every buffer of the saved state (ECALP's graph that grows by a row an image, OnZeta's
+    step count, DynaPrompt's prompt lists, the fixed caches) one image off its saved position:
+    the resume is refused in one line naming stream_state.pt, the buffer and the fix, records
+    kept (before: a bare torch "Sizes of tensors must match", or silently other numbers)."""
+    found = list(_buffers(_own(runs, method)["state"]))
+    assert found
+    for keys, value in found:
+        out = _copy(runs, method, tmp_path / "-".join(keys))
+        bad = _own(runs, method)
+        _at(bad["state"], keys[:-1])[keys[-1]] = value
+        torch.save(bad, out / "stream_state.pt")
+        err = _resume_refused(runs, method, out, capsys)
+        where = "".join(f"[{k!r}]" for k in keys)
+        assert f"at image 4 of the stream (state{where} " in err, err
+
+
+@pytest.mark.parametrize("method", list(METHODS))
+def test_declared_state_shapes_hold_at_every_position(runs, method, tmp_path, monkeypatch):
+    """What each online method declares its state holds after n images is what it holds at
+    every position of a stream (one image a batch, a checkpoint an image: ECALP's candidate
+    store goes through all its widths by image 12), and every buffer that starts empty is
+    declared, so no resumed buffer goes unchecked."""
+    from argtca.trainers.stream_state import _zero_sized
+    seen = []
+    orig = StreamTrainer.save_state
+
+    def save_state(self, position):
+        adapter = self.engine.adapter
+        state, declared = adapter.state_dict(), adapter.state_shapes(position)
+        fresh = type(adapter).__new__(type(adapter))
+        fresh.__dict__.update(adapter.__dict__)
+        fresh.reset()
+        fresh_state = fresh.state_dict()
+        assert state_structure_problem(state, fresh_state, declared=declared) is None
+        for keys, buf in _buffers(fresh_state):
+            if isinstance(buf, torch.Tensor) and _zero_sized(buf):
+                assert isinstance(_at(declared, keys), tuple), keys
+        seen.append(position)
+        orig(self, position)
+
+    monkeypatch.setattr(StreamTrainer, "save_state", save_state)
+    assert main(_argv(runs["data"], method, tmp_path / "run", "TTA.BATCH_IMAGES", "1",
+                      "TTA.STREAM.CHECKPOINT_IMAGES", "1")) == 0
+    assert seen == list(range(1, 13))
