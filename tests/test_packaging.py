@@ -37,7 +37,8 @@ def _setup_literal(name):
 
 def test_configs_are_shipped_in_the_package():
     # configs/ stays the source at the top of the checkout; a wheel carries it as argtca/configs
-    assert _setup_literal("package_dir") == {"argtca.configs": "configs"}
+    assert _setup_literal("package_dir") == {"argtca.configs": "configs",
+                                             "argtca.rates": "benchmarks/rates"}
     patterns = _setup_literal("package_data")["argtca.configs"]
     files = [p.relative_to(REPO / "configs").as_posix() for p in (REPO / "configs").rglob("*")
              if p.is_file()]
@@ -59,3 +60,15 @@ def test_configs_are_resolved_in_one_place(tmp_path, monkeypatch):
     spelling = [p.relative_to(REPO).as_posix() for p in (REPO / "argtca").rglob("*.py")
                 if '"configs"' in p.read_text() or "parents[2]" in p.read_text()]
     assert spelling == ["argtca/config/paths.py"]
+
+
+def test_rate_files_are_shipped_and_resolved_in_one_place(tmp_path, monkeypatch):
+    # benchmarks/rates (table1 --plan's measured rates) ships as argtca/rates, every file of it
+    assert _setup_literal("package_data")["argtca.rates"] == ["*.json"]
+    assert list((REPO / "benchmarks" / "rates").glob("*.json"))
+    from argtca.bench import rates
+    from argtca.config import paths
+    assert rates.rates_dir() == paths.rates_dir() == REPO / "benchmarks" / "rates"
+    (tmp_path / "site" / "argtca" / "rates").mkdir(parents=True)
+    monkeypatch.setattr(paths, "PACKAGE", tmp_path / "site" / "argtca")
+    assert rates.rates_dir() == tmp_path / "site" / "argtca" / "rates"

@@ -56,12 +56,15 @@ def slug(text: str) -> str:
 
 def machine_info(device: str) -> Dict[str, object]:
     """The machine a benchmark runs on: ``device`` ("cuda" / "cpu"), the card, the cores that
-    this process may use, torch's version, the date and the file name it is stored under."""
+    this process may use, torch's version, the date, the host's load average (1, 5, 15 min) when
+    it starts and the file name it is stored under."""
     import torch
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     info: Dict[str, object] = {"device": device, "cores": int(cores or 1),
                                "torch": torch.__version__,
                                "date": datetime.date.today().isoformat()}
+    if hasattr(os, "getloadavg"):   # other work on the host slows what is measured: kept with it
+        info["load_avg"] = [round(x, 2) for x in os.getloadavg()]
     if device == "cuda":
         info["card"] = torch.cuda.get_device_name()
         info["file"] = f"{slug(info['card'])}.json"
@@ -78,8 +81,10 @@ def commit_of(repo: Path) -> str:
                               capture_output=True, text=True, timeout=10)
         if head.returncode != 0:
             return "unknown"
-        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--", "argtca",
-                                "configs"], capture_output=True, text=True, timeout=30)
+        from argtca.config.paths import configs_dir
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--",
+                                str(PACKAGE), str(configs_dir())],
+                               capture_output=True, text=True, timeout=30)
         return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
     except (OSError, subprocess.SubprocessError):
         return "unknown"

@@ -228,7 +228,9 @@ def per_method(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
 
 def report_lines(data: Dict[str, object]) -> List[str]:
     m = data["machine"]
-    lines = [f"machine: {m['card']}, {m['cores']} cores, torch {m['torch']}, {m['date']}; "
+    load = (f", load average {m['load_avg'][0]} at the start, {m['load_avg_end'][0]} at the end"
+            if m.get("load_avg") and m.get("load_avg_end") else "")
+    lines = [f"machine: {m['card']}, {m['cores']} cores{load}, torch {m['torch']}, {m['date']}; "
              f"commit {data['commit']}"]
     for path, ex in data["extrapolation"].items():
         rows = [a for a in per_method(data["rows"])
@@ -300,6 +302,8 @@ def main(argv=None) -> int:
 
     def save():
         nonlocal data
+        if hasattr(os, "getloadavg"):
+            machine["load_avg_end"] = [round(x, 2) for x in os.getloadavg()]
         fresh = {"machine": {k: v for k, v in machine.items() if k != "file"},
                  "commit": commit, "command": command,
                  "settings": {"images": args.images, "seed": args.seed, "opts": opts},

@@ -417,6 +417,31 @@ def test_table1_plan_and_default_datasets(tmp_path, monkeypatch):
     assert rc == 0 and "[table1] imagenet" in out and "[table1] sun397" in out
 
 
+def test_demo_plan_uses_its_sizes_and_this_machines_rates(tmp_path, monkeypatch):
+    """table1 demo --plan on a machine without CUDA: the demo's 320 images and 16 classes (no
+    published split: its image list), the CPU's stored rates (benchmarks/rates, chosen by
+    device), every method's time from them."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("ARGTCA_RATES", raising=False)
+    rc, out, err = _call(["table1", "demo", "--plan", "--out-root", str(tmp_path / "o"),
+                          "TTA.VIEWS_DEVICE", "cpu", "USE_CUDA", "False"])
+    assert rc == 0, err
+    from argtca.bench.rates import rates_dir, run_seconds
+    from argtca.experiments.plan import METHODS
+    f = sorted(rates_dir().glob("cpu-*cores.json"))
+    assert f, "no CPU rate file in benchmarks/rates"
+    cpu = [p for p in f if p.name == "cpu-2cores.json"] or f
+    rows = json.loads(cpu[0].read_text())["rows"]
+    demo = {r["method"]: r for r in rows if r["dataset"] == "demo" and not r.get("settings")}
+    assert set(demo) == set(METHODS)            # every method of the table measured on the demo
+    s = 3 * sum(run_seconds(demo[m], 320) for m in METHODS)
+    cells = next(x for x in out.splitlines() if x.startswith("[table1] demo")).split()
+    assert cells[2:6] == ["66", "320", str(66 * 320), "16"]
+    assert " ".join(cells[6:]) == (f"{s / 3600:.1f} h" if s >= 3600 else f"{s / 60:.0f} min")
+    assert f"[table1] rates: benchmarks/rates/{cpu[0].name} (cpu, " in out
+    assert "?" not in " ".join(cells) and "no measured rate" not in out
+
+
 def test_choose_rule_by_hand():
     from argtca.experiments.tune import Point, choose
     pts = [Point("ctpt", (("K", str(i)),), acc, ece, math.nan, math.nan, [1])
