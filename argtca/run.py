@@ -256,17 +256,18 @@ def main(argv=None) -> int:
     quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on
     trainer = None
     try:
+        from argtca.engine.distributed import distributed_test, said_once, world_size
         try:
-            if args.plugin:
-                from argtca.plugins import load_plugins
-                load_plugins(args.plugin)
-            try:
-                cfg = setup_cfg(args)
-            except AssertionError as e:  # yacs asserts on unknown keys given on the command line
-                raise KeyError(f"{e}; every key and its default is in "
-                               f"argtca/config/defaults.py") from e
-            trainer = build_trainer(cfg, args.plugin)
-            from argtca.engine.distributed import distributed_test, world_size
+            with said_once():   # under torchrun, an error every rank meets: rank 0's line alone
+                if args.plugin:
+                    from argtca.plugins import load_plugins
+                    load_plugins(args.plugin)
+                try:
+                    cfg = setup_cfg(args)
+                except AssertionError as e:  # yacs asserts on unknown keys on the command line
+                    raise KeyError(f"{e}; every key and its default is in "
+                                   f"argtca/config/defaults.py") from e
+                trainer = build_trainer(cfg, args.plugin)
             # under torchrun the test set is sharded over ranks, the records merged in order
             distributed_test(trainer) if world_size() > 1 else trainer.test()
         except Exception as e:

@@ -39,7 +39,11 @@ from argtca.run_folder import (RecordWriter, RunLock, check_code, check_or_write
 from argtca.run_folder.unstarted import empty_unstarted, missing_dirs, remove_made
 
 __all__ = ["dist_env", "world_size", "shard_indices", "merge_records", "fold_rank_files",
-           "share_jacobian", "distributed_test"]
+           "share_jacobian", "distributed_test", "said_once"]
+
+# a rank whose error rank 0 reports waits this long for torchrun to end it after rank 0
+LINGER_S = 120.0
+_SETUP_KEY = "argtca/setup-error/{run}/{attempt}"
 
 
 def dist_env() -> Tuple[int, int, int]:
@@ -92,6 +96,73 @@ def fold_rank_files(out_dir: str) -> List[dict]:
     return merged
 
 
+# ------------------------------------------------------------------ one error line for the job
+# Every rank of a torchrun job reads the same command and files, so most errors (a missing
+# weights file, a bad key, an unwritable folder) are met by every rank: rank 0 alone says it. A
+# rank whose error rank 0 reports stays quiet and waits to be ended by torchrun's agent (which
+# stops every rank once one fails) rather than exiting first: rank 0's line is out by then.
+def _under_agent() -> bool:
+    """Started by torchrun's agent, with other ranks."""
+    return world_size() > 1 and bool(os.environ.get("TORCHELASTIC_RUN_ID"))
+
+
+def _leave_it_to_rank0() -> None:
+    """Say nothing: wait for the agent to end this rank after rank 0, exit 2 if it does not."""
+    end = time.time() + LINGER_S
+    while time.time() < end:
+        time.sleep(0.2)
+    raise SystemExit(2)
+
+
+def _message(e: BaseException) -> str:
+    return str(e.code) if isinstance(e, SystemExit) else f"{type(e).__name__}: {e}"
+
+
+def _agent_store():
+    """torchrun's agent store (the one its ranks rendezvous in), None when there is none."""
+    if not _under_agent() or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        return None
+    from datetime import timedelta
+    try:
+        return dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                             is_master=False, timeout=timedelta(seconds=LINGER_S))
+    except Exception:   # noqa: BLE001 (no store: every rank says its own error, as before)
+        return None
+
+
+class said_once:
+    """``with said_once():`` around what each rank does before the job's process group
+    (reading the command, the config, the plug-ins, the weights). Under torchrun, rank 0 posts
+    how its part ended in the agent's store; another rank that fails the way rank 0 did leaves
+    the line to rank 0 (:func:`_leave_it_to_rank0`), and says its own error otherwise."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, e, tb) -> bool:
+        if isinstance(e, KeyboardInterrupt) or not _under_agent():
+            return False
+        rank = dist_env()[0]
+        if rank != 0 and e is None:
+            return False
+        store = _agent_store()
+        if store is None:
+            return False
+        key = _SETUP_KEY.format(run=os.environ.get("TORCHELASTIC_RUN_ID"),
+                                attempt=os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        try:
+            if rank == 0:
+                store.set(key, "" if e is None else _message(e))
+                return False
+            store.wait([key])
+            told = store.get(key).decode("utf-8", errors="replace")
+        except Exception:   # noqa: BLE001 (no answer: say this rank's own error)
+            return False
+        if told == _message(e):
+            _leave_it_to_rank0()
+        return False
+
+
 def _barrier():
     if dist.get_backend() == "nccl":
         dist.barrier(device_ids=[torch.cuda.current_device()])
@@ -104,13 +175,18 @@ def _agree(err: Optional[BaseException]) -> None:
     A rank that failed raises its own error; the others one naming the first rank that failed,
     so that no rank waits for a peer that will never come."""
     said = [None] * dist.get_world_size()
-    dist.all_gather_object(said, None if err is None else f"{type(err).__name__}: {err}")
+    dist.all_gather_object(said, None if err is None else _message(err))
+    bad = [(r, m) for r, m in enumerate(said) if m is not None]
+    if not bad:
+        return
+    told = said[0] if said[0] is not None else bad[0][1]   # what rank 0 says below
+    mine = said[dist.get_rank()]
+    if dist.get_rank() != 0 and _under_agent() and (mine is None or mine == told):
+        _leave_it_to_rank0()
     if err is not None:
         raise err
-    bad = [(r, m) for r, m in enumerate(said) if m is not None]
-    if bad:
-        raise RuntimeError(f"rank {bad[0][0]} of the torchrun job failed before the first "
-                           f"image: {bad[0][1]}")
+    raise RuntimeError(f"rank {bad[0][0]} of the torchrun job failed before the first "
+                       f"image: {bad[0][1]}")
 
 
 def share_jacobian(engine, rank: int, world: int, has_images: bool, device) -> bool:
@@ -179,6 +255,8 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
             dist.broadcast_object_list(problem, src=0)
         if problem[0] is not None:
             from argtca.run_folder import RunFolderError
+            if rank != 0 and _under_agent():   # rank 0 says it
+                _leave_it_to_rank0()
             raise RunFolderError(problem[0])
         done = {r["index"] for r in load_records(os.path.join(out_dir, "records.jsonl"))}
         n_total = len(trainer.dataset.test)
@@ -248,6 +326,8 @@ def distributed_test(trainer, backend: str = "") -> Dict[str, object]:
         else:
             dist.broadcast_object_list(result, src=0)
         if "error" in result[0]:
+            if rank != 0 and _under_agent():   # rank 0 says it
+                _leave_it_to_rank0()
             raise RuntimeError(f"rank 0 could not merge the records: {result[0]['error']}")
         return result[0]
     except Exception:
