@@ -127,8 +127,10 @@ def zoo_methods() -> List[str]:
 
 
 def main(argv=None) -> int:
+    # options only as spelled in full: no shortened word is taken for --plugin
     p = argparse.ArgumentParser(prog="python -m argtca.trainers.catalogue",
-                                description="Print the registered methods' keys.")
+                                description="Print the registered methods' keys.",
+                                allow_abbrev=False)
     p.add_argument("--family", choices=list(FAMILIES), help="only this family's methods")
     p.add_argument("--exclude-family", choices=list(FAMILIES), help="all but this family's")
     p.add_argument("--set", choices=["paper", "zoo", "all", "baselines"],
