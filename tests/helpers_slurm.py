@@ -22,11 +22,12 @@ TINY = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "DATALOADER.NUM_WORKERS",
         "USE_CUDA", "False", "VERBOSE", "False"]
 
 # A plug-in for the runs of a SLURM test. ``$ARGTCA_TEST_HOLD`` = "<config stem>:<seed>:<n>:<go
-# file>": that run holds once <n> records are written (inside the write, after it: the state of
-# an online method is saved only once the write returns) until <go file> exists, so that a test
-# acts on it at a known point of its stream. ``$ARGTCA_TEST_ENV_DIR``: each run writes what its
-# process sees to <dir>/<config stem>-<seed>.json. Only the runs' processes do either: the test
-# sets these variables for its launch alone.
+# file>" (several: separated by ";"): that run holds once <n> records are written (inside the
+# write, after it: the state of an online method is saved only once the write returns) until <go
+# file> exists, so that a test acts on it at a known point of its stream.
+# ``$ARGTCA_TEST_ENV_DIR``: each run writes what its process sees to
+# <dir>/<config stem>-<seed>.json. Only the runs' processes do either: the test sets these
+# variables for its launch alone.
 PLUGIN = '''import json, os, sys, time
 from argtca import run_folder
 _a = sys.argv
@@ -37,19 +38,18 @@ def _opt(flag):
 
 
 _cfg = os.path.basename(_opt("--config-file") or "").rsplit(".", 1)[0]
-_hold = os.environ.get("ARGTCA_TEST_HOLD", "")
-if _hold:
-    _stem, _seed, _n, _go = _hold.split(":", 3)
-    if _cfg == _stem and _opt("--seed") == _seed:
-        _write = run_folder.RecordWriter.write
+_holds = [h.split(":", 3) for h in os.environ.get("ARGTCA_TEST_HOLD", "").split(";") if h]
+_holds = [(int(n), go) for stem, seed, n, go in _holds if (stem, seed) == (_cfg, _opt("--seed"))]
+if _holds:
+    _write = run_folder.RecordWriter.write
 
-        def write(self, recs):
-            _write(self, recs)
-            with open(self.path) as f:
-                n = sum(1 for _ in f)
-            while n >= int(_n) and not os.path.exists(_go):
-                time.sleep(0.1)
-        run_folder.RecordWriter.write = write
+    def write(self, recs):
+        _write(self, recs)
+        with open(self.path) as f:
+            n = sum(1 for _ in f)
+        while any(n >= at and not os.path.exists(go) for at, go in _holds):
+            time.sleep(0.1)
+    run_folder.RecordWriter.write = write
 _env_dir = os.environ.get("ARGTCA_TEST_ENV_DIR")
 if _env_dir:
     seen = {k: os.environ.get(k) for k in ("ARGTCA_CACHE", "ARGTCA_PLUGINS", "DATA",
@@ -100,6 +100,10 @@ def cluster_or_skip() -> None:
                                                         "completing") for s in states):
         why = " ".join(p.stdout.split())[:120] or "no node"
         pytest.skip(f"no usable SLURM cluster (sinfo: {why}); start the local one: {START}")
+    parts = run("sinfo", "-h", "-o", "%R").split()
+    if not {"debug", "urgent"} <= set(parts):
+        pytest.skip(f"this SLURM is not tests/slurm/local_slurm.sh's (partitions {parts}, not "
+                    f"debug and urgent); start the local one: {START}")
 
 
 def run(*cmd: str) -> str:

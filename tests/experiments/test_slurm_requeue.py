@@ -1,12 +1,14 @@
 """What SLURM does to a launch's jobs, on a real SLURM (tests/slurm/local_slurm.sh; skipped where
-none answers): a job requeued (``scontrol requeue``) in the middle of TDA's stream, a job that
-reaches its time limit, a task cancelled (``scancel``) and a task failing on bad input.
+none answers): a job requeued (``scontrol requeue``) and preempted in the middle of TDA's stream,
+a job that reaches its time limit, a task cancelled (``scancel``) and a task failing on bad
+input.
 
 Each run of TDA carries its state from image to image, so an image lost, repeated or replayed
 from a wrong state changes the later records: a resumed run's ``records.jsonl`` must equal an
 uninterrupted in-process run's, line for line. A plug-in holds the run at a known record (six:
 TDA's state is checkpointed every four images, in batches of two) until the test has acted, so
 what is interrupted is the same every time."""
+import json
 import math
 import os
 import subprocess
@@ -16,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from helpers_slurm import (PLUGIN, TINY, call, cluster_or_skip, launch_record, n_records,
-                           records, report_dir, run, running_seconds, sacct, tables, wait_until)
+                           queued, records, report_dir, run, running_seconds, sacct, tables,
+                           wait_until)
 
 # 16 images in batches of 2, TDA's state saved every 4 images
 STREAM = [x for x in TINY] + ["TTA.BATCH_IMAGES", "2", "TTA.STREAM.CHECKPOINT_IMAGES", "4"]
@@ -27,6 +30,7 @@ BASE = ["table1", "demo", "--plugin", "plug.py"]   # not --quiet: the runs' line
 class Base:
     def __init__(self, path: Path):
         self.path = path
+        self.procs = []
         self.env = dict(os.environ, ARGTCA_CACHE=str(path / "cache"))
         self.env.pop("DATA", None)
 
@@ -39,8 +43,24 @@ class Base:
         cmd = ([sys.executable, "-m", "argtca.experiments"] + self.command(out_root, methods, seeds)
                + ["--launcher", "slurm", "--gpus-per-job", "0", "--wait", "--poll-s", "1"]
                + list(extra) + STREAM)
-        return subprocess.Popen(cmd, cwd=self.path, env=dict(self.env, ARGTCA_TEST_HOLD=hold),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(cmd, cwd=self.path, env=dict(self.env, ARGTCA_TEST_HOLD=hold),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.procs.append(p)
+        return p
+
+    def clean_up(self):
+        """After a test, whatever happened: no launch left following, no job left held."""
+        for p in self.procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+        self.procs = []
+        for rec in self.path.glob("*/launches/*.json"):
+            jobs = {t["job_id"] for launch in json.loads(rec.read_text())["launches"]
+                    for t in launch["tasks"] if t["job_id"]}
+            left = [j for j in jobs if queued(j)]
+            if left:
+                subprocess.run(["scancel"] + left, timeout=60)
 
     def folder(self, out_root, method, seed):
         return wait_until(f"{method} seed {seed}'s run folder", lambda: next(
@@ -60,7 +80,7 @@ class Base:
 
 
 @pytest.fixture(scope="module")
-def base(tmp_path_factory):
+def module_base(tmp_path_factory):
     cluster_or_skip()
     b = Base(tmp_path_factory.mktemp("slurm"))
     (b.path / "plug.py").write_text(PLUGIN)
@@ -86,24 +106,46 @@ def base(tmp_path_factory):
     return b
 
 
-def test_requeued_mid_stream_resumes_to_the_uninterrupted_records(base):
-    go = base.path / "go-requeue"
-    p = base.launch("rq", "tda", "1", f"tda:1:6:{go}")
+@pytest.fixture
+def base(module_base):
+    yield module_base
+    module_base.clean_up()
+
+
+def test_requeued_then_preempted_mid_stream_resumes_to_the_uninterrupted_records(base):
+    """Held at its sixth record, the job is requeued (``scontrol requeue``: SLURM sends SIGTERM
+    and starts it again); held at its tenth in the next attempt, it is preempted by a job of the
+    partition above (SLURM sends the job's own signal, USR2: submitit checkpoints the task and
+    requeues it). Each attempt resumes from TDA's last saved state."""
+    go1, go2 = base.path / "go-requeue", base.path / "go-preempt"
+    p = base.launch("rq", "tda", "1", f"tda:1:6:{go1};tda:1:10:{go2}")
     folder = base.folder("rq", "tda", 1)
     wait_until("six records", lambda: n_records(folder) == 6 or p.poll() is not None)
     job = base.task("rq", "tda on demo, seed 1")
     run("scontrol", "requeue", job)
-    # the run stops (SIGTERM from SLURM) before the next attempt may run through
+    # the run stops (SIGTERM from SLURM) before the next attempt may run on
     wait_until("the run's stop", lambda: "stopped by SIGTERM" in base.log("rq", job, "err"))
-    go.touch()
+    go1.touch()
+    wait_until("ten records", lambda: n_records(folder) == 10 or p.poll() is not None)
+    assert p.poll() is None, f"the launch ended with its job requeued: {p.communicate()}"
+    # a job of the `urgent` partition that needs every CPU of the node: SLURM preempts this one
+    urgent = run("sbatch", "--parsable", "-p", "urgent", "-c", str(os.cpu_count()), "-o",
+                 os.devnull, "--wrap", "true").strip()
+    wait_until("the requeue", lambda: base.log("rq", job, "out").count("Requeued job") == 1)
+    go2.touch()
     out, err = p.communicate(timeout=600)
     assert p.returncode == 0, err
     assert records(folder) == base.reference[("tda", 1)]
-    assert [r["State"] for r in sacct(job, duplicates=True)] == ["REQUEUED", "COMPLETED"]
+    assert [r["State"] for r in sacct(job, duplicates=True)] == ["REQUEUED", "REQUEUED",
+                                                                  "COMPLETED"]
+    [u] = sacct(urgent)
+    assert u["State"] == "COMPLETED" and u["Partition"] == "urgent"
     log = base.log("rq", job, "out")
-    assert ("argtca: 2 records after the last stream checkpoint (image 4 of the stream) are made "
-            "again, from the saved state") in log
-    assert "argtca: stream resumed at image 4 of 16 from stream_state.pt" in log
+    assert "Caught signal SIGUSR2 on" in log and "this job is preempted" in log
+    for at in (4, 8):   # TDA's state saved every 4 images: records past it are made again
+        assert (f"argtca: 2 records after the last stream checkpoint (image {at} of the stream) "
+                f"are made again, from the saved state") in log
+        assert f"argtca: stream resumed at image {at} of 16 from stream_state.pt" in log
     # the launch followed it through: running, pending again (requeued), running, done
     states = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("[table1] tasks:")]
     ran = states.index("0 done, 1 running, 0 pending, 0 failed of 1")

@@ -59,10 +59,13 @@ class Launcher:
             if problems:
                 raise PreflightError(preflight_message(problems, len(specs), tag, ()))
         plans = survey(specs, root, plugins, self._device())
+        if o.collect:   # nothing is submitted: no tasks, no GPU hours (no launcher options)
+            done = sum(p.finished for p in plans)
+            print(f"[{tag}] {len(plans)} run(s) planned: {done} finished, {len(plans) - done} "
+                  f"not", flush=True)
+            return self._collect(plans, record, recorded, tag)
         for line in plan_summary(plans, o.gpus_per_job):
             print(f"[{tag}] {line}", flush=True)
-        if o.collect:
-            return self._collect(plans, record, recorded, tag)
         todo = [p for p in plans if not p.finished]
         if o.dry_run:
             for p in plans:
