@@ -114,12 +114,15 @@ def dataset_size(dataset: str, root: str = "", opts: Sequence[str] = ()
     return (min(n, cap) if cap > 0 else n), k
 
 
-def missing_note(missing: Dict[Tuple[str, str, str], List[str]], file: str) -> List[str]:
+def missing_note(missing: Dict[Tuple[str, str, str], List[str]], file: str,
+                 n_methods: int = 0) -> List[str]:
     """One line per path and set of datasets: the methods without a measured rate there."""
     groups: Dict[Tuple[str, str, Tuple[str, ...]], List[str]] = {}
     for (backbone, views, m), dss in missing.items():
         groups.setdefault((backbone, views, tuple(dss)), []).append(m)
-    return [f"no measured rate in {file} of {', '.join(ms)} with {backbone}, TTA.VIEWS_DEVICE "
+    return [f"no measured rate in {file} of "
+            f"{'any method' if len(ms) == n_methods else ', '.join(ms)} with {backbone}, "
+            f"TTA.VIEWS_DEVICE "
             f"{views} (on {', '.join(dss)}): not counted (+?); measure it with python -m "
             f"argtca.bench table1" for (backbone, views, dss), ms in groups.items()]
 
@@ -196,7 +199,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                      f"{'every method' if len(ms) == len(methods) else ', '.join(ms)}: the "
                      f"rates of {sets} used")
     if table is not None:
-        lines += missing_note(missing, table.path.name)
+        lines += missing_note(missing, table.path.name, len(methods))
     if unknown:
         lines.append(f"no published size for {', '.join(unknown)} and not readable here: "
                      f"not estimated")
