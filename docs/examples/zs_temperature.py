@@ -4,16 +4,14 @@
         --dataset-config-file configs/datasets/demo.yaml TRAINER.ZS_TEMP.TEMPERATURE 2.0
 """
 from argtca.adapters import Adapter
-from argtca.config.checks import Range
+from argtca.config.keys import Key, Range
 from argtca.plugins import method
 
 
-@method("zs_temp", label="Zero-shot CLIP, T=2", family="training-free",
-        defaults={"TEMPERATURE": 2.0})
+@method("zs_temp", label="Zero-shot CLIP, T=2", family="training-free", defaults={
+    "TEMPERATURE": Key(2.0, "the softmax temperature T", check=Range(lambda v: v > 0, "> 0"))})
 class ZeroShotTemperature(Adapter):
     """softmax(CLIP logits / T) of each image's plain view; T = TRAINER.ZS_TEMP.TEMPERATURE."""
-
-    cfg_ranges = {"TEMPERATURE": Range(lambda v: v > 0, "> 0")}
 
     @classmethod
     def needs_views(cls, node, cfg):
