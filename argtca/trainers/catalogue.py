@@ -3,13 +3,16 @@
 Every list of methods (``python -m argtca.run --trainer``, table1's ``--methods paper|zoo|all``,
 ``scripts/baseline.sh`` and ``compare.sh``, the zoo benchmark, the report's order of rows, the
 value checks) is derived here from ``TRAINER_REGISTRY``, as Dassl's ``build_trainer`` asks its
-registry. A registered trainer class declares:
+registry. A registered trainer class declares (with ``argtca.plugins.method`` beside its class,
+argtca's own methods and plug-ins alike):
 
 * ``method``: its key (scripts, run folders, reports); ``label``: its display name;
 * ``family``: a key of :data:`argtca.config.methods.FAMILIES` (zero-shot, TPT family,
   training-free, online, ArgTCA), written to summary.json, which groups the report's rows;
-* its config node ``TRAINER.<CLASS NAME>`` (``base_node``: another method's) and its value checks
-  (``cfg_ranges``); its default YAML ``configs/trainers/<method>.yaml`` (``config_file``: another);
+* its config node ``TRAINER.<NODE>`` (``defaults``: its keys with their facts; ``base_node``: the
+  node its prompts and objective read, another method's) and its value checks (``cfg_ranges``,
+  from its keys' facts); its default YAML ``configs/trainers/<method>.yaml`` (``config_file``:
+  another);
 * ``paper``: a row of the paper's Table 1; ``rows``: the names it adds to table1's method sets
   (default its key; ArgTCA: one per selector of the paper; none for a reference variant).
 
