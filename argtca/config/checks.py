@@ -176,4 +176,6 @@ def check_cfg_values(cfg, tunes=None) -> None:
     _check_method_tables(cfg, num, errors)
     if errors:
         raise ConfigError("configuration value out of range: " + "; ".join(errors)
-                          + " (every key and its default is in argtca/config/defaults.py)")
+                          + " (each key is declared with its default and range beside it: the "
+                          "global keys in argtca/config/defaults.py, a method's beside the "
+                          "method, e.g. argtca/adapters/tda.py)")
