@@ -1,4 +1,4 @@
-"""Command line, with CoOp train.py's flags:
+r"""Command line, with CoOp train.py's flags:
 
     python -m argtca.run --root $DATA --dataset-config-file configs/datasets/caltech101.yaml \
         --config-file configs/trainers/tpt.yaml --seed 1 [KEY VALUE ...]
@@ -180,6 +180,26 @@ def build_trainer(cfg, plugins=()):
     return trainer
 
 
+def build_checked_trainer(cfg, plugins=()):
+    """:func:`build_trainer`, what it prints (the engine notes, the CPU-time box) held back until
+    the weights the run loads are known to be there, as table1's preflight checks them
+    (argtca/models/run_checks.py ``weights_problems``): a missing file is one error line, with
+    nothing before it."""
+    import contextlib
+    import io
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        trainer = build_trainer(cfg, plugins)
+    from argtca.models.run_checks import weights_problems
+    problems = weights_problems(trainer)
+    if problems:
+        raise ConfigError("; ".join(problems))
+    sys.stdout.write(out.getvalue())
+    sys.stdout.flush()
+    sys.stderr.write(err.getvalue())
+    return trainer
+
+
 def plugin_files(names) -> Dict[str, str]:
     """module name -> source file of each imported ``--plugin`` (a .py path or a module name)."""
     from argtca.plugins import loaded_plugin_files
@@ -202,8 +222,9 @@ def _resume_hint(trainer, argv) -> str:
             where = f" in {os.path.join(trainer.output_dir(), 'records.jsonl')}"
         except Exception:  # no dataset yet: nothing recorded
             pass
+    from argtca.utils.console import user_command
     return (f"the finished images are kept{where}; run the same command again to resume: "
-            f"python -m argtca.run {shlex.join(argv)}")
+            f"{user_command(f'python -m argtca.run {shlex.join(argv)}')}")
 
 
 def _os_error_line(e: OSError, trainer, argv) -> str:
@@ -267,7 +288,7 @@ def main(argv=None) -> int:
                 except AssertionError as e:  # yacs asserts on unknown keys on the command line
                     raise KeyError(f"{e}; every key and its default is in "
                                    f"argtca/config/defaults.py") from e
-                trainer = build_trainer(cfg, args.plugin)
+                trainer = build_checked_trainer(cfg, args.plugin)
             # under torchrun the test set is sharded over ranks, the records merged in order
             distributed_test(trainer) if world_size() > 1 else trainer.test()
         except Exception as e:
@@ -277,7 +298,9 @@ def main(argv=None) -> int:
     except KeyboardInterrupt:
         if debug:
             raise
-        print(f"interrupted: {_resume_hint(trainer, argv)}", file=sys.stderr)
+        from argtca.utils.console import inside_command
+        if not inside_command():   # else the command that runs this run says it, once
+            print(f"interrupted: {_resume_hint(trainer, argv)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     except SystemExit as e:   # setup's one-line errors (argparse exits by itself)
         if debug or not isinstance(e.code, str):

@@ -9,6 +9,19 @@ CALLER_DIR="$PWD"
 export PYTHONPATH="$ARGTCA_REPO${PYTHONPATH:+:$PYTHONPATH}"
 export PYTHONSAFEPATH=1
 PY="${PYTHON:-python}"
+# the command the user typed (sourced before any shift: "$@" are still the script's arguments),
+# with the variables these scripts read: every "run the same command again" line names it
+# (argtca/utils/console.py user_command). A script called by another keeps the outer command.
+if [ -z "${ARGTCA_COMMAND:-}" ]; then
+  ARGTCA_COMMAND=""
+  for _v in DATA OPTS PLUGINS SEED OUTPUT_DIR OUT_ROOT ATTRIBUTES EXTRA_SELECTORS; do
+    if [ -n "${!_v:-}" ]; then ARGTCA_COMMAND+="$_v=$(printf '%q' "${!_v}") "; fi
+  done
+  ARGTCA_COMMAND+="bash $(printf '%q' "$0")"
+  for _a in "$@"; do ARGTCA_COMMAND+=" $(printf '%q' "$_a")"; done
+  export ARGTCA_COMMAND
+  unset _v _a
+fi
 DATASET_CONFIGS="$ARGTCA_REPO/configs/datasets"
 # config keys holding a path (argtca/config/defaults.py); MODEL.PRETRAINED only when it looks like one
 PATH_KEYS=" OUTPUT_DIR DATASET.ROOT DATASET.ATTRIBUTE_FILE DATASET.IMAGEFOLDER.SPLIT_FILE \

@@ -24,6 +24,24 @@ def _root(value: str) -> str:
     return os.path.abspath(os.path.expanduser(value))
 
 
+def list_table(classes, sources) -> str:
+    """``list``: a line per dataset, the embedded demo first; the columns as wide as their
+    longest entry, the layout (of any length) last so that it never shifts the others."""
+    rows = [("demo", "embedded", "none: generated into $ARGTCA_CACHE on first use")]
+    for cls in classes:
+        src = sources.get(cls.__name__)
+        how = ("yours" if cls.key == "imagefolder" else
+               f"download (torchvision {src.torchvision})" if src and src.torchvision
+               else "manual")
+        rows.append((cls.key, how, src.layout if src else "?"))
+    head = ("dataset", "source", "layout under the data root (--root or $DATA)")
+    w = [max(len(r[i]) for r in [head, *rows]) for i in range(2)]
+    lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c}".rstrip() for a, b, c in [head, *rows]]
+    return "\n".join(lines + [
+        "download: python -m argtca.data download DATASET --root DATA; manual: python -m "
+        "argtca.data check DATASET --root DATA says where to get it"])
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(prog="python -m argtca.data", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -47,11 +65,7 @@ def main(argv=None) -> int:
     from .sources import SOURCES
     try:
         if args.cmd == "list":
-            for cls in evaluated_datasets():
-                src = SOURCES.get(cls.__name__)
-                how = (f"download: torchvision {src.torchvision}" if src and src.torchvision
-                       else "manual")
-                print(f"{cls.key:<16} {src.layout if src else '?':<60} {how}")
+            print(list_table(evaluated_datasets(), SOURCES))
             return 0
         root = _root(args.root)
         if args.cmd == "download":

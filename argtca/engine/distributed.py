@@ -1,4 +1,4 @@
-"""Multi-GPU (or multi-process CPU) evaluation: the test set is sharded over the ranks of a
+r"""Multi-GPU (or multi-process CPU) evaluation: the test set is sharded over the ranks of a
 ``torchrun`` job, each rank tunes its images, and rank 0 merges the per-image records in index
 order and computes exactly the metrics of a one-process run.
 

@@ -205,7 +205,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "collect":
         return collect(argv[1:])
-    return _run(argv)
+    from ..utils.console import running_command
+    with running_command("python -m argtca.experiments", argv):   # what "run again" names
+        return _run(argv)
 
 
 def collect(rest: Sequence[str]) -> int:

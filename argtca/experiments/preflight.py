@@ -18,6 +18,7 @@ import io
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
+from ..models.run_checks import more_weights_problem, weights_problem
 from .plan import (CONFIGS, NEEDS_ATTRIBUTES, ExperimentError, Presence, RunSpec,
                    build_run_trainer, finished, split_method)
 
@@ -46,27 +47,6 @@ def needs_attributes(name: str, opts: Sequence[str] = ()) -> bool:
         return False
     return (isinstance(cls, type) and issubclass(cls, AttributeFile)
             and str(cfg.TTA.get("PROMPTS", "class")) == "attributes")
-
-
-def weights_problem(backbone: str, pretrained: str) -> Optional[str]:
-    """Why ``MODEL.PRETRAINED`` cannot be had for ``backbone`` (None when it can): the lookup
-    ``load_clip`` makes (a file that exists; a tag whose weights are cached or, online,
-    downloaded now into the cache the runs read), without building the model."""
-    from ..models.backbones import open_clip_name
-    from ..models.pretrained import weights_file
-    from ..models.weights import ModelError
-    from ..utils.paths import resolve_builtin
-    p = resolve_builtin(str(pretrained).strip())
-    if p == "":
-        return ("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, "
-                "hf-hub:org/name, or 'random' for random weights")
-    if p.lower() == "random":
-        return None
-    try:
-        weights_file(p, open_clip_name(backbone), backbone)
-    except ModelError as e:
-        return str(e).replace("\n", " ")
-    return None
 
 
 def _setup_problem(e: BaseException) -> str:
@@ -121,10 +101,8 @@ def preflight(specs: Sequence[RunSpec], root: str, plugins: Sequence[str] = (),
         if msg:
             problems.setdefault(msg, []).extend(names)
     for (prefix, backbone, pretrained), names in more.items():
-        msg = weights_problem(backbone, pretrained)
+        msg = more_weights_problem(prefix, backbone, pretrained)
         if msg:
-            msg = (msg.replace("MODEL.BACKBONE.NAME", f"{prefix}_BACKBONE")
-                   .replace("MODEL.PRETRAINED", f"{prefix}_PRETRAINED"))
             problems.setdefault(msg, []).extend(names)
     return list(problems.items())
 

@@ -99,9 +99,12 @@ def _execute(specs: Sequence[RunSpec], root: str, plugins: Sequence[str], tag: s
                 rc = runner(argv)
         else:
             rc = runner(argv)
-        if rc == 130:   # Ctrl-C: stop the whole batch (the run said how its folder resumes)
-            print(f"[{tag}] interrupted at {s.name}: run the same command again to resume (the "
-                  f"finished runs are only re-read)", file=sys.stderr)
+        if rc == 130:   # Ctrl-C: stop the whole batch; one line (the run itself says nothing)
+            from ..utils.console import user_command
+            again = user_command(f"python -m argtca.experiments {tag} ...")
+            print(f"[{tag}] interrupted at {s.name} (its finished images are kept in "
+                  f"{s.where}/records.jsonl); run the same command again to resume it, the "
+                  f"finished runs only re-read: {again}", file=sys.stderr)
             raise SystemExit(130)
         if rc == 0 and s.out is None:   # it could not be set up beforehand, yet it ran
             resolve_run_dirs([s], root, plugins)

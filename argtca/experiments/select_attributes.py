@@ -190,6 +190,12 @@ def _main(argv: Optional[Sequence[str]] = None) -> int:
         texts = picked_texts(nodes, sel)
         selections[s] = {c: texts[k] for k, c in enumerate(classnames)}
     print(comparison_table(shown, selections))
+    rest = [c for c in classnames if c not in shown]
+    if rest and not args.classes:   # the first N by default: what it leaves out, how to see it
+        print(f"({len(shown)} of {len(classnames)} classes of {dataset_name} shown; "
+              f"--num-classes {len(classnames)} shows every class, --class NAME (repeatable) "
+              f"the ones you name; the others: {', '.join(rest[:8])}"
+              f"{', ...' if len(rest) > 8 else ''})")
     return 0
 
 

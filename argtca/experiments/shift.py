@@ -64,20 +64,19 @@ def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else math.nan
 
 
-def shift_rows(paths: Sequence) -> Tuple[List[str], List[str], Dict[Tuple[str, str],
-                                                                 Tuple[float, float, int]]]:
-    """(our row labels, the dataset keys present, {(label, key): (mean, std, seeds)}) of the
-    accuracy, from the run folders (the report's own grouping: one row per method and
-    settings)."""
+def shift_rows(paths: Sequence) -> Tuple[List[str], List[Tuple[str, str]],
+                                         Dict[Tuple[str, str], Tuple[float, float, int]]]:
+    """(our row labels, the datasets present as (key, the name table.md gives them), {(label,
+    key): (mean, std, seeds)}) of the accuracy, from the run folders (the report's own grouping:
+    one row per method and settings)."""
     from ..report.runs import find_runs
     from ..report.tables import group_runs
     labels, datasets, cells = group_runs(find_runs(list(paths), []))
-    keys = [k for k, _ in datasets]
     vals = {}
     for (lab, dk), c in cells.items():
         std = c.std("accuracy") if len(c.runs) > 1 else math.nan
         vals[(lab, dk)] = (c.mean("accuracy"), std, len(c.runs))
-    return labels, keys, vals
+    return labels, list(datasets), vals
 
 
 def _cell(mean: float, std: float = math.nan) -> str:
@@ -88,37 +87,58 @@ def _cell(mean: float, std: float = math.nan) -> str:
 
 def shift_markdown(paths: Sequence) -> Tuple[str, List[List[str]]]:
     """``shift.md`` (TPT's Table 1 layout: ours, then the published rows with their sources) and
-    the rows of ``shift.csv`` (source, method, dataset, accuracy, std, seeds, citation)."""
-    labels, keys, vals = shift_rows(paths)
+    the rows of ``shift.csv`` (source, method, dataset, accuracy, std, seeds, citation).
+
+    The sets are named as table.md names them. The Average column is there over several sets,
+    the OOD Average where a shift set is; a published Average (over TPT's five sets) or OOD
+    Average (its four shift sets) is shown only where our columns are those very sets, and a
+    published row with no cell in our columns is left out: another set's table never carries
+    a number of ImageNet's."""
+    labels, datasets, vals = shift_rows(paths)
+    keys = [k for k, _ in datasets]
     cols = [k for k in SHIFT_DATASETS if k in keys] + [k for k in keys if k not in SHIFT_DATASETS]
-    head = ["Method", "Source"] + [NAMES.get(k, k) for k in cols] + ["Average", "OOD Average"]
+    names = dict(datasets)
+    averages = [("Average", "average", len(cols) > 1),
+                ("OOD Average", "ood_average", any(k in OOD for k in cols))]
+    averages = [(title, key) for title, key, shown in averages if shown]
+    head = (["Method", "Source"] + [names.get(k) or NAMES.get(k, k) for k in cols]
+            + [title for title, _ in averages])
+    what = {"average": "Average: over the sets of the row",
+            "ood_average": "OOD Average: over the shift sets (-A, -V2, -R, -Sketch), as TPT "
+                           "prints them"}
+    said = "; ".join(what[k] for _, k in averages)
     md = ["# Natural distribution shifts (TPT's Table 1 layout)", "",
-          "Top-1 accuracy (%), mean ± std over seeds. Average: over the sets of the row; OOD "
-          "Average: over the shift sets (-A, -V2, -R, -Sketch), as TPT prints them; both only "
-          "where the row has every set. Published rows: the TPT paper, CLIP ViT-B/16, on the "
-          "full sets; ours are comparable to them only with the same backbone and weights on "
-          "the full sets (see table.md's header).", "",
+          "Top-1 accuracy (%), mean ± std over seeds." + (
+              f" {said}; {'both' if len(averages) > 1 else 'only'} where the row has every "
+              f"set." if averages else "")
+, "",
           "| " + " | ".join(head) + " |",
           "|:---|:---|" + "|".join(["---:"] * (len(head) - 2)) + "|"]
     rows: List[List[str]] = []
     for lab in labels:
         means = {k: vals[(lab, k)][0] for k in cols if (lab, k) in vals}
-        avg = _mean([means[k] for k in cols]) if len(means) == len(cols) else math.nan
-        ood = (_mean([means[k] for k in OOD]) if all(k in means for k in OOD)
-               else math.nan)
+        ours = {"average": _mean([means[k] for k in cols]) if len(means) == len(cols)
+                else math.nan,
+                "ood_average": (_mean([means[k] for k in OOD]) if all(k in means for k in OOD)
+                                else math.nan)}
         cells = [_cell(*vals[(lab, k)][:2]) if (lab, k) in vals else "–" for k in cols]
-        md.append(f"| {lab} | ours | " + " | ".join(cells + [_cell(avg), _cell(ood)]) + " |")
+        md.append(f"| {lab} | ours | " + " | ".join(cells + [_cell(ours[k]) for _, k in averages])
+                  + " |")
         for k in cols:
             if (lab, k) in vals:
                 m, s, n = vals[(lab, k)]
                 rows.append(["ours", lab, k, f"{m:.4f}", "" if math.isnan(s) else f"{s:.4f}",
                              str(n), ""])
     ref = paper_shift()
+    # a published average is over TPT's sets: shown only where our columns are those sets
+    over = {"average": set(cols) == set(SHIFT_DATASETS), "ood_average": set(OOD) <= set(cols)}
     cites: List[str] = []
     notes: List[str] = []
     for name in PUBLISHED:
-        got = {k: ref.get((name, "accuracy", k)) for k in cols + ["average", "ood_average"]}
-        if not any(got.values()):
+        got = {k: ref.get((name, "accuracy", k)) for k in cols}
+        got.update({k: ref.get((name, "accuracy", k)) if over[k] else None
+                    for _, k in averages})
+        if not any(got[k] for k in cols):
             continue
         cit = next(v[1] for v in got.values() if v)
         if cit not in cites:
@@ -127,14 +147,21 @@ def shift_markdown(paths: Sequence) -> Tuple[str, List[List[str]]]:
             if v and v[2] and v[2] not in notes:
                 notes.append(v[2])
         mark = f"[{cites.index(cit) + 1}]"
-        cells = [f"{got[k][0]:.2f}" if got[k] else "–" for k in cols + ["average", "ood_average"]]
+        shown = cols + [k for _, k in averages]
+        cells = [f"{got[k][0]:.2f}" if got[k] else "–" for k in shown]
         md.append(f"| {name} | published {mark} | " + " | ".join(cells) + " |")
         rows += [["published", name, k, f"{got[k][0]:.4f}", "", "", got[k][1]]
-                 for k in cols + ["average", "ood_average"] if got[k]]
-    md += ["", "Sources:"] + [f"[{i}] {c}" for i, c in enumerate(cites, 1)]
-    md += [f"- note: {n}" for n in notes]
-    md.append("- a published cell shown as – is not in the paper or could not be verified "
-              "(never filled in)")
+                 for k in shown if got[k]]
+    if cites:
+        md[2] += (" Published rows: the TPT paper, CLIP ViT-B/16, on the full sets; ours are "
+                  "comparable to them only with the same backbone and weights on the full sets "
+                  "(see table.md's header).")
+        md += ["", "Sources:"] + [f"[{i}] {c}" for i, c in enumerate(cites, 1)]
+        md += [f"- note: {n}" for n in notes]
+        md.append("- a published cell shown as – is not in the paper or could not be verified "
+                  "(never filled in)")
+    else:
+        md += ["", "No published row: TPT's Table 1 has none of these sets."]
     return "\n".join(md) + "\n", rows
 
 

@@ -73,7 +73,8 @@ def _finish(outcomes, tag: str, make, dry_run: bool, specs, root: str = "",
     for name in ("table.md", "ablation.md", "sweep.md", "shift.md"):
         if name in written:
             print(Path(written[name]).read_text())
-    print(f"[{tag}] wrote: " + ", ".join(str(Path(p).resolve()) for p in written.values()))
+    from ..report.cli import wrote_lines
+    print("\n".join(wrote_lines(written, tag)))
     return 0 if len(done) == len(outcomes) else 1
 
 
@@ -278,15 +279,18 @@ def value_of(overrides: Sequence[str], key: str) -> str:
 
 # ----------------------------------------------------------------------------- Table 3
 def text_table_to_markdown(text: str) -> str:
-    """select_attributes' fixed-width table (``a | b`` rows, a ``-+-`` rule) as Markdown."""
+    """select_attributes' fixed-width table (``a | b`` rows, a ``-+-`` rule) as Markdown; the
+    lines after it (the classes it leaves out) follow it as text."""
     lines = [ln for ln in text.splitlines() if ln.strip()]
-    out = []
+    out, after = [], []
     for i, ln in enumerate(lines):
-        if i == 1 and set(ln) <= {"-", "+"}:
+        if after or (i > 1 and " | " not in ln and "|" not in ln):
+            after.append(ln)
+        elif i == 1 and set(ln) <= {"-", "+"}:
             out.append("|" + "|".join([":---"] * (ln.count("-+-") + 1)) + "|")
         else:
             out.append("| " + " | ".join(c.strip() for c in ln.split(" | ")) + " |")
-    return "\n".join(out) + "\n"
+    return "\n".join(out + ([""] + after if after else [])) + "\n"
 
 
 def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classes: int = 5,

@@ -1,12 +1,14 @@
 """The checks of a run that need the backbone, made before any data is read: ``INPUT.SIZE``
 against the backbone, ``RUN.REQUIRE_CUDA``, and the loud warning (with an estimated time) when
-real weights would run on the CPU."""
+real weights would run on the CPU; and whether a run's weights can be had at all
+(:func:`weights_problems`: what a single run and table1's preflight check before anything
+starts)."""
 from __future__ import annotations
 
 import sys
 import time
 from contextvars import ContextVar
-from typing import Optional
+from typing import List, Optional
 
 import torch
 
@@ -99,3 +101,39 @@ def check_before_run(cfg, device, n_images: int) -> None:
                   flush=True)
         if shown is not None:
             shown.append(True)
+
+
+def weights_problem(backbone: str, pretrained: str) -> Optional[str]:
+    """Why ``MODEL.PRETRAINED`` cannot be had for ``backbone`` (None when it can): the lookup
+    ``load_clip`` makes (a file that exists; a tag whose weights are cached or, online,
+    downloaded now into the cache the runs read), without building the model."""
+    from ..utils.paths import resolve_builtin
+    from .pretrained import weights_file
+    from .weights import ModelError
+    p = resolve_builtin(str(pretrained).strip())
+    if p == "":
+        return ("MODEL.PRETRAINED is empty: give a tag (openai), a checkpoint path, "
+                "hf-hub:org/name, or 'random' for random weights")
+    if p.lower() == "random":
+        return None
+    try:
+        weights_file(p, open_clip_name(backbone), backbone)
+    except ModelError as e:
+        return str(e).replace("\n", " ")
+    return None
+
+
+def more_weights_problem(prefix: str, backbone: str, pretrained: str) -> Optional[str]:
+    """:func:`weights_problem` of a method's other weights (``trainer.more_weights()``, e.g.
+    RLCF's reward model), naming its own keys ``<prefix>_BACKBONE`` / ``<prefix>_PRETRAINED``."""
+    msg = weights_problem(backbone, pretrained)
+    return msg and (msg.replace("MODEL.BACKBONE.NAME", f"{prefix}_BACKBONE")
+                    .replace("MODEL.PRETRAINED", f"{prefix}_PRETRAINED"))
+
+
+def weights_problems(trainer) -> List[str]:
+    """Every weights file the run of ``trainer`` loads that cannot be had, one message each."""
+    cfg = trainer.cfg
+    out = [weights_problem(str(cfg.MODEL.BACKBONE.NAME), str(cfg.MODEL.PRETRAINED))]
+    out += [more_weights_problem(*w) for w in getattr(trainer, "more_weights", list)()]
+    return [m for m in out if m]

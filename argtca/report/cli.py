@@ -340,6 +340,30 @@ def make_ood_report(paths: Sequence, out_dir=None, decimals: int = 2, force: boo
     return written
 
 
+MAIN_FILES = ("table.md", "ablation.md", "sweep.md", "shift.md", "ood.md")
+
+
+def wrote_lines(written: Dict[str, Path], tag: str = "") -> List[str]:
+    """What a report wrote, in two lines: its main file (``table.md``, else ``ablation.md``,
+    ...) with the report folder, then the other files by name (a figure's PNG and PDF as one
+    ``name.png/.pdf``); a file outside the folder keeps its full path."""
+    pre = f"[{tag}] " if tag else ""
+    paths = {n: Path(p).resolve() for n, p in written.items()}
+    main = next((n for n in MAIN_FILES if n in paths), None)
+    folder = (paths[main].parent if main else
+              Path(next(iter(paths.values()))).parent if paths else Path("."))
+    rest = []
+    for n, p in paths.items():
+        if n == main or (p.suffix == ".pdf" and p.with_suffix(".png").name in paths):
+            continue
+        name = p.name if p.parent == folder else str(p)
+        if p.suffix == ".png" and p.with_suffix(".pdf").name in paths:
+            name += "/.pdf"
+        rest.append(name)
+    first = f"{pre}wrote: {paths[main]}" if main else f"{pre}wrote: {folder}/"
+    return [first, f"{pre}  and in {folder}/: {', '.join(rest)}"] if rest else [first]
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m argtca.report", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -391,7 +415,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if "skipped.md" in written:
         n = Path(written["skipped.md"]).read_text().count("\n| ") - 1
         print(f"left out: {n} run folder(s), listed in {written['skipped.md']}")
-    print("wrote: " + ", ".join(str(Path(p).resolve()) for p in written.values()))
+    print("\n".join(wrote_lines(written)))
     return 0
 
 

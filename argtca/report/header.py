@@ -135,22 +135,32 @@ def table_header(runs: Sequence[Run], labels: Sequence[str],
 
 
 def _views_note(runs: Sequence[Run]) -> str:
-    """Views per image, for the "Every run" line: one number when every run used it, "each
-    method's default" when every run used its method's own (else: empty, and the rows that used
-    another number are listed with their settings)."""
+    """Views per image, for the "Every run" line, per family present: the zero-shot family
+    computes on the test image alone (its TTA.N_VIEWS is never used), the others on TTA.N_VIEWS
+    views: one number when every such run used it, "each method's default" when every one used
+    its method's own (else: empty, and the rows that used another number are listed with their
+    settings)."""
     k = "TTA.N_VIEWS"
-    values = {fmt_value(r.settings.get(k)) for r in runs}
-    own = [r for r in runs if not same_value(r.settings.get(k), r.default(k))]
+    alone = [r for r in runs if r.family == "zero-shot"]
+    viewing = [r for r in runs if r.family != "zero-shot"]
+    if not viewing:
+        return "views 1 (zero-shot: the test image alone)"
+    zero = [f"{alone[0].group}: 1, the test image alone"] if alone else []
+    values = {fmt_value(r.settings.get(k)) for r in viewing}
+    own = [r for r in viewing if not same_value(r.settings.get(k), r.default(k))]
+
+    def note(head: str, *why: str) -> str:
+        return head + (f" ({'; '.join([*why, *zero])})" if why or zero else "")
     if len(values) == 1:
         v = next(iter(values))
         if not own:
-            return f"views {v}"
-        if len(own) == len(runs):
-            return f"views {v} (not the methods' defaults)"
-        labs = sorted({r.label for r in own}, key=[r.label for r in runs].index)
-        return f"views {v} (not the method's default for {', '.join(labs)})"
+            return note(f"views {v}")
+        if len(own) == len(viewing):
+            return note(f"views {v}", "not the methods' defaults")
+        labs = sorted({r.label for r in own}, key=[r.label for r in viewing].index)
+        return note(f"views {v}", f"not the method's default for {', '.join(labs)}")
     if not own:
-        return "views: each method's default (configs/trainers)"
+        return note("views: each method's default (configs/trainers)")
     return ""
 
 

@@ -96,12 +96,17 @@ class ResultsTable:
     groups: Dict[str, str] = field(default_factory=dict)   # label -> method family
 
     @property
+    def has_average(self) -> bool:
+        """An Average column only over several datasets (over one it would repeat it)."""
+        return len(self.datasets) > 1
+
+    @property
     def columns(self) -> List[str]:
-        return [k for k, _ in self.datasets] + [AVERAGE]
+        return [k for k, _ in self.datasets] + ([AVERAGE] if self.has_average else [])
 
     @property
     def headers(self) -> List[str]:
-        return [d for _, d in self.datasets] + ["Average"]
+        return [d for _, d in self.datasets] + (["Average"] if self.has_average else [])
 
     def fmt(self, label: str, metric: str, col: str) -> str:
         v = self.values.get((label, metric, col), math.nan)
@@ -206,8 +211,7 @@ def _seed_stds(labels, datasets, cells, metrics) -> Dict[Tuple[str, str, str], f
 
 
 def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
-    wrap = {"md": ("**{}**", "<u>{}</u>"), "tex": ("\\textbf{{{}}}", "\\underline{{{}}}"),
-            "csv": ("{}", "{}")}[style]
+    wrap = {"md": ("**{}**", "<u>{}</u>"), "tex": ("\\textbf{{{}}}", "\\underline{{{}}}")}[style]
     rows = []
     group = None
     for lab in t.labels:
@@ -215,7 +219,7 @@ def _table_rows(t: ResultsTable, style: str) -> List[List[str]]:
             group = t.groups.get(lab)
             rows.append([f"*{group}*", ""] + [""] * len(t.columns))
         for i, m in enumerate(t.metrics):
-            row = [lab if i == 0 or style == "csv" else "", METRICS[m][0]]
+            row = [lab if i == 0 else "", METRICS[m][0]]
             for col in t.columns:
                 s = t.fmt(lab, m, col)
                 if style == "tex" and s == MISSING:
@@ -249,15 +253,16 @@ def table_markdown(t: ResultsTable) -> str:
     lines += ["| " + " | ".join(head) + " |",
              "|" + "|".join([":---", ":---"] + ["---:"] * len(t.columns)) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in _table_rows(t, "md")]
+    average = (f" Average = mean over the {len(t.datasets)} datasets, {MISSING} where a method "
+               f"misses a dataset." if t.has_average else "")
     lines += ["", f"{_units_note(t)} Per column, best (**bold**) and second best "
-                  f"(<u>underlined</u>) = {_direction_note(t)}{_protocol_note(t)}. Average = "
-                  f"mean over the "
-                  f"{len(t.datasets)} dataset(s), {MISSING} where a method misses a dataset.",
+                  f"(<u>underlined</u>) = {_direction_note(t)}{_protocol_note(t)}.{average}",
               "", t.seed_note()]
     if t.show_std and t.stds and any(not math.isnan(v) for v in t.stds.values()):
         lines += ["", "mean ± std = mean and sample standard deviation (n − 1) over seeds; the "
-                      "marks compare the means. Average's std: over seeds, of each seed's "
-                      "mean over the datasets."]
+                      "marks compare the means." + (
+                          " Average's std: over seeds, of each seed's mean over the datasets."
+                          if t.has_average else "")]
     return "\n".join(lines).rstrip() + "\n"
 
 
@@ -281,10 +286,21 @@ def _protocol_note(t: ResultsTable) -> str:
 
 
 def table_csv(t: ResultsTable) -> str:
+    """table.md as numbers: a line per method and metric, for each column its mean and its
+    standard deviation over seeds (empty for one seed), rounded as the table shows them, and the
+    method's family; no marks or "±" strings (cells.csv has them unrounded, with the seeds)."""
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["Method", "Metric"] + t.headers)
-    w.writerows(_table_rows(t, "csv"))
+    w.writerow(["Method", "Family", "Metric"] + [f"{h} {x}" for h in t.headers
+                                                 for x in ("mean", "std")])
+    for lab in t.labels:
+        for m in t.metrics:
+            row = [lab, t.groups.get(lab, ""), METRICS[m][0]]
+            for col in t.columns:
+                v = t.values.get((lab, m, col), math.nan)
+                sd = t.stds.get((lab, m, col), math.nan)
+                row += ["" if math.isnan(x) else f"{x:.{t.decimals}f}" for x in (v, sd)]
+            w.writerow(row)
     return buf.getvalue()
 
 
@@ -298,18 +314,28 @@ def _tex(s: str) -> str:
 
 
 def table_latex(t: ResultsTable) -> str:
+    """A booktabs tabular a paper can ``\\input``: the method families as italic group rows
+    (when there are several) separated by one \\midrule, a little space between the methods
+    of a family, never two rules in a row."""
+    ncol = 2 + len(t.columns)
     lines = ["% requires \\usepackage{booktabs}",
              "\\begin{tabular}{ll" + "r" * len(t.columns) + "}", "\\toprule",
              " & ".join(["Method", "Metric"] + [_tex(h) for h in t.headers]) + " \\\\",
              "\\midrule"]
     rows = _table_rows(t, "tex")
     per = len(t.metrics)
+    families = len(set(t.groups.get(lab) for lab in t.labels)) > 1
     for i, r in enumerate(rows):
-        if i and i % per == 0:
-            # a double rule between method families
+        if i % per == 0:
             lab = t.labels[i // per]
-            same = t.groups.get(lab) == t.groups.get(t.labels[i // per - 1])
-            lines.append("\\midrule" if same else "\\midrule\\midrule")
+            new = i == 0 or t.groups.get(lab) != t.groups.get(t.labels[i // per - 1])
+            if new and families:
+                if i:
+                    lines.append("\\midrule")
+                lines.append(f"\\multicolumn{{{ncol}}}{{l}}{{\\textit{{"
+                             f"{_tex(t.groups.get(lab) or 'Other')}}}}} \\\\")
+            elif i:
+                lines.append("\\addlinespace[2pt]")
         lines.append(" & ".join([_tex(r[0]), _tex(r[1])] + r[2:]) + " \\\\")
     lines += ["\\bottomrule", "\\end{tabular}"]
     return "\n".join(lines) + "\n"

@@ -1,13 +1,50 @@
 """What the command lines print besides results: progress on stderr (tqdm's bar on a terminal,
 one plain line per ``PROGRESS_STEP_PCT`` % in a log file, so SLURM logs hold no carriage
-returns) and the third-party warnings that say nothing about the user's run."""
+returns), the third-party warnings that say nothing about the user's run, and the command the
+user ran (:func:`user_command`), which every "run the same command again" line names."""
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
 import sys
 import time
 import warnings
+from contextvars import ContextVar
+from typing import Iterator, Optional, Sequence
 
-__all__ = ["PROGRESS_STEP_PCT", "LogProgress", "progress", "quiet_third_party_warnings"]
+__all__ = ["PROGRESS_STEP_PCT", "LogProgress", "progress", "quiet_third_party_warnings",
+           "running_command", "inside_command", "user_command"]
+
+# the command of argtca.experiments whose runs run in this process (None: none); see
+# running_command
+_COMMAND: ContextVar[Optional[str]] = ContextVar("argtca_user_command", default=None)
+
+
+@contextlib.contextmanager
+def running_command(prog: str, argv: Sequence[str]) -> Iterator[str]:
+    """Inside, runs are run by the command ``prog argv`` (``python -m argtca.experiments table1
+    ...``): what a run says to run again names that command (:func:`user_command`), and a run
+    interrupted by Ctrl-C leaves its one line to the command (:func:`inside_command`), which
+    knows that its finished runs are only re-read."""
+    token = _COMMAND.set(" ".join([prog, shlex.join(list(argv))]).strip())
+    try:
+        yield user_command(_COMMAND.get())
+    finally:
+        _COMMAND.reset(token)
+
+
+def inside_command() -> bool:
+    """Whether a run runs inside a command of :func:`running_command` (which reports its
+    interruption, once)."""
+    return _COMMAND.get() is not None
+
+
+def user_command(default: str) -> str:
+    """The command the user typed: the script that called us (scripts/_common.sh exports it as
+    ``ARGTCA_COMMAND``, with the variables the script reads), else the command of
+    :func:`running_command`, else ``default`` (the process's own command line)."""
+    return os.environ.get("ARGTCA_COMMAND") or _COMMAND.get() or default
 
 PROGRESS_STEP_PCT = 10
 

@@ -177,8 +177,8 @@ def test_table1_numbers_equal_the_runs(tree):
         assert "DATASET.NUM_IMAGES 3 (a subset of the test split)" in text
         assert "the embedded demo dataset" in text and "test images: Demo 3" in text
     rows = list(csv.reader((rep / "table.csv").open()))
-    assert rows[0] == ["Method", "Metric", "Demo", "Average"]
-    got = {(r[0], r[1]): r[2:] for r in rows[1:]}
+    assert rows[0] == ["Method", "Family", "Metric", "Demo mean", "Demo std"]
+    got = {(r[0], r[2]): r[3:] for r in rows[1:]}
     assert sorted({k[0] for k in got}) == sorted(LABELS)
     eces = {}
     for label, d in run_dirs(tree).items():
@@ -186,9 +186,9 @@ def test_table1_numbers_equal_the_runs(tree):
         s = summary(d)
         assert s["accuracy"] == pytest.approx(acc, abs=1e-6)
         assert s["ece"] == pytest.approx(ece, abs=1e-4)
-        # one seed: no "±"; one dataset: Average = the dataset's value
-        assert got[(label, "Acc")] == [f"{acc:.2f}"] * 2
-        assert got[(label, "ECE")] == [f"{ece:.2f}"] * 2
+        # one seed: no std; one dataset: no Average
+        assert got[(label, "Acc")] == [f"{acc:.2f}", ""]
+        assert got[(label, "ECE")] == [f"{ece:.2f}", ""]
         eces[label] = round(ece, 2)
     # best (bold) and second (underlined) ECE in the Markdown and LaTeX tables
     ranked = sorted(set(eces.values()))
@@ -227,7 +227,8 @@ def test_table1_mean_std_over_seeds_and_finished_runs_reread(tree):
             v = [recomputed(exp / f"seed{s}")[i] for s in (1, 2)]
             want = f"{np.mean(v):.2f} ± {np.std(v, ddof=1):.2f}"
             row = md[(label, metric)]
-            assert [plain(c) for c in row[2:]] == [want, want], (label, metric, row)
+            # one dataset: no Average column repeating it
+            assert [plain(c) for c in row[2:]] == [want], (label, metric, row)
     cells = list(csv.DictReader((o / "report/table1_2seeds/cells.csv").open()))
     c = [x for x in cells if x["method"] == "ArgTCA (div)" and x["metric"] == "ece"
          and x["dataset"] == "Demo"][0]
@@ -361,7 +362,7 @@ def test_tune_grid_rule_and_config_for_table1(tree):
     assert summary(d).get("overrides", {}).get("DATASET.SPLIT", "test") == "test"
     rows = list(csv.reader((o / "report/table1_tuned/table.csv").open()))
     acc, ece = recomputed(d)
-    assert rows[1][2] == f"{acc:.2f}" and rows[2][2] == f"{ece:.2f}"
+    assert rows[1][3] == f"{acc:.2f}" and rows[2][3] == f"{ece:.2f}"
     # the tuned table never lands in (or overwrites) the default table's folder
     assert report_dir(o, "table1") != o / "report/table1_tuned"
     rc, out, err = tree["t1tuned_default"]

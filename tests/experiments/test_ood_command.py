@@ -78,7 +78,7 @@ def test_ood_report_from_the_records(ood_run, capsys):
                for line in md.splitlines())
     # the ID runs' own table beside it, without the OOD runs' columns
     table = (rep / "table.md").read_text()
-    assert "| Method | Metric | Demo | Average |" in table and "OOD" not in table
+    assert "| Method | Metric | Demo |\n" in table and "OOD" not in table   # one dataset
     assert (rep / "stability.md").is_file()
 
 

@@ -94,9 +94,13 @@ def test_table_marks_and_averages(three_by_two, tmp_path):
     out = tmp_path / "rep"
     written = make_report(three_by_two, out)
     rows_csv = list(csv.reader(io.StringIO((out / "table.csv").read_text())))
-    assert rows_csv[0] == ["Method", "Metric", "ImageNet", "Caltech101", "Average"]
-    assert rows_csv[3] == ["TPT", "Acc", "45.00", "93.00", "69.00"]
-    assert rows_csv[6] == ["ArgTCA (div)", "ECE", "4.50", "2.00", "3.25"]
+    assert rows_csv[0] == ["Method", "Family", "Metric", "ImageNet mean", "ImageNet std",
+                           "Caltech101 mean", "Caltech101 std", "Average mean", "Average std"]
+    # numbers only: TPT's two Caltech101 seeds (92, 94) have a std, sqrt(2) = 1.41; its
+    # Average none (ImageNet has one seed)
+    assert rows_csv[3] == ["TPT", "TPT family", "Acc", "45.00", "", "93.00", "1.41", "69.00",
+                           ""]
+    assert rows_csv[6] == ["ArgTCA (div)", "ArgTCA", "ECE", "4.50", "", "2.00", "", "3.25", ""]
     assert (out / "table.md").read_text() == md
     runs_lines = (out / "runs.csv").read_text().strip().splitlines()
     assert len(runs_lines) == 1 + 7
@@ -238,7 +242,8 @@ def test_ece_bars_and_single_dataset_cli(tmp_path):
     out = tmp_path / "rep"
     assert main([str(tmp_path), "--out", str(out), "--metrics", "accuracy,ece,nll"]) == 0
     assert (out / "ece_bars.png").stat().st_size > 5_000
-    assert "| TPT | Acc | **52.00** | **52.00** |" in (out / "table.md").read_text()
+    # one dataset: no Average column repeating it
+    assert "| TPT | Acc | **52.00** |\n" in (out / "table.md").read_text()
     assert "|  | NLL |" in (out / "table.md").read_text()
     assert "No phase1.json" in (out / "attributes.md").read_text()
 

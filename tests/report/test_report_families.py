@@ -42,8 +42,13 @@ def test_rows_are_grouped_by_family_and_online_rows_say_their_order(tmp_path):
                     "", "*Online*", "TDA (online)", ""]
     assert "stream order: shuffled by each seed (TTA.STREAM)" in md
     tex = table_latex(t)
-    # one rule between rows of a family, a double one between families
-    assert tex.count("\\midrule\\midrule") == 2
+    # booktabs: a group row per family, one rule between families (none doubled), a little
+    # space between the methods of a family
+    assert "\\midrule\\midrule" not in tex and tex.count("\\midrule") == 1 + 2
+    groups = [ln for ln in tex.splitlines() if ln.startswith("\\multicolumn")]
+    assert groups == ["\\multicolumn{3}{l}{\\textit{%s}} \\\\" % g
+                      for g in ("TPT family", "Training-free", "Online")]
+    assert tex.count("\\addlinespace") == 1                  # TPT | R-TPT
 
 
 def test_a_fixed_stream_seed_or_the_index_order_is_named(tmp_path):

@@ -146,7 +146,8 @@ def test_header_says_what_runs_share_and_that_a_ci_table_is_no_result(tmp_path, 
     assert main([str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]) == 0
     out = capsys.readouterr().out
     for text in (out, (tmp_path / "rep" / "table.md").read_text()):
-        assert ("Every run: split test · views 2 (not the methods' defaults) · backbone "
+        assert ("Every run: split test · views 2 (not the methods' defaults; Zero-shot: 1, the "
+                "test image alone) · backbone "
                 "ViT-B/16 · weights random · device cuda · test images: Caltech101 3.") in text
         assert "Set for every run (not the methods' defaults): DATASET.NUM_IMAGES=3." in text
         assert ("Set for some rows only (not their method's default): TPT: TTA.LR=0.01."
