@@ -3,6 +3,7 @@ squeue and sacct, wait for jobs, and the plug-ins the SLURM tests give the runs.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import json
 import shutil
@@ -87,23 +88,31 @@ def launch_record(out_root: Path) -> dict:
 
 def cluster_or_skip() -> None:
     """Skip (one line: how to start one) unless a SLURM controller answers with a usable node."""
+    why = _no_cluster()
+    if why:
+        pytest.skip(f"{why}; start the local one: {START}")
+
+
+@functools.lru_cache(maxsize=1)
+def _no_cluster() -> str:
+    """Why the SLURM tests cannot run here ("" when they can), asked once per session (a
+    controller that does not answer takes seconds to say so)."""
     if shutil.which("sinfo") is None or shutil.which("sbatch") is None:
-        pytest.skip(f"SLURM is not installed here; start a local one: {START}")
+        return "SLURM is not installed here"
     try:
-        p = subprocess.run(["sinfo", "-h", "-o", "%T"], stdout=subprocess.PIPE,
+        p = subprocess.run(["sinfo", "-h", "-o", "%R %T"], stdout=subprocess.PIPE,
                            stderr=subprocess.STDOUT, text=True, timeout=30)
     except subprocess.TimeoutExpired:
-        pytest.skip(f"no SLURM controller answers (sinfo timed out); start the local one: "
-                    f"{START}")
-    states = p.stdout.split()
+        return "no SLURM controller answers (sinfo timed out)"
+    rows = [ln.split() for ln in p.stdout.splitlines() if len(ln.split()) == 2]
     if p.returncode != 0 or not any(s.rstrip("*~#") in ("idle", "mixed", "allocated",
-                                                        "completing") for s in states):
-        why = " ".join(p.stdout.split())[:120] or "no node"
-        pytest.skip(f"no usable SLURM cluster (sinfo: {why}); start the local one: {START}")
-    parts = run("sinfo", "-h", "-o", "%R").split()
-    if not {"debug", "urgent"} <= set(parts):
-        pytest.skip(f"this SLURM is not tests/slurm/local_slurm.sh's (partitions {parts}, not "
-                    f"debug and urgent); start the local one: {START}")
+                                                        "completing") for _, s in rows):
+        return f"no usable SLURM cluster (sinfo: {' '.join(p.stdout.split())[:120] or 'no node'})"
+    parts = {r.rstrip("*") for r, _ in rows}
+    if not {"debug", "urgent"} <= parts:
+        return (f"this SLURM is not tests/slurm/local_slurm.sh's (partitions "
+                f"{', '.join(sorted(parts))}, not debug and urgent)")
+    return ""
 
 
 def run(*cmd: str) -> str:

@@ -27,7 +27,7 @@ HOST=$(hostname -s)
 
 say() { echo "local_slurm: $*"; }
 die() { echo "local_slurm: error: $*" >&2; exit 1; }
-alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+alive() { local pid; pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; }
 need_root() { [ "$(id -u)" = 0 ] || die "$1 needs root (sudo bash $0 $1)"; }
 need_bins() {
     for b in munged slurmctld slurmd slurmdbd mariadbd sacctmgr; do
@@ -48,7 +48,8 @@ install() {
         >"${TMPDIR:-/tmp}/local_slurm_apt.log" 2>&1 \
         || { tail -20 "${TMPDIR:-/tmp}/local_slurm_apt.log"; die "apt-get install failed (run \
 apt-get update first)"; }
-    say "installed: $(slurmctld -V), munge $(munged -V 2>&1 | awk '{print $2}'), $(mariadbd --version | awk '{print $3}')"
+    say "installed: $(slurmctld -V), $(munged -V 2>&1 | awk '{print $1}'), MariaDB \
+$(mariadbd --version | awk '{print $3}')"
 }
 
 gpu_files() {   # the node's GPU device files: real ones, else stand-ins
