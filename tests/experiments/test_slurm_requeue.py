@@ -37,13 +37,14 @@ class Base:
     def command(self, out_root, methods, seeds):
         return BASE + ["--out-root", out_root, "--methods", methods, "--seeds", seeds]
 
-    def launch(self, out_root, methods, seeds, hold, *extra):
+    def launch(self, out_root, methods, seeds, hold, *extra, env=None):
         """The command with --launcher slurm --wait, in its own process (this test acts on its
         jobs meanwhile)."""
         cmd = ([sys.executable, "-m", "argtca.experiments"] + self.command(out_root, methods, seeds)
                + ["--launcher", "slurm", "--gpus-per-job", "0", "--wait", "--poll-s", "1"]
                + list(extra) + STREAM)
-        p = subprocess.Popen(cmd, cwd=self.path, env=dict(self.env, ARGTCA_TEST_HOLD=hold),
+        p = subprocess.Popen(cmd, cwd=self.path,
+                             env=dict(self.env, ARGTCA_TEST_HOLD=hold, **(env or {})),
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.procs.append(p)
         return p
@@ -234,3 +235,32 @@ def test_cancelled_task_and_bad_input_one_line_each_then_collect(base):
     got = tables(report_dir(col.stdout))
     for name in ("table.csv", "cells.csv"):
         assert got[name] == base.seed1_table[name], name
+
+
+def test_without_accounting_the_states_come_from_squeue(base):
+    """A cluster without accounting: ``sacct`` fails (a stand-in first on the launch's PATH),
+    so submitit knows no state. The launch reads them from ``squeue``: the job requeued while
+    its interrupted attempt's error result is on disk is still followed, not reported failed."""
+    shim = base.path / "no-accounting"
+    shim.mkdir(exist_ok=True)
+    calls = base.path / "sacct-calls"
+    (shim / "sacct").write_text(f"#!/bin/sh\necho called >> {calls}\necho 'sacct: error: "
+                                f"Slurm accounting storage is disabled' >&2\nexit 1\n")
+    (shim / "sacct").chmod(0o755)
+    go = base.path / "go-noacct"
+    p = base.launch("na", "tda", "2", f"tda:2:6:{go}",
+                    env={"PATH": f"{shim}{os.pathsep}{os.environ['PATH']}"})
+    folder = base.folder("na", "tda", 2)
+    wait_until("six records", lambda: n_records(folder) == 6 or p.poll() is not None)
+    job = base.task("na", "tda on demo, seed 2")
+    run("scontrol", "requeue", job)
+    wait_until("the run's stop", lambda: "stopped by SIGTERM" in base.log("na", job, "err"))
+    wait_until("the stopped attempt's result", lambda: (
+        base.path / "na/launches/logs" / job / f"{job}_0_result.pkl").is_file())
+    go.touch()
+    out, err = p.communicate(timeout=600)
+    assert p.returncode == 0, err
+    assert records(folder) == base.reference[("tda", 2)]
+    assert calls.is_file()   # submitit asked sacct and got nothing
+    states = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("[table1] tasks:")]
+    assert states[-1] == "1 done, 0 running, 0 pending, 0 failed of 1", states

@@ -8,8 +8,9 @@ from ``squeue``, which knows every job still in the queue."""
 from __future__ import annotations
 
 import subprocess
+import time
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import submitit
 from submitit.slurm.slurm import _make_sbatch_string
@@ -63,24 +64,35 @@ def submit(folder: Path, tasks: list, params: Dict[str, object]) -> list:
 
 
 GONE = "GONE"   # squeue no longer lists the job: it ended (MinJobAge ago), or never was
+_SQUEUE_TTL_S = 5.0   # one squeue per array per poll, not one per task
+_squeue_cache: Dict[str, Tuple[float, Optional[Dict[str, str]]]] = {}
 
 
 def squeue_state(job_id: str) -> Optional[str]:
     """The job's state as ``squeue`` has it (``PENDING``, ``RUNNING``, ``COMPLETED``...),
-    :data:`GONE` once the controller no longer lists it, None when squeue does not answer."""
+    :data:`GONE` once the controller no longer lists it, None when squeue does not answer. The
+    tasks of one array are asked together (``-r``: one line each)."""
+    array = job_id.split("_")[0]
+    seen, states = _squeue_cache.get(array, (0.0, None))
+    if time.time() - seen > _SQUEUE_TTL_S:
+        states = _squeue(array)
+        _squeue_cache[array] = (time.time(), states)
+    if states is None:
+        return None
+    return states.get(job_id, GONE)
+
+
+def _squeue(array: str) -> Optional[Dict[str, str]]:
     try:
-        p = subprocess.run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%i %T"],
+        p = subprocess.run(["squeue", "-h", "-r", "-t", "all", "-j", array, "-o", "%i %T"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                            timeout=60)
     except (OSError, subprocess.SubprocessError):
         return None
-    for line in p.stdout.splitlines():
-        jid, _, state = line.strip().partition(" ")
-        if jid == job_id and state.strip():
-            return state.strip().upper()
-    if p.returncode == 0 or "invalid job id" in p.stderr.lower():
-        return GONE
-    return None
+    if p.returncode != 0 and "invalid job id" not in p.stderr.lower():
+        return None
+    return {jid: state.upper() for jid, _, state in
+            (ln.strip().partition(" ") for ln in p.stdout.splitlines()) if state.strip()}
 
 
 def scheduler_state(job) -> str:
