@@ -1,2 +1,3 @@
-"""argtca: calibrated test-time adaptation of CLIP (ArgTCA, TCA, TPT, C-TPT, O-TPT, A-TPT)."""
+"""argtca: calibrated test-time adaptation of CLIP: ArgTCA and the methods it is compared with
+(every one: ``python -m argtca.trainers.catalogue --table``)."""
 __version__ = "0.1.0"

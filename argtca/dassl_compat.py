@@ -2,8 +2,9 @@
 
     import argtca.dassl_compat
 
-It registers argtca's trainers into Dassl (``TPT``, ``CTPT``, ``OTPT``, ``ATPT``, ``TCA``,
-``ArgTCA`` and ``ArgtcaZeroshotCLIP``: CoOp owns ``ZeroshotCLIP``) and argtca's ``Demo`` dataset,
+It registers every trainer of argtca's catalogue into Dassl under its class name (``python -m
+argtca.trainers.catalogue --table``; the zero-shot one as ``ArgtcaZeroshotCLIP``: CoOp owns
+``ZeroshotCLIP``), the methods of the plug-ins in ``$ARGTCA_PLUGINS``, argtca's ``Demo`` dataset,
 and adds argtca's config keys to Dassl's defaults, so CoOp's ``extend_cfg`` needs no change. The
 CoOp datasets are CoOp's own classes. See docs/dassl.md and
 :mod:`argtca.dassl_plugin`.

@@ -1,11 +1,10 @@
 #!/usr/bin/env bash
-# Table 1: every method (19: zero-shot, TPT, C-TPT, O-TPT, A-TPT, R-TPT, TCA, ZERO, MTA, TPS,
-# the online TDA, DMN-ZS, BoostAdapter, DPE, DMN-weak, ECALP, OnZeta, ArgTCA-Div, ArgTCA-Disc;
-# --methods paper: the paper's eight rows;
-# all are listed by python -m argtca.trainers.catalogue --table) on every dataset whose data is
-# present, over seeds, then the report (Acc and ECE per dataset, the Average column, one row per
-# method with mean ± std over seeds, best and second marked; Markdown, CSV, LaTeX). The online
-# methods' stream order is shuffled by each seed.
+# Table 1: every method (ArgTCA as argtca-div and argtca-disc; --methods paper: the paper's rows;
+# their names and families: python -m argtca.trainers.catalogue --table) on every dataset whose
+# data is present, over seeds, then the report (Acc and ECE per dataset, the Average column over
+# several datasets, one row per method with mean ± std over seeds, best and second marked;
+# Markdown, CSV numbers, a booktabs LaTeX table). The online methods' stream order is shuffled by
+# each seed.
 #
 #   DATA=/path/to/data bash scripts/table1.sh [DATASET ...] [--seeds 1,2,3] [--methods ...]
 #       [--baseline-config tuned.yaml] [--out-root output] [--dry-run] [KEY VALUE ...]
