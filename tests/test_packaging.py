@@ -66,7 +66,7 @@ def test_rate_files_are_shipped_and_resolved_in_one_place(tmp_path, monkeypatch)
     # benchmarks/rates (table1 --plan's measured rates) ships as argtca/rates, every file of it
     assert _setup_literal("package_data")["argtca.rates"] == ["*.json"]
     assert list((REPO / "benchmarks" / "rates").glob("*.json"))
-    from argtca.bench import rates
+    from argtca.experiments import rates
     from argtca.config import paths
     assert rates.rates_dir() == paths.rates_dir() == REPO / "benchmarks" / "rates"
     (tmp_path / "site" / "argtca" / "rates").mkdir(parents=True)

@@ -5,7 +5,7 @@ It runs the real ``table1`` plan — every method of the catalogue (``--methods`
 would use (``TTA.VIEWS_DEVICE`` as its KEY VALUE overrides set it), one seed — through table1's own
 runner (the preflight, then ``argtca.run`` in this process, one run after the other), on generated
 stand-ins of Table 1's datasets: CoOp's Caltech101 layout with each dataset's real class count,
-its typical image size (:data:`argtca.bench.rates.IMAGE_SIZES`) and ``--images`` test images;
+its typical image size (:data:`argtca.experiments.rates.IMAGE_SIZES`) and ``--images`` test images;
 ``demo`` is the embedded demo itself. CLIP at random weights (``MODEL.PRETRAINED random``; RLCF's
 reward model too): the real model's FLOPs, meaningless accuracy.
 
@@ -13,7 +13,7 @@ Per (method, dataset) it keeps the run's clock (``summary.json["timing"]``: the 
 after the first batch, where the host thread waited) and the whole in-process run's seconds, and
 prints per method the loop and steady img/s, what bounds the loop (the views workers, the main
 process or the GPU: :func:`argtca.engine.pipeline.loop_bound`) and the hours of the full table
-(the published test sizes x 3 seeds; :mod:`argtca.bench.rates`), per method and in total. The
+(the published test sizes x 3 seeds; :mod:`argtca.experiments.rates`), per method and in total. The
 rows go into the machine's rate file (``--out``; default ``benchmarks/rates/<card>.json`` or
 ``cpu-<cores>cores.json``), merged with the rows of other methods, datasets or views paths already
 there; ``table1 --plan`` reads it.
@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from argtca.bench import rates as R
+from argtca.experiments import rates as R
 
 TAG = "bench table1"
 

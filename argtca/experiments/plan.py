@@ -54,8 +54,8 @@ def plan_device(opts: Sequence[str] = ()) -> str:
 
 def choose_rates(device: str, given: Optional[str] = None):
     """(the rate table the estimate uses, a note): ``given`` (``--rates``), else
-    ``$ARGTCA_RATES``, else the stored file of this machine (argtca/bench/rates.py)."""
-    from ..bench.rates import choose
+    ``$ARGTCA_RATES``, else the stored file of this machine (argtca/experiments/rates.py)."""
+    from .rates import choose
     card, cores = "", None
     if device == "cuda":
         import torch
@@ -138,8 +138,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     """What a table will run: per dataset the runs, the test images and the estimated time on
     this machine (the path the runs take: ``TTA.VIEWS_DEVICE`` of each method, on CUDA where
     there is one, else the CPU), from the measured per-method rates of the whole-table benchmark
-    (``python -m argtca.bench table1``; argtca/bench/rates.py), and the totals."""
-    from ..bench.rates import borrowed_note
+    (``python -m argtca.bench table1``; argtca/experiments/rates.py), and the totals."""
+    from .rates import borrowed_note
     device = plan_device(opts)
     table, note = choose_rates(device, rates)
     where = "GPU time" if device == "cuda" else "CPU time"
@@ -191,7 +191,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     else:
         lines.append(f"rates: {note}")
     lines += borrowed_note(borrowed, len(methods))
-    from ..bench.rates import settings
+    from .rates import settings
     for sets, ms in other.items():
         ms = list(dict.fromkeys(ms))
         lines.append(f"no rate measured with these runs' settings "

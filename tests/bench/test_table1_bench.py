@@ -96,7 +96,7 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
 
 
 def _row(method, dataset, classes, n, loop_s, run_s, steady, views="cpu"):
-    from argtca.bench.rates import derive
+    from argtca.experiments.rates import derive
     return derive({"method": method, "dataset": dataset, "backbone": "ViT-B/16", "views": views,
                    "classes": classes, "n": n, "loop_s": loop_s, "run_s": run_s,
                    "steady_img_per_s": steady})

@@ -387,7 +387,7 @@ def test_table1_plan_and_default_datasets(tmp_path, monkeypatch):
     # measured rates (a rate file of python -m argtca.bench table1, made by hand here): TPT on
     # the Caltech101 stand-in 64 images, loop 8 s, the whole run 10 s, 10 img/s after the first
     # batch -> 0.1 s an image and 3.6 s of start a run; zero-shot 0.01 s an image, 1 s of start
-    from argtca.bench.rates import derive
+    from argtca.experiments.rates import derive
     rows = [derive({"method": m, "dataset": "caltech101", "backbone": "ViT-B/16", "views": "cpu",
                     "classes": 100, "n": 64, "loop_s": loop, "run_s": run, "commit": "abc1234",
                     "steady_img_per_s": steady})
@@ -427,7 +427,7 @@ def test_demo_plan_uses_its_sizes_and_this_machines_rates(tmp_path, monkeypatch)
     rc, out, err = _call(["table1", "demo", "--plan", "--out-root", str(tmp_path / "o"),
                           "TTA.VIEWS_DEVICE", "cpu", "USE_CUDA", "False"])
     assert rc == 0, err
-    from argtca.bench.rates import rates_dir, run_seconds
+    from argtca.experiments.rates import rates_dir, run_seconds
     from argtca.experiments.plan import METHODS
     f = sorted(rates_dir().glob("cpu-*cores.json"))
     assert f, "no CPU rate file in benchmarks/rates"

@@ -130,7 +130,7 @@ def test_dry_run_numbers_and_nothing_submitted(env, monkeypatch):
     tmp, _ = env
     # measured GPU rates (made by hand; $ARGTCA_RATES names the file): TPT on the demo 0.05 s an
     # image after a 2 s start, zero-shot 0.01 s after 0.5 s
-    from argtca.bench.rates import derive
+    from argtca.experiments.rates import derive
     rows = [derive({"method": m, "dataset": "demo", "backbone": "argtca-demo-clip",
                     "views": "cpu", "classes": 16, "n": 32, "loop_s": 1.0, "run_s": run,
                     "steady_img_per_s": steady})

@@ -20,7 +20,7 @@ class Planned:
     images: Optional[int] = None      # its test images (None: it could not be set up here)
     classes: Optional[int] = None
     finished: bool = False            # already ran to the end: re-read, never submitted
-    backbone: str = ""                # which measured rates apply (argtca/bench/rates.py)
+    backbone: str = ""                # which measured rates apply (argtca/experiments/rates.py)
     views: str = ""
 
     @property
