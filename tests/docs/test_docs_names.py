@@ -45,7 +45,9 @@ PARSER_ARGV = {"argtca.attributes": ["generate", "--help"]}
 EXTERNAL_FLAGS = {
     # torchrun / sbatch (docs/performance.md, workflows.md#cluster)
     "--nproc_per_node", "--nnodes", "--rdzv_id", "--rdzv_backend", "--rdzv_endpoint", "--nodes",
-    "--ntasks-per-node", "--gpus-per-node",
+    "--ntasks-per-node", "--gpus-per-node", "--cpus-per-task", "--time", "--array",
+    # the #SBATCH lines a cluster session greps for (workflows.md#cluster)
+    "--gpus", "--cpus",
     # CoOp's train.py and parse_test_res.py (docs/dassl.md, workflows.md)
     "--eval-only", "--model-dir", "--load-epoch", "--trainer", "--backbone", "--test-log",
     "--keyword",
@@ -203,6 +205,11 @@ def test_scripts_and_modules_named_exist():
     missing = []
     for where, code in code_pieces():
         for m in SCRIPT.finditer(code):
+            if code[max(0, m.start() - 1):m.start()] == "/":   # a script of another folder
+                path = re.findall(r"[\w./-]+$", code[:m.end()])[0]
+                if not (REPO / path).is_file():
+                    missing.append(f"{where}: {path}")
+                continue
             if m.group(1) != "_common.sh" and not (REPO / "scripts" / m.group(1)).is_file():
                 missing.append(f"{where}: scripts/{m.group(1)}")
             elif m.group(1) not in SCRIPT_COMMANDS and m.group(1) != "_common.sh":
