@@ -224,7 +224,7 @@ def views_lines(methods: Sequence[str], opts: Sequence[str] = ()) -> List[str]:
     path = {"cpu": "CPU exact views (TPT's PIL pipeline)", "cpu-fast": "CPU fast views",
             "gpu": "GPU views"}
     made = " and ".join(path.get(d, d) for d in sorted(devices)) or "?"
-    from .plan import plan_device
+    from .estimate import plan_device
     here = "one GPU" if plan_device(opts) == "cuda" else "the CPU (no CUDA here)"
     return ["views per method family: " + "; ".join(parts),
             f"time below: {made} on {here}, as these runs make them, at the rates measured on "

@@ -18,8 +18,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..report.runs import ReportError
 
+from .estimate import plan_lines
 from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
-                   Presence, RunSpec, plan_lines,
+                   Presence, RunSpec,
                    as_float, check_presence, failure_lines, finished,
                    load_baseline_config, presence_lines, resolve_run_dirs, split_method)
 from .preflight import (check_methods, check_selectors, dropped_lines, needs_attributes,

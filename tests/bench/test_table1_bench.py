@@ -136,7 +136,7 @@ def test_the_plan_estimates_from_a_rate_file(tmp_path):
     """table1 --plan on the CPU path with a hand-made rate file: per dataset its runs at the
     measured rates, a dataset not measured at the nearest one's, a method without a rate named
     and not counted."""
-    from argtca.experiments.plan import plan_lines
+    from argtca.experiments.estimate import plan_lines
     rows = [_row("tpt", "caltech101", 100, 64, 8.0, 10.0, 10.0),
             _row("tpt", "eurosat", 10, 64, 4.0, 5.0, 20.0)]
     f = tmp_path / "r.json"

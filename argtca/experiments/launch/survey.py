@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 
-from ..plan import RunSpec, build_run_trainer, choose_rates, finished, holds_run
+from ..estimate import choose_rates
+from ..plan import RunSpec, build_run_trainer, finished, holds_run
 
 
 @dataclass
