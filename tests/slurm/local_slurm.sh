@@ -149,7 +149,10 @@ mysql_sock="$STATE/mysql-run/mysqld.sock"
 start() {
     need_root start
     need_bins
-    local changed
+    local changed fresh=0
+    # a controller without saved state numbers its jobs from 1 again: the accounting database's
+    # records of earlier jobs would then answer sacct for the new jobs of the same ids
+    [ -e "$STATE/ctld/job_state" ] || fresh=1
     changed=$(configure)
     if [ -n "$changed" ] && alive "$STATE/run/slurmctld.pid"; then
         say "configuration changed: restarting the SLURM daemons"
@@ -174,6 +177,10 @@ start() {
         mariadb --socket="$mysql_sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'$h' IDENTIFIED \
 BY '$DB_PASS'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'$h';"
     done
+    if [ "$fresh" = 1 ]; then
+        if alive "$STATE/run/slurmdbd.pid"; then kill "$(cat "$STATE/run/slurmdbd.pid")"; sleep 1; fi
+        mariadb --socket="$mysql_sock" -e "DROP DATABASE IF EXISTS slurm_acct_db"
+    fi
     # slurmdbd reaches MariaDB over TCP on 127.0.0.1 (StorageHost; "localhost" would mean the
     # default socket, not this one)
     if ! alive "$STATE/run/slurmdbd.pid"; then
