@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from typing import Dict, List, Tuple
 
 from argtca.config import get_cfg_default
@@ -120,15 +121,17 @@ class RunIdentity:
         ``--plugin`` that provides none of them is not read by this run and stays out of its
         fingerprint. A role is the ``--plugin`` name of its file, else its module's name."""
         from argtca.utils.code import module_closure
+        providers = self.providers()
+        if not providers:   # argtca's own code only: no module to name (most runs)
+            return {}
         by_file = {os.path.realpath(p): n for n, p in sorted(self.plugin_files.items())}
-        import sys
         for name, mod in list(sys.modules.items()):
             f = getattr(mod, "__file__", None)
             if f and os.path.realpath(f) not in by_file:
                 by_file[os.path.realpath(f)] = name
         files: Dict[str, str] = {}
         seen = set()
-        for kind, (module, file) in sorted(self.providers().items()):
+        for kind, (module, file) in sorted(providers.items()):
             for path in module_closure(module, file):
                 real = os.path.realpath(path)
                 if real in seen:

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
+from argtca.utils.code import is_code_key
 from argtca.run_folder import RunFolderError, config_defaults, unread_node_keys
 
 __all__ = ["STATE_FORMAT", "STATE_FIX", "read_stream_state", "state_structure_problem"]
@@ -49,9 +50,7 @@ def _differing(saved: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
     defaults = config_defaults()
     out = []
     for k in sorted((set(saved) - unread_node_keys(saved, now)) | set(now)):
-        if saved.get(k) == now.get(k) or k.startswith("CODE."):   # the code: check_code's
-            continue
-        if saved.get(k) == now.get(k):
+        if saved.get(k) == now.get(k) or is_code_key(k):   # the code: check_code's
             continue
         if (k not in saved or k not in now) and k in defaults and \
                 (saved.get(k, now.get(k)) == defaults[k]):

@@ -48,10 +48,10 @@ def _package_files(root: str) -> List[str]:
 
 def files_sha256(paths: Iterable[str], root: str) -> str:
     """The sha256 of the (path relative to ``root``, content sha256) list of ``paths``."""
+    from argtca.utils.hashing import content_sha256
     h = hashlib.sha256()
     for p in sorted(paths, key=lambda p: os.path.relpath(p, root)):
-        with open(p, "rb") as f:
-            digest = hashlib.sha256(f.read()).hexdigest()
+        digest = content_sha256(p)
         h.update(f"{os.path.relpath(p, root).replace(os.sep, '/')}\0{digest}\n".encode())
     return h.hexdigest()
 

@@ -99,7 +99,8 @@ def _remember_on_disk(real: str, key: Key, digest: str) -> None:
             pass
 
 
-def _sha256(real: str) -> str:
+def content_sha256(real: str) -> str:
+    """The sha256 (hex) of a file's bytes, read in chunks, uncached."""
     h = hashlib.sha256()
     with open(real, "rb") as f:
         for chunk in iter(lambda: f.read(_CHUNK), b""):
@@ -117,7 +118,7 @@ def file_sha256(path: str) -> str:
         return digest
     digest = _cached_on_disk(real, key)
     if digest is None:
-        digest = _sha256(real)
+        digest = content_sha256(real)
         # keep the hash only if the file did not change while it was read, and changed long
         # enough ago that a change now would show in its timestamps
         if _stat_key(os.stat(real)) != key or time.time() - st.st_ctime_ns / 1e9 < RACY_SECONDS:
