@@ -70,7 +70,7 @@ class EpisodicState:
             with torch.no_grad():
                 t.copy_(v)
         for k, v in self.containers.items():
-            if self.attrs[k] != v:
+            if not _same_items(self.attrs[k], v):
                 self.reassigned.add(k)
             d[k] = self.attrs[k] = copy.copy(v)
 
@@ -81,6 +81,18 @@ class EpisodicState:
 
 
 _MISSING = object()
+
+
+def _same_items(a, b) -> bool:
+    """Whether a list, dict or set holds the same objects as its copy ``b`` (by identity: ``==``
+    on a list of tensors would compare the tensors, and raise)."""
+    if len(a) != len(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(a[k] is b[k] for k in a)
+    if isinstance(a, set):
+        return all(any(x is y for y in b) for x in a)
+    return all(x is y for x, y in zip(a, b))
 
 
 @ENGINE_REGISTRY.register(name="features")

@@ -71,3 +71,25 @@ def test_an_adapter_that_edits_its_text_features_cannot_affect_later_batches(tmp
          "VERBOSE", "False"], capture_output=True, text=True, cwd=str(tmp_path), timeout=600)
     assert r.returncode == 0, r.stderr
     assert [x["pred"] for x in _records(whole)] == [x["pred"] for x in _records(zs)]
+
+
+def test_containers_of_tensors_are_given_back_and_named():
+    """A list or dict of tensors grown or replaced in a batch is given back as built; telling
+    whether it changed compares its items by identity (``==`` on tensors would raise)."""
+    import torch
+    from argtca.engine.features import EpisodicState
+
+    class Holder:
+        pass
+
+    a = Holder()
+    a.text, a.cache, a.table = torch.ones(2, 2), [torch.zeros(3)], {"x": torch.ones(1)}
+    state = EpisodicState(a)
+    a.cache[0] = torch.ones(3)         # same length, another tensor
+    a.table["x"] = torch.zeros(1)
+    state.restore(a)
+    assert state.changed() == ["cache", "table"]
+    assert float(a.cache[0].sum()) == 0 and float(a.table["x"].sum()) == 1
+    fresh = EpisodicState(a)
+    fresh.restore(a)
+    assert fresh.changed() == []
