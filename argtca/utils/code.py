@@ -22,8 +22,8 @@ import sysconfig
 from typing import Dict, Iterable, List, Optional
 
 CODE_PREFIX = "CODE."
-VERSION_KEY = CODE_PREFIX + "ARGTCA_VERSION"
-SOURCE_KEY = CODE_PREFIX + "ARGTCA_SHA256"
+VERSION_KEY = "CODE.ARGTCA_VERSION"
+SOURCE_KEY = "CODE.ARGTCA_SHA256"
 # a resume under other code that the user allowed (RUN.CODE_CHANGE allow): the code ids the
 # records were continued under, in order
 RESUMED_KEY = CODE_PREFIX + "RESUMED_UNDER"
