@@ -17,10 +17,13 @@ import torch
 
 from argtca.config import get_cfg_default
 from argtca.run import main
+from argtca.plugins import load_plugins, loaded_plugin_files
+from argtca.trainers.argtca import ArgTCA
 from argtca.trainers.methods import TCA, TPT
 from argtca.utils import hashing
 from conftest import tiny_cfg
 from helpers_data import ATTRS, make_caltech, make_tree
+from helpers_registry import registries_restored
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -122,14 +125,28 @@ def _ctx_checkpoint(tmp_path):
 
 
 def _plugin(tmp_path):
+    """A ``--plugin`` file whose selector the run uses (a plug-in the run does not use is not
+    one of its inputs: tests/plugins/test_plugin_scope.py)."""
     data = make_caltech(tmp_path / "data")
+    attrs = tmp_path / "attrs.json"
+    attrs.write_text(json.dumps(ATTRS))
     f = tmp_path / "my_selector.py"
+    rule = ("from argtca.registry import SELECTOR_REGISTRY\n"
+            "from argtca.selectors.rand import select_random\n"
+            "LIMIT = {}\n"
+            "@SELECTOR_REGISTRY.register(name='zz_versions', needs_graph=False, override=True)\n"
+            "def pick(*a, **kw):\n"
+            "    return select_random(*a, **kw)\n")
 
     def build():
-        t = TPT(_freeze(tiny_cfg(**{"DATASET.NAME": "Caltech101", "DATASET.ROOT": str(data)})))
-        t.plugin_files = {"my_selector": str(f)}
+        with registries_restored():   # the file as it is now, imported afresh
+            load_plugins([str(f)])
+            t = ArgTCA(_freeze(tiny_cfg(**{
+                "DATASET.NAME": "Caltech101", "DATASET.ROOT": str(data),
+                "DATASET.ATTRIBUTE_FILE": str(attrs), "TRAINER.ARGTCA.SELECTOR": "zz_versions"})))
+        t.plugin_files = loaded_plugin_files([str(f)])
         return t
-    return f, b"LIMIT = 1\n", b"LIMIT = 2\n", "PLUGIN.my_selector", build
+    return (f, rule.format(1).encode(), rule.format(2).encode(), "PLUGIN.my_selector", build)
 
 
 ROLES = {"weights": _weights, "attribute file": _attributes, "split file": _split,

@@ -226,22 +226,32 @@ def test_attribute_file_replaced_is_refused(data, tmp_path, capsys):
 
 
 def test_split_file_and_plugin_changes_are_refused(data, tmp_path, capsys):
+    # a plug-in the run uses (its selector); one it does not use is not an input of the run
+    # (tests/plugins/test_plugin_scope.py)
+    rule = ("from argtca.registry import SELECTOR_REGISTRY\n"
+            "from argtca.selectors.rand import select_random\n"
+            "X = {}\n"
+            "@SELECTOR_REGISTRY.register(name='zz_split', needs_graph=False, override=True)\n"
+            "def pick(*a, **kw):\n"
+            "    return select_random(*a, **kw)\n")
     plugin = tmp_path / "my_plugin.py"
-    plugin.write_text("X = 1\n")
+    plugin.write_text(rule.format(1))
+    attrs = write_attributes(tmp_path / "attrs.json")
     out = tmp_path / "run"
-    args = ["--plugin", str(plugin)] + _args(data, out=out)
+    args = ["--plugin", str(plugin)] + _args(data, "argtca", "TRAINER.ARGTCA.SELECTOR", "zz_split",
+                                             "DATASET.ATTRIBUTE_FILE", str(attrs), out=out)
     assert main(args) == 0
     fp = json.loads((out / "config.json").read_text())
     split = data / "caltech-101" / "split_zhou_Caltech101.json"
     assert fp["FILE_SHA256.PLUGIN.my_plugin"] == _sha(plugin)
     assert fp["FILE_SHA256.SPLIT_FILE"] == _sha(split)
     _interrupt(out)
-    plugin.write_text("X = 2\n")
+    plugin.write_text(rule.format(2))
     capsys.readouterr()
     assert main(args) == 2
     err = _err_lines(capsys)
     assert len(err) == 1 and str(plugin) in err[0] and _sha(plugin) in err[0]
-    plugin.write_text("X = 1\n")
+    plugin.write_text(rule.format(1))
     # the split file's val part changes (the test images stay): still another input
     s = json.loads(split.read_text())
     s["val"] = s["test"][:2]
