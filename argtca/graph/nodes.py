@@ -37,6 +37,10 @@ class GraphInputError(ValueError):
     """Bad input for the attribute graph: the message names the value and the fix."""
 
 
+# classes a ShortClassWarning names before it says how many more
+SHORT_LISTED = 10
+
+
 class ShortClassWarning(UserWarning):
     """Some classes have fewer than M distinct attributes and get fewer graph nodes."""
 
@@ -114,7 +118,13 @@ def make_nodes(classnames: Sequence[str], attributes: Mapping[str, Sequence[str]
             f"class but {', '.join(too_few)}. Lower TRAINER.ARGTCA.NUM_ATTRIBUTES or add "
             f"attributes to these classes in the attribute file.")
     if short:
-        listed = ", ".join(f"{c!r} ({n})" for c, n in short.items())
+        # a dataset of hundreds of classes would fill a screen: the first few, and where the
+        # rest are (every one is in the run's phase1.json, "short_classes")
+        items = list(short.items())
+        listed = ", ".join(f"{c!r} ({n})" for c, n in items[:SHORT_LISTED])
+        if len(items) > SHORT_LISTED:
+            listed += (f" and {len(items) - SHORT_LISTED} more (phase1.json's \"short_classes\" "
+                       f"lists every one)")
         warnings.warn(f"{where}{len(short)} of {len(classnames)} classes have fewer than "
                       f"NUM_CANDIDATES (M={num_candidates}) distinct attributes and get that many "
                       f"graph nodes: {listed}", ShortClassWarning, stacklevel=2)

@@ -36,6 +36,18 @@ def test_nodes_order_texts_and_dedupe():
 
 
 
+def test_a_warning_about_many_short_classes_names_ten_and_counts_the_rest():
+    """Stanford Cars' 196 classes, each short, would be a screen of names: 10 are named, the
+    other 2 of these 12 counted, and every one is kept in ``nodes.short`` (phase1.json)."""
+    names = [f"class{i:02d}" for i in range(12)]
+    with pytest.warns(ShortClassWarning) as rec:
+        nodes = make_nodes(names, {c: ["a", "b", "c"] for c in names}, 4)
+    msg = str(rec[0].message)
+    assert "12 of 12 classes" in msg and "and 2 more" in msg
+    assert [c for c in names if f"'{c}' (3)" in msg] == names[:10]
+    assert nodes.short == {c: 3 for c in names}
+
+
 def test_short_classes_get_fewer_nodes_one_warning_and_error_below_m_prime():
     attrs = {"cat": ["fur", "FUR ", "a", "b"], "dog": list("abcd"), "owl": ["x", "X", "x"]}
     with pytest.warns(ShortClassWarning) as rec:
