@@ -27,7 +27,7 @@ def test_load_exact_and_normalised_lookup(tmp_path):
     assert out["Golden Retriever"] == ["dog", "golden", "fur"]        # exact key
     # no exact key: case-insensitive match with '_' as space
     assert out["golden retriever"] == ["dog", "golden", "fur"]
-    # two keys of one class with different lists: refused (tests/cli/test_input_config.py)
+    # two keys of one class with different lists: refused (tests/config/test_input_config.py)
 
 
 def test_dedupe_keeps_first_occurrence(tmp_path):

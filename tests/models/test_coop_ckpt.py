@@ -160,7 +160,7 @@ def test_every_tuned_method_starts_from_the_checkpoint(ckpt, tmp_path):
 def test_model_dir_and_load_epoch_through_coops_train_py(ckpt, tmp_path):
     """CoOp's train.py (+ the README's one import line) with --eval-only --model-dir --load-epoch
     gives the records of argtca.run with TTA.CTX_CHECKPOINT; without --eval-only it is refused."""
-    # the README's one import line added to CoOp's train.py (as tests/bridge/test_dassl.py does)
+    # the README's one import line added to CoOp's train.py (as tests/dassl_plugin/test_dassl.py does)
     SED_ONE_LINE = r"/^import trainers.zsclip$/a import argtca.dassl_compat"
     TRAIN_PY = REPO.parent / "shared" / "vendor" / "CoOp" / "train.py"
     env = dict(ckpt["env"])

@@ -1,7 +1,7 @@
 """The docs' plug-in method (docs/own-method.md) under CoOp's real train.py: ``$ARGTCA_PLUGINS``
 names the file, the one added import line registers it into Dassl with its config node, and its
 records equal ``python -m argtca.run --plugin``'s. Skipped, saying why, without Dassl or CoOp's
-sources (tests/bridge/test_dassl.py's conditions)."""
+sources (tests/dassl_plugin/test_dassl.py's conditions)."""
 import importlib.util
 import json
 import os
