@@ -134,21 +134,81 @@ class Objective:
         return _no_weight(node, *cls.defining_weights) if cls.defining_weights else ""
 
     def view_inputs(self, views: torch.Tensor):
-        """What the loss needs of each view beyond the policy's logits, computed once per image
-        before its steps: a tensor [B, V, ...] from the views [B, V, 3, S, S] (RLCF: the reward
-        model's features of the views), or None (every other objective: :meth:`loss` then gets
-        none). The engines pass the confident views' rows, chosen with the scores' indices, to
-        :meth:`loss` as a third argument (:func:`objective_loss`)."""
+        """What the loss needs of each view beyond the policy's logits, once per image (its
+        steps reuse it): a tensor [B, V, ...] from the views [B, V, 3, S, S], or a
+        :class:`SelectedViewInputs` that makes them for the confident views only once they are
+        chosen (RLCF: the reward model's features), or None (every other objective:
+        :meth:`loss` then gets none). The engines pass the confident views' rows, chosen with
+        the scores' indices, to :meth:`loss` as a third argument (:func:`objective_loss`)."""
         return None
+
+
+class SelectedViewInputs:
+    """Per-view inputs made for the selected views only, when the loss needs them (RLCF's
+    reward features: the official ``reward_model.set_image_features(inputs[selected_idx])``
+    encodes the confident views alone, ~10 % of them). Stands where :meth:`Objective.view_inputs`
+    returns a tensor: the engines slice it by images (``inputs[i:j]``) and
+    :func:`objective_loss` asks it for the rows of the selected views (:meth:`select`).
+
+    ``views`` [B, V, ...] (any device), ``encode``: views [n, S, ...] -> inputs [n, S, ...]
+    (rows independent). The inputs of an image are made once, at the first selection the loss
+    reads, and reused by its later steps: the engines choose the views once, at the first step
+    (the official "only play confident selection once"), so a later call passes those indices
+    again — the same tensor or a slice of it (known without a host sync) or, on the engines'
+    other paths (the fast engine's recompute chunks, the reference's re-run of a non-finite
+    image), equal indices (compared) or others (made afresh)."""
+
+    def __init__(self, views: torch.Tensor, encode, _rows=None, _made=None):
+        self.views = views
+        self.encode = encode
+        self.rows = _rows if _rows is not None else (0, int(views.shape[0]))
+        self._made = _made if _made is not None else []   # (r0, r1, sel_idx, inputs), shared
+
+    def __len__(self) -> int:
+        return int(self.views.shape[0])
+
+    def __getitem__(self, item) -> "SelectedViewInputs":
+        if not isinstance(item, slice) or item.step not in (None, 1):
+            raise TypeError("SelectedViewInputs is sliced by images only (inputs[i:j])")
+        i, j, _ = item.indices(len(self))
+        j = max(i, j)
+        return SelectedViewInputs(self.views[i:j], self.encode,
+                                  (self.rows[0] + i, self.rows[0] + j), self._made)
+
+    def select(self, sel_idx: torch.Tensor) -> torch.Tensor:
+        """The inputs [n, S, ...] of the views ``sel_idx`` [n, S] of these images."""
+        a, b = self.rows
+        for r0, r1, idx, made in self._made:
+            if r0 <= a and b <= r1 and idx.shape[1:] == sel_idx.shape[1:]:
+                part = idx[a - r0:b - r0]
+                if _same_memory(part, sel_idx) or torch.equal(part, sel_idx.to(part.device)):
+                    return made[a - r0:b - r0]
+        views = self.views.to(sel_idx.device, non_blocking=True)
+        rows = torch.arange(views.shape[0], device=sel_idx.device).unsqueeze(-1)
+        made = self.encode(views[rows, sel_idx])
+        self._made.append((a, b, sel_idx, made))
+        return made
+
+
+def _same_memory(x: torch.Tensor, y: torch.Tensor) -> bool:
+    """Whether ``y`` is the very memory of ``x`` (same storage, offset, shape and strides): the
+    same values, as nothing writes indices in place (``x`` is held, so its memory is not
+    reused)."""
+    return (x.device == y.device and x.shape == y.shape and x.stride() == y.stride()
+            and x.storage_offset() == y.storage_offset()
+            and x.untyped_storage().data_ptr() == y.untyped_storage().data_ptr())
 
 
 def objective_loss(objective: Objective, selected_scores: torch.Tensor, text: torch.Tensor,
                    inputs, sel_idx: torch.Tensor) -> torch.Tensor:
     """``objective.loss`` as the engines call it: with the rows of ``inputs``
-    (:meth:`Objective.view_inputs`, [B, V, ...]) of the selected views ``sel_idx`` [B, S] as a
-    third argument when the objective has any; the two-argument call otherwise."""
+    (:meth:`Objective.view_inputs`, [B, V, ...], or a :class:`SelectedViewInputs`) of the
+    selected views ``sel_idx`` [B, S] as a third argument when the objective has any; the
+    two-argument call otherwise."""
     if inputs is None:
         return objective.loss(selected_scores, text)
+    if isinstance(inputs, SelectedViewInputs):
+        return objective.loss(selected_scores, text, inputs.select(sel_idx))
     idx = sel_idx.reshape(*sel_idx.shape, *([1] * (inputs.dim() - 2)))
     picked = torch.gather(inputs, 1, idx.expand(-1, -1, *inputs.shape[2:]))
     return objective.loss(selected_scores, text, picked)
@@ -371,9 +431,14 @@ class RLCFObjective(Objective):
         self.reward = reward
 
     def view_inputs(self, views):
+        """The reward model's features of the confident views only, made when the first step
+        has chosen them (:class:`SelectedViewInputs`), as the official
+        ``reward_model.set_image_features(inputs[selected_idx])`` (``TPT/tpt_cls_rl.py``, in
+        ``test_time_tuning``'s first step): the reward tower sees ``int(V·p)`` views an image,
+        not V."""
         if self.reward is None:
             raise RuntimeError("RLCF's objective has no reward model: the trainer sets .reward")
-        return self.reward.image_features(views)
+        return SelectedViewInputs(views, self.reward.image_features)
 
     def text_only(self) -> bool:
         return False

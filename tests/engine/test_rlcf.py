@@ -18,8 +18,8 @@ import torch.nn.functional as F
 
 from argtca.config import get_cfg_default
 from argtca.engine.fast import FastEngine
-from argtca.engine.objectives import (clip_rewards, objective_loss, reward_baseline, rlcf_loss,
-                                      select_confident)
+from argtca.engine.objectives import (SelectedViewInputs, clip_rewards, objective_loss,
+                                      reward_baseline, rlcf_loss, select_confident)
 from argtca.engine.reference import ReferenceEngine
 from argtca.models.reward import RewardCLIP
 from argtca.models.text import PromptTextEncoder
@@ -152,7 +152,13 @@ def test_loss_and_gradient_equal_the_official(sample_k, process_batch, amplify):
     # the official step: its reward model with encode_image = the given raw features
     rm = ns["CLIPRewards"].__new__(ns["CLIPRewards"])
     torch.nn.Module.__init__(rm)
-    rm.clip_model = types.SimpleNamespace(encode_image=lambda x: reward_img[x[:, 0].long()])
+    seen = {}
+
+    def official_encode(x):   # the official reward tower: records which views it encodes
+        seen["views"] = x[:, 0].long().tolist()
+        return reward_img[x[:, 0].long()]
+
+    rm.clip_model = types.SimpleNamespace(encode_image=official_encode)
     rm.resolutions = rm.default_resolutions = 224
     rm.clipscore_weight, rm.sample_k = 2.5, sample_k
     rm.reward_process, rm.process_batch, rm.amplify_rewards = 1, process_batch, amplify
@@ -189,12 +195,23 @@ def test_loss_and_gradient_equal_the_official(sample_k, process_batch, amplify):
     node.SAMPLE_K, node.PROCESS_BATCH, node.REWARD_AMPLIFY = sample_k, bool(process_batch), \
         bool(amplify)
     obj = OBJECTIVE_REGISTRY.get("rlcf")(node, types.SimpleNamespace(class_features=reward_txt))
-    loss = objective_loss(obj, sel, torch.zeros(1, K, E),
-                          F.normalize(reward_img, dim=-1).unsqueeze(0), sel_idx)
+    encoded = []
+
+    def encode(v):   # argtca's reward tower: the views' ids in, their unit features out
+        encoded.append(v[..., 0].long().flatten().tolist())
+        return F.normalize(reward_img[v[..., 0].long()], dim=-1)
+
+    inputs_lazy = SelectedViewInputs(inputs.unsqueeze(0), encode)
+    loss = objective_loss(obj, sel, torch.zeros(1, K, E), inputs_lazy, sel_idx)
     loss.sum().backward()
     assert loss.item() == pytest.approx(caught["loss"].item(), rel=1e-5, abs=1e-6)
     assert torch.allclose(w.grad, w_off.grad, atol=1e-6)
     assert w.grad.abs().sum() > 0
+    # the reward tower saw the confident views alone, as the official set_image_features
+    assert encoded == [seen["views"]] and len(seen["views"]) == int(V * 0.3)
+    # a second step reads the same features without encoding again
+    objective_loss(obj, sel.detach(), torch.zeros(1, K, E), inputs_lazy, sel_idx)
+    assert len(encoded) == 1
 
 
 # ------------------------------------------------------------------ engines and the reward CLIP
@@ -228,6 +245,42 @@ def test_fast_engine_equals_reference_for_rlcf(tiny_clip):
         assert (ctx - ref.initial_context(3)).abs().max() > 1e-3
         tpt = ReferenceEngine(model, enc, OBJECTIVE_REGISTRY.get("tpt")(None), cfg, "cpu")
         assert (tpt.tune(img) - ctx).abs().max() > 1e-3
+
+
+def test_the_reward_tower_encodes_the_confident_views_once(tiny_clip):
+    """Every engine hands the reward tower the int(V·p) confident views of an image once (not
+    all V, nor once per step), and its predictions equal those of the reward features of all
+    views gathered at the selection (the arithmetic before the change) to float rounding."""
+    model, tok = tiny_clip
+    rmodel, rtok = _reward()
+    classes = ["dog", "cat", "fish", "bird", "red car"]
+    enc = PromptTextEncoder(model, tok, [f"{c}." for c in classes])
+    reward = RewardCLIP(rmodel, rtok, [f"a photo of a {c}." for c in classes], "cpu", "fp32")
+    rows = []
+    encode = reward.image_features
+    reward.image_features = lambda v: (rows.append(v.shape[0] * v.shape[1]), encode(v))[1]
+    obj = OBJECTIVE_REGISTRY.get("rlcf")(get_cfg_default().TRAINER.RLCF, reward)
+
+    class AllViews(type(obj)):   # the reward features of every view, gathered at the selection
+        def view_inputs(self, views):
+            return encode(views)
+
+    every = AllViews(obj.node, reward)
+    views = torch.randn(3, 20, 3, 32, 32, generator=torch.Generator().manual_seed(7))
+    cfg = tiny_cfg(**{"TTA.STEPS": 3, "TTA.LR": 7e-3, "TTA.WEIGHT_DECAY": 5e-4})
+    S = int(20 * float(cfg.TTA.SELECTION_P))
+    engines = [lambda o: ReferenceEngine(model, enc, o, cfg, "cpu")] + [
+        (lambda o, m=m: FastEngine(model, enc, o, cfg, "cpu", grad_mode=m))
+        for m in ("vjp", "recompute", "jacobian")]
+    for make in engines:
+        rows.clear()
+        eng = make(obj)
+        got = (torch.cat([eng(views[i:i + 1]) for i in range(3)]) if not eng.batched
+               else eng(views))
+        assert sum(rows) == 3 * S, (eng, rows)
+        want = (torch.cat([make(every)(views[i:i + 1]) for i in range(3)])
+                if not eng.batched else make(every)(views))
+        assert torch.allclose(got, want, atol=1e-6), eng
 
 
 def test_the_reward_model_resizes_views_to_its_size():
