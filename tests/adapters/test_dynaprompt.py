@@ -155,6 +155,27 @@ def test_buffer_update_and_replacement_by_hand(append, monkeypatch):
     torch.testing.assert_close(probs, want)
 
 
+def test_only_the_picked_prompts_enter_the_text_tower_with_a_graph(monkeypatch):
+    """The selection reads every prompt without a graph; the loss's forward (with a graph) runs
+    the picked slots alone, each once (a slot picked twice counts twice in the loss); the
+    prediction runs the picked slots (duplicates included) without a graph."""
+    K, M = 3, 4
+    tower = TinyTower(K)
+    calls = []
+    forward = tower.forward
+
+    def spy(ctx):
+        calls.append((ctx.shape[0], torch.is_grad_enabled()))
+        return forward(ctx)
+
+    tower.forward = spy
+    a = make(tower, K, NUM_PROMPTS=M)
+    monkeypatch.setattr(dyn, "select_prompts", lambda logits, order: [2, 2, order[0]])
+    img = F.normalize(torch.randn(8, E, generator=torch.Generator().manual_seed(1)), dim=-1)
+    a.step(img)
+    assert calls == [(M, False), (2, True), (3, False)]
+
+
 def test_fresh_slots_are_used_before_any_is_replaced():
     K, M = 3, 3
     tower = TinyTower(K, seed=1)
