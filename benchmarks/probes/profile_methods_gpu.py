@@ -1,0 +1,121 @@
+"""Where a method's time goes on a CUDA device (issue 42, item 3): the CPU probe's run
+(``profile_methods_cpu.py``: one ``python -m argtca.run`` in this process on a generated stand-in,
+CLIP ViT-B/16 at random weights, RLCF's ViT-L/14 reward too, the method's defaults) on the GPU,
+with a synchronising timer around each piece (``torch.cuda.synchronize()`` before and after: the
+pieces' seconds are the GPU's and the host's together, and the run is slower than unprobed, since
+nothing overlaps; read the shares). Pieces nest (a step contains its text tower).
+
+    python benchmarks/probes/profile_methods_gpu.py METHOD [--classes 101] [--images 48]
+        [--size 300x200] [KEY VALUE ...]
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import io
+import json
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+# (label, module, attribute path): wrapped where they exist
+PIECES = [
+    ("image features of all views (fast/features engine)", "argtca.engine.fast",
+     "FastEngine.image_features"),
+    ("text tower forward (PromptTextEncoder)", "argtca.models.text", "PromptTextEncoder.forward"),
+    ("autograd backward", "torch.autograd", "backward"),
+    ("autograd.grad", "torch.autograd", "grad"),
+    ("reward image features (RewardCLIP)", "argtca.models.reward", "RewardCLIP.image_features"),
+    ("fast engine: tune (all steps)", "argtca.engine.fast", "FastEngine._tune_async"),
+    ("DynaPrompt: one image's step", "argtca.adapters.dynaprompt", "DynaPromptAdapter.step"),
+    ("DynaPrompt: select_prompts", "argtca.adapters.dynaprompt", "select_prompts"),
+    ("TTL: frozen prefix", "argtca.models.lora", "LoRATower.prefix"),
+    ("TTL: adapted blocks (suffix)", "argtca.models.lora", "LoRATower.suffix"),
+    ("TTL: adapt (steps)", "argtca.engine.lora", "LoRAEngine.adapt"),
+]
+
+TIMES = defaultdict(float)
+CALLS = defaultdict(int)
+
+
+def _sync():
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _wrap(label, fn):
+    def timed(*a, **k):
+        _sync()
+        t0 = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            _sync()
+            TIMES[label] += time.perf_counter() - t0
+            CALLS[label] += 1
+    return timed
+
+
+def _install():
+    for label, mod, path in PIECES:
+        try:
+            m = importlib.import_module(mod)
+        except ImportError:
+            continue
+        owner = m
+        *parents, name = path.split(".")
+        for p in parents:
+            owner = getattr(owner, p, None)
+        if owner is None or not hasattr(owner, name):
+            continue
+        setattr(owner, name, _wrap(label, getattr(owner, name)))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("method")
+    p.add_argument("--classes", type=int, default=101)
+    p.add_argument("--images", type=int, default=48)
+    p.add_argument("--size", default="300x200", help="stand-in image size WxH")
+    p.add_argument("opts", nargs="*", help="KEY VALUE overrides")
+    a = p.parse_intermixed_args(argv)
+    from argtca.bench.data import make_synthetic_coop
+    from argtca.experiments.plan import RunSpec, split_method
+    from argtca.run import main as run_main
+    _install()
+    w, h = (int(x) for x in a.size.split("x"))
+    tmp = Path(tempfile.mkdtemp(prefix="argtca_gprofile_"))
+    data = make_synthetic_coop(str(tmp / "d"), a.images, a.classes, seed=a.classes,
+                               pool=a.images, size=(w, h))
+    method, sel = split_method(a.method)
+    spec = RunSpec(method, "caltech101", 1, None, sel,
+                   ["DATASET.ATTRIBUTE_FILE", data["attributes"], "MODEL.PRETRAINED", "random",
+                    "TRAINER.RLCF.REWARD_PRETRAINED", "random", "VERBOSE", "False"]
+                   + list(a.opts), out_root=tmp / "out")
+    t0 = time.perf_counter()
+    with contextlib.redirect_stdout(io.StringIO()):
+        rc = run_main(spec.argv(data["root"]))
+    wall = time.perf_counter() - t0
+    if rc != 0:
+        print(f"{a.method}: exit {rc}")
+        return rc
+    summary = json.loads(next((tmp / "out").rglob("summary.json")).read_text())
+    timing = summary.get("timing", {})
+    loop = timing.get("loop_s") or 0
+    dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "the CPU"
+    print(f"{a.method} on {dev}: K={a.classes}, {a.images} images "
+          f"({w}x{h}); run {wall:.1f} s, loop {loop:.2f} s (synchronised timers: slower than "
+          f"unprobed)")
+    for label, _, _ in PIECES:
+        if CALLS[label]:
+            share = f" ({100 * TIMES[label] / loop:.0f} % of the loop)" if loop else ""
+            print(f"  {label:52s} {TIMES[label]:8.2f} s  {CALLS[label]:6d} calls{share}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
