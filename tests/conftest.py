@@ -8,7 +8,21 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO))
-torch.set_num_threads(min(2, torch.get_num_threads()))
+# one thread per pytest-xdist worker (README's `-n 2` on 2 cores): two workers, two cores
+torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
+                      min(2, torch.get_num_threads()))
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): tests one xdist worker runs in order")
+
+
+def pytest_collection_modifyitems(config, items):
+    # the SLURM tests share one node (its stand-in GPUs, its queue): one worker runs them in order
+    # (``--dist loadgroup``)
+    for item in items:
+        if item.path.name.startswith("test_slurm_"):
+            item.add_marker(pytest.mark.xdist_group("slurm"))
 
 
 def tiny_cfg(**over):
