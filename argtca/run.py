@@ -277,7 +277,8 @@ def main(argv=None) -> int:
     quiet_third_party_warnings()   # libraries' own deprecations: nothing the user can act on
     trainer = None
     try:
-        from argtca.engine.distributed import distributed_test, said_once, world_size
+        from argtca.engine.distributed import world_size
+        from argtca.trainers.distributed import distributed_test, said_once
         try:
             with said_once():   # under torchrun, an error every rank meets: rank 0's line alone
                 if args.plugin:

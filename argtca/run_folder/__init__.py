@@ -28,7 +28,9 @@ the metrics of an uninterrupted run. What protects a run folder:
 One module per concern: :mod:`~argtca.run_folder.fingerprint` (what identifies a run, the
 experiment's hash), :mod:`~argtca.run_folder.folder` (``config.json`` checked or written),
 :mod:`~argtca.run_folder.derived` (``derived.json``), :mod:`~argtca.run_folder.records` and
-:mod:`~argtca.run_folder.lock`; their public names are imported here."""
+:mod:`~argtca.run_folder.lock`; their public names are imported here. The sequence a run goes
+through in its folder, whichever way it executes, is :class:`~argtca.run_folder.session.RunSession`
+(:mod:`~argtca.run_folder.session`)."""
 from argtca.run_folder.derived import DERIVED_LEDGER, check_derived, record_derived
 from argtca.run_folder.errors import ConfigMismatchError, RunFolderError, RunLockedError
 from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, LOCATED_DATASETS, NON_RESULT_KEYS,
@@ -38,11 +40,12 @@ from argtca.run_folder.fingerprint import (INPUT_HASH_PREFIX, LOCATED_DATASETS, 
                                            json_sha256, result_fingerprint, run_fingerprint,
                                            seed_axis_keys, trainer_node, unread_node_keys)
 from argtca.run_folder.folder import (DERIVED_FILES, check_code, check_or_write_fingerprint,
-                                      compatible_folder, has_records, read_json_file,
-                                      record_files)
+                                      compatible_folder, fingerprint_differences, has_records,
+                                      read_json_file, record_files)
 from argtca.run_folder.lock import LOCK_NAME, RunLock
-from argtca.run_folder.records import (RECORD_KEYS, RecordWriter, check_records, load_records,
-                                       write_records)
+from argtca.run_folder.records import (RECORD_KEYS, RecordWriter, check_records, fold_rank_files,
+                                       load_records, merge_records, write_records)
+from argtca.run_folder.session import RunSession
 
 __all__ = ["DERIVED_LEDGER", "check_derived", "record_derived", "ConfigMismatchError",
            "RunFolderError", "RunLockedError", "INPUT_HASH_PREFIX", "LOCATED_DATASETS",
@@ -51,7 +54,7 @@ __all__ = ["DERIVED_LEDGER", "check_derived", "record_derived", "ConfigMismatchE
            "flatten_cfg", "json_sha256", "result_fingerprint", "run_fingerprint", "seed_axis_keys",
            "trainer_node", "unread_node_keys",
            "DERIVED_FILES", "check_code", "check_or_write_fingerprint", "compatible_folder",
-           "has_records",
+           "fingerprint_differences", "has_records",
            "read_json_file",
            "record_files", "LOCK_NAME", "RunLock", "RECORD_KEYS", "RecordWriter", "check_records",
-           "load_records", "write_records"]
+           "fold_rank_files", "load_records", "merge_records", "write_records", "RunSession"]

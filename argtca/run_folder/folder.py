@@ -106,6 +106,15 @@ def _upgrade(old: Dict[str, object], want: Dict[str, object]) -> Dict[str, objec
 PLUGIN_HASH_PREFIX = INPUT_HASH_PREFIX + "PLUGIN."
 
 
+def fingerprint_differences(old: Dict[str, object], want: Dict[str, object]) -> List[str]:
+    """``key: old -> now`` for each key where ``old`` (a stored fingerprint: ``config.json``, an
+    online method's ``stream_state.pt``), brought up to date by :func:`_upgrade`, differs from
+    ``want``; the code aside (:func:`check_code`'s). The one comparison of a stored fingerprint,
+    so that a state and the folder it lives in are judged alike."""
+    want = without_code(want)
+    return _diff(_upgrade(without_code(old), want), want)
+
+
 def compatible_folder(exp_root: str, seed: object, fp: Dict[str, object]) -> Optional[str]:
     """A run folder ``<exp_root>/<hash8>/seed<N>`` whose ``config.json`` an earlier version wrote
     for this very run under another ``<hash8>`` (its fingerprint then held keys this version

@@ -1,6 +1,6 @@
 """The per-image records (``records.jsonl``): read and checked (:func:`load_records`,
 :func:`check_records`), rewritten atomically (:func:`write_records`) and appended
-(:class:`RecordWriter`).
+(:class:`RecordWriter`); a torchrun job's rank files folded into it (:func:`fold_rank_files`).
 
 A torn last line (a kill mid-write) is dropped and the file repaired; a bad line anywhere else is
 an error naming the line; an image index recorded twice keeps one copy (an error if the copies
@@ -9,6 +9,7 @@ finite and in its range, and every record's path and label must be the dataset's
 index."""
 from __future__ import annotations
 
+import glob
 import json
 import math
 import os
@@ -197,3 +198,36 @@ class RecordWriter:
             pass
 
 
+# ------------------------------------------------------------------ a torchrun job's rank files
+# rank r of a torchrun job appends its images to records.rank<r>.jsonl (argtca/trainers/
+# distributed.py); rank 0 folds them into records.jsonl when the job starts and when it ends
+def merge_records(parts: Iterable[Iterable[dict]]) -> List[dict]:
+    """Records of all ranks -> one list sorted by ``index``. The same index twice (a resumed rank
+    that re-did an image) must carry the same prediction; the first copy is kept."""
+    out: Dict[int, dict] = {}
+    for part in parts:
+        for r in part:
+            i = int(r["index"])
+            if i in out:
+                a, b = out[i], r
+                if (a["pred"], a["label"]) != (b["pred"], b["label"]) or \
+                        abs(a["conf"] - b["conf"]) > 1e-4:
+                    raise RuntimeError(f"image index {i} was recorded twice with different "
+                                       f"results ({a} vs {b}); delete the output directory and "
+                                       f"run again")
+                continue
+            out[i] = r
+    return [out[i] for i in sorted(out)]
+
+
+def fold_rank_files(out_dir: str) -> List[dict]:
+    """Merge ``records.jsonl`` and every ``records.rank*.jsonl`` of ``out_dir`` into
+    ``records.jsonl`` (sorted by index), delete the rank files, return the records."""
+    main = os.path.join(out_dir, "records.jsonl")
+    rank_files = sorted(glob.glob(os.path.join(out_dir, "records.rank*.jsonl")))
+    merged = merge_records([load_records(main)] + [load_records(p) for p in rank_files])
+    if rank_files or os.path.isfile(main):
+        write_records(main, merged)
+    for p in rank_files:
+        os.remove(p)
+    return merged

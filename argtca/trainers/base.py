@@ -14,15 +14,12 @@ import torch
 
 from argtca.config import check_cfg_values, get_cfg_default
 from argtca.engine.objectives import Objective
-from argtca.run_folder import (RecordWriter, RunLock, check_code, check_or_write_fingerprint,
-                               check_records,
-                               config_hash, experiment_hash, flatten_cfg, load_records)
+from argtca.run_folder import RecordWriter, config_hash, experiment_hash, flatten_cfg
 from argtca.utils.io import write_json
 from argtca.engine import fast as _fast, features as _features  # noqa: F401  (registration)
 from argtca.engine import reference as _reference  # noqa: F401  (registration)
 from argtca.registry import ENGINE_REGISTRY, OBJECTIVE_REGISTRY
 from argtca.utils.seed import set_random_seed
-from argtca.run_folder.unstarted import empty_unstarted, missing_dirs, remove_made
 from argtca.trainers.identity import RunIdentity, input_hashes
 
 
@@ -230,39 +227,18 @@ class TestTimeTrainer(RunIdentity):
         from argtca.trainers.notes import note_lines
         for line in note_lines(self):   # once, before the first image (and in the result block)
             print(f"argtca: note: {line}", flush=True)
-        # a run that fails before its first record (weights missing, ...) removes the folders it
-        # made: the corrected command may have another hash, and would never reuse them
-        made = missing_dirs(out_dir)
-        before = set() if made else set(os.listdir(out_dir))
-        os.makedirs(out_dir, exist_ok=True)
-        try:
-            if not self.explicit_output_dir:   # what the experiment folder <hash8>/ stands for
-                self.write_settings(os.path.dirname(out_dir))
-            # one writer per folder: a second run here is refused; the lock dies with this process
-            with RunLock(out_dir):
-                try:
-                    return self._test_in(out_dir)
-                except Exception:
-                    empty_unstarted(out_dir, before)
-                    raise
-        except Exception:
-            remove_made(made, os.path.dirname(os.path.abspath(out_dir)))
-            raise
+        # the folder, its lock, config.json and the records checked; what a run that fails
+        # before its first record made is removed (argtca/run_folder/session.py)
+        with self.run_session(out_dir) as session:
+            return self._test_in(session)
 
-    def _test_in(self, out_dir: str) -> Dict[str, object]:
+    def _test_in(self, session) -> Dict[str, object]:
         from argtca.metrics import RunningCalibration
         from argtca.utils.console import progress
 
         cfg = self.cfg
-        fp = self.fingerprint()   # config + test set + device + input file contents
-        self.check_providers(out_dir)
-        check_or_write_fingerprint(out_dir, fp, self.input_paths)
-        rec_path = os.path.join(out_dir, "records.jsonl")
-        records = load_records(rec_path)
-        check_records(records, self.dataset, rec_path)   # each one is the dataset's item
-        # a resume under other code than the records' is refused (or recorded, when allowed)
-        check_code(out_dir, fp, len(records), len(self.dataset.test),
-                   allow=str(cfg.RUN.get("CODE_CHANGE", "refuse")) == "allow")
+        out_dir, fp, records = session.out_dir, session.fingerprint, session.records
+        rec_path = session.records_path
         records = self.resume_records(out_dir, records)
         n_total = len(self.dataset.test)
         todo = self.pending_indices(records, n_total)

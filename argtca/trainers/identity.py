@@ -13,7 +13,6 @@ from typing import Dict, List, Tuple
 from argtca.config import get_cfg_default
 from argtca.run_folder import (INPUT_HASH_PREFIX, compatible_folder, experiment_hash,
                                flatten_cfg, run_fingerprint)
-from argtca.utils.io import write_json
 
 __all__ = ["RunIdentity", "default_output_dir", "readable_settings", "input_hashes"]
 
@@ -193,8 +192,15 @@ class RunIdentity:
     def explicit_output_dir(self) -> bool:
         return bool(self.cfg.OUTPUT_DIR) and self.cfg.OUTPUT_DIR != get_cfg_default().OUTPUT_DIR
 
-    def write_settings(self, exp_dir: str) -> None:
-        path = os.path.join(exp_dir, "settings.json")
-        if not os.path.isfile(path):   # the same content for every seed: written once
-            write_json(path, readable_settings(self.cfg, self.fingerprint(), self.input_paths),
-                       default=str)
+    def run_session(self, out_dir: str, **how):
+        """The run's life in ``out_dir`` (:class:`argtca.run_folder.RunSession`): what this run
+        is, as the session takes it; ``how``: how it executes (torchrun's ``rank``,
+        ``rank_files``, ``agree``)."""
+        from argtca.run_folder import RunSession
+        return RunSession(
+            out_dir, self.dataset, self.fingerprint, input_paths=lambda: self.input_paths,
+            # what <hash8>/ stands for, where the folder is named by the run's hash
+            settings=(None if self.explicit_output_dir else
+                      lambda: readable_settings(self.cfg, self.fingerprint(), self.input_paths)),
+            checks=(self.check_providers,),
+            allow_code_change=str(self.cfg.RUN.get("CODE_CHANGE", "refuse")) == "allow", **how)

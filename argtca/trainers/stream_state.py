@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import pickle
 import re
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 
-from argtca.utils.code import is_code_key
-from argtca.run_folder import RunFolderError, config_defaults, unread_node_keys
+from argtca.run_folder import RunFolderError, fingerprint_differences
 
 __all__ = ["STATE_FORMAT", "STATE_FIX", "read_stream_state", "state_structure_problem"]
 
@@ -40,23 +39,6 @@ def _unpickle_reason(e: BaseException) -> str:
     if m:
         return f"it holds a pickle instruction a tensor file never holds (operand {m.group(1)})"
     return "it holds objects other than tensors and plain values"
-
-
-def _differing(saved: Dict[str, Any], now: Dict[str, Any]) -> List[str]:
-    """``key: saved -> now`` for each key whose value differs; a key only one side has counts
-    unless it holds the default (a key added to argtca since, which cannot change a number);
-    a saved key of a method node this run does not read counts neither (saved while a
-    fingerprint held every method's node)."""
-    defaults = config_defaults()
-    out = []
-    for k in sorted((set(saved) - unread_node_keys(saved, now)) | set(now)):
-        if saved.get(k) == now.get(k) or is_code_key(k):   # the code: check_code's
-            continue
-        if (k not in saved or k not in now) and k in defaults and \
-                (saved.get(k, now.get(k)) == defaults[k]):
-            continue
-        out.append(f"{k}: {saved.get(k)!r} -> {now.get(k)!r}")
-    return out
 
 
 def read_stream_state(path: str, fingerprint: Dict[str, Any], adapter: str, n: int,
@@ -94,7 +76,10 @@ def read_stream_state(path: str, fingerprint: Dict[str, Any], adapter: str, n: i
     if not isinstance(saved, dict):
         raise RunFolderError(f"{path}: its fingerprint is not a JSON object; {fix}")
     now = json.loads(json.dumps(fingerprint, sort_keys=True, default=str))
-    diff = _differing(saved, now)
+    # judged as config.json is (argtca/run_folder/folder.py): keys an older argtca left out or
+    # held that this run does not read (other methods' nodes, tuning keys, plug-in files) or
+    # that joined at their default are no difference
+    diff = fingerprint_differences(saved, now)
     if diff:
         raise RunFolderError(
             f"{path}: saved by another experiment, not this run's ({'; '.join(diff[:6])}"

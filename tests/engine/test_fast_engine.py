@@ -177,7 +177,8 @@ def test_bad_grad_mode_is_an_error(tiny_clip):
 
 # ------------------------------------------------------------------------------ multi-process
 def test_shard_and_merge():
-    from argtca.engine.distributed import merge_records, shard_indices
+    from argtca.engine.distributed import shard_indices
+    from argtca.run_folder import merge_records
     todo = [0, 2, 3, 5, 8, 9, 11]
     shards = [shard_indices(todo, r, 3) for r in range(3)]
     assert sorted(sum(shards, [])) == todo
@@ -195,7 +196,7 @@ def test_shard_and_merge():
 
 
 def test_fold_rank_files_resumes(tmp_path):
-    from argtca.engine.distributed import fold_rank_files
+    from argtca.run_folder import fold_rank_files
     from argtca.run_folder import load_records, write_records
     write_records(str(tmp_path / "records.jsonl"),
                   [{"index": 4, "pred": 1, "label": 1, "conf": .9}])
@@ -217,7 +218,7 @@ torch.set_num_threads(1)
 from conftest import tiny_cfg
 import argtca.trainers
 from argtca.registry import TRAINER_REGISTRY
-from argtca.engine.distributed import distributed_test
+from argtca.trainers.distributed import distributed_test
 cfg = tiny_cfg(**json.loads(sys.argv[1]))
 cfg.freeze()
 tr = TRAINER_REGISTRY.get("TPT")(cfg)

@@ -152,7 +152,7 @@ def test_an_older_fingerprint_of_other_own_values_is_still_refused(tmp_path):
 
 
 def test_a_stream_state_saved_with_every_node_differs_in_none():
-    from argtca.trainers.stream_state import _differing
+    from argtca.run_folder import fingerprint_differences as _differing
     cfg = get_cfg_default()
     cfg.TRAINER.NAME = "TDA"
     old, new = result_fingerprint(cfg), result_fingerprint(cfg, ["TDA"])
