@@ -10,7 +10,8 @@ the stream with each slot's use count and the slots' least-recently-selected ord
 1. **Append.** When every slot has been used at least once (``APPEND``; the official ``noapp``
    ablation turns it off), the least recently selected slot (``order[0]``) is reset: residual 0
    (the initial prompt), use count 0.
-2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (no graph);
+2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (no graph;
+   through the engine's prefix-shared text tower, TPT's fast forward, where it has one);
    :func:`select_prompts` picks slots from them by prediction entropy and probability
    difference, always with ``order[0]``; each picked slot's use count grows and it moves to the
    end of ``order``; TPT's loss on the picked slots (the ``int(V·TTA.SELECTION_P)`` views of
@@ -21,8 +22,9 @@ the stream with each slot's use count and the slots' least-recently-selected ord
    the text tower); one AdamW step (``TTA.LR``, ``TTA.WEIGHT_DECAY``, fresh moments each image:
    the official ``optimizer.load_state_dict(optim_state)``) on the whole buffer, through a
    GradScaler kept over the stream (init ``TTA.LOSS_SCALE``; enabled under fp16 autocast only).
-3. The prediction: view 0's logits under each picked slot after the step, averaged over the
-   picked slots (duplicates counted twice, as the official code); its softmax is recorded.
+3. The prediction: view 0's logits under each picked slot after the step (text features
+   through the prefix-shared tower too), averaged over the picked slots (duplicates counted
+   twice, as the official code); its softmax is recorded.
 
 The state (``state_dict``): the residuals [M, n, W], the use counts, the order and the scaler's
 state. The text tower comes from the engine the trainer hands over (``engine``: its
@@ -174,12 +176,31 @@ class DynaPromptAdapter(OnlineAdapter):
         if self.state["scaler"]:
             self.scaler.load_state_dict(self.state["scaler"])
 
-    def logits(self, img: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    def logits(self, img: torch.Tensor, delta: torch.Tensor, shared: bool = False
+               ) -> torch.Tensor:
         """``img [V, E]``, residuals ``[m, n, W]`` -> logits [V, m, K] (the prompts' class
-        features: the mean of each class's prompts, re-normalised, when it has several)."""
-        with self.engine.autocast():
-            t = self.encoder(self.encoder.ctx_init.float() + delta)             # [m, P, E]
+        features: the mean of each class's prompts, re-normalised, when it has several).
+        ``shared``: through the engine's prefix-shared text tower where it has one
+        (:class:`~argtca.engine.text_tower.PrefixSharedText`, the forward of TPT's fast engine:
+        the same sums in another order), else the plain encoder. Without a graph, equal
+        residuals (fresh slots, slots picked together from equal starts) are encoded once:
+        their features are bit-equal whatever rows a kernel rounds apart, so that they tie in
+        the selection as the official product means them to (see below)."""
+        ctx = self.encoder.ctx_init.float() + delta
+        inverse = None
+        if not ctx.requires_grad and ctx.shape[0] > 1:
+            uniq, inverse = torch.unique(ctx.flatten(1), dim=0, return_inverse=True)
+            ctx = uniq.view(-1, *ctx.shape[1:])
+        text = getattr(self.engine, "text", None) if shared else None
+        if text is not None and text is not self.encoder:
+            with self.engine.text_ctx():
+                t = text(ctx)                                                   # [m, P, E]
+        else:
+            with self.engine.autocast():
+                t = self.encoder(ctx)                                           # [m, P, E]
         t = t.float()
+        if inverse is not None:
+            t = t[inverse]
         if t.shape[1] != self.n_classes:
             t = F.normalize(t.reshape(t.shape[0], self.n_classes, -1, t.shape[-1]).mean(2),
                             dim=-1)
@@ -203,7 +224,7 @@ class DynaPromptAdapter(OnlineAdapter):
             for _ in range(self.steps):
                 # the selection reads every prompt's logits, detached: no graph for them
                 with torch.no_grad():
-                    picked = select_prompts(self.logits(img, delta), order)
+                    picked = select_prompts(self.logits(img, delta, shared=True), order)
                 for i in picked:
                     order.remove(i)
                     use[i] += 1
@@ -223,5 +244,5 @@ class DynaPromptAdapter(OnlineAdapter):
         st["ctx"] = delta.detach()
         with torch.no_grad():
             sel = torch.as_tensor(picked, dtype=torch.long, device=delta.device)
-            out = self.logits(img[:1], st["ctx"][sel])[0].mean(0)
+            out = self.logits(img[:1], st["ctx"][sel], shared=True)[0].mean(0)
         return out.softmax(-1)
