@@ -190,7 +190,7 @@ from conftest import tiny_cfg
 import argtca.trainers
 from argtca.registry import TRAINER_REGISTRY
 from argtca.run_folder import RunSession
-from argtca.trainers import base as trainer_base
+from argtca.trainers.base import TestTimeTrainer
 from argtca.trainers.distributed import distributed_test
 enter = RunSession.__enter__
 def spy(self):
@@ -233,6 +233,12 @@ def _ranks(tmp_path, over, world=2, **env):
     return [p.returncode for p in procs], outs
 
 
+def _job(data, out):
+    # the ranks resume this process's config.json and hash argtca's code when they start, later
+    # than this process did: an edit of argtca in between (a shared checkout) must not refuse it
+    return dict(_over(data, out), **{"RUN.CODE_CHANGE": "allow"})
+
+
 def test_a_torchrun_job_resumes_is_locked_and_leaves_no_unstarted_folder(data, tmp_path):
     one = _trainer(_over(data, tmp_path / "one"))
     one.test()
@@ -240,7 +246,7 @@ def test_a_torchrun_job_resumes_is_locked_and_leaves_no_unstarted_folder(data, t
 
     # a job stopped mid-way: each rank had written some of its images, rank 1 torn mid-line
     out = tmp_path / "two"
-    t = _trainer(_over(data, out))
+    t = _trainer(_job(data, out))
     with t.run_session(t.output_dir()):   # writes config.json, as the job's rank 0 did
         pass
     by_index = {r["index"]: r for r in want}
@@ -249,7 +255,7 @@ def test_a_torchrun_job_resumes_is_locked_and_leaves_no_unstarted_folder(data, t
             f.write("".join(json.dumps(by_index[i]) + "\n" for i in done))
             if rank == 1:
                 f.write('{"index": 5, "pr')
-    over = _over(data, out)
+    over = _job(data, out)
     # a second job while a session holds the folder: refused on rank 0 for every rank
     with t.run_session(t.output_dir()):
         rcs, outs = _ranks(tmp_path, over)
