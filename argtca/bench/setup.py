@@ -171,7 +171,7 @@ def script_setup(n_images: int, K: int = 101, workers: str = "15"):
 def pass_thread_count(setup: Setup) -> int:
     """The main process's torch threads in a timed pass (``--main-threads`` resolved as
     ``DATALOADER.MAIN_THREADS``; 0 = torch's default)."""
-    from argtca.engine.auto import main_threads
+    from argtca.utils.host import main_threads
     args = setup.args
     return main_threads(setup.device.type, args.workers, args.main_threads)
 
@@ -180,7 +180,7 @@ def pass_threads(setup: Setup):
     """:func:`pass_thread_count` as a context manager. The warm-ups run under it too:
     torch.compile guards its code on the thread count, so code compiled under another count is
     compiled again inside the timed pass."""
-    from argtca.engine.auto import host_threads
+    from argtca.utils.host import host_threads
     return host_threads(pass_thread_count(setup))
 
 

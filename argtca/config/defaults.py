@@ -182,7 +182,7 @@ _key("TTA.LOSS_SCALE", 1000.0, "static loss scale under fp16 autocast (TPT's Gra
 _key("TTA.ENGINE", "auto", "the test-time engine (\"auto\" or a registered one)")
 _key("TTA.BATCH_IMAGES", 16, "images tuned together by the fast engine", check=_INT_GE1)
 _key("TTA.COMPILE", "auto", "fast engine on CUDA: torch.compile the towers (\"on\"/\"off\"); "
-     "\"auto\": on when the run is long enough to pay compiling back (argtca/engine/auto.py; "
+     "\"auto\": on when the run is long enough to pay compiling back (argtca/config/settle.py; "
      "the choice is logged). True/False = on/off", choices=("auto", "on", "off"))
 # The fast engine's speed knobs (argtca/engine/fast.py says what each does and why; what each buys:
 # benchmarks/README.md#fast-engine-knobs). None changes the maths; all but VIEWS_OVERLAP change

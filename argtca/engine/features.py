@@ -99,7 +99,7 @@ def _same_items(a, b) -> bool:
 class FeatureEngine(FastEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]`` for an adapter method.
     ``adapter``: a callable ``text [K, E] -> Adapter``, called once the class features exist
-    (:meth:`prepare`; an adapter method's trainer passes it, argtca/engine/auto.py
+    (:meth:`prepare`; an adapter method's trainer passes it, argtca/config/settle.py
     :func:`settle_engine` keeps the other methods off this engine); ``n_classes``: K (the text
     encoder may hold several prompts a class)."""
 

@@ -37,7 +37,7 @@ class LoRAEngine(ReferenceEngine):
     ``alpha``, ``targets``: the adapters (:class:`~argtca.models.lora.LoRATower`); ``seed``
     draws their initial A. Of the reference engine it keeps the hyper-parameters, precision,
     loss scale, checks and ``submit``. Only a method that names this engine runs on it
-    (:func:`argtca.engine.auto.settle_engine`)."""
+    (:func:`argtca.config.settle.settle_engine`)."""
 
     batched = True
     method_only = True

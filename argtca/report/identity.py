@@ -163,8 +163,8 @@ def method_defaults(method: str, dataset: str = "") -> Dict[str, Any]:
 
 def auto_value(key: str, settings: Dict[str, Any], features: bool) -> Any:
     """What ``auto`` resolves ``key`` (:data:`AUTO_KEYS`) to for a run of these settings
-    (argtca/engine/auto.py); ``features``: a training-free or online method (features engine)."""
-    from ..engine.auto import compile_pays
+    (argtca/config/settle.py); ``features``: a training-free or online method (features engine)."""
+    from ..config.settle import compile_pays
     cuda = str(settings.get("RUN.DEVICE_TYPE")) == "cuda"
     if key == "TTA.ENGINE":
         return "features" if features else ("fast" if cuda else "reference")

@@ -59,6 +59,10 @@ class TestTimeTrainer(RunIdentity):
     family = "tpt-family"
     objective_name = "tpt"
     tunes = True
+    # the engine this method runs on, read when the config is settled (argtca/config/settle.py):
+    # "" any prompt-tuning engine (TTA.ENGINE), "features" for an adapter method (zoo.py), an
+    # engine of its own (TTL's "lora")
+    engine_name = ""
     # build_model writes files other torchrun ranks read (ArgTCA's Phase-1 cache, a fitted
     # temperature): rank 0 builds first, the others after it; else every rank builds at once
     shared_build = False
@@ -82,19 +86,13 @@ class TestTimeTrainer(RunIdentity):
     def resolve_auto(self) -> None:
         """Replace the configuration's "auto" values (engine, compilation, loader workers, and the
         method's own: :meth:`auto_values`) by what they resolve to here, before anything is
-        fingerprinted (argtca/engine/auto.py): the one place the config is settled."""
-        from argtca.engine.auto import resolve_auto
-        if (str(self.cfg.TTA.get("PROMPTS", "class")) != "class"
-                and not getattr(self, "adapter_name", "")):
-            from argtca.config import ConfigError
-            raise ConfigError(f"TTA.PROMPTS={self.cfg.TTA.PROMPTS!r} is for the training-free and "
-                              f"online methods; {self.label} builds its own prompts (TCA and "
-                              f"ArgTCA use attribute prompts by design): leave TTA.PROMPTS class")
+        fingerprinted (argtca/config/settle.py): the one place the config is settled. It reads
+        the method's declared ``engine_name`` and ``label``."""
+        from argtca.config.settle import resolve_auto, settle_prompts
+        settle_prompts(self.cfg, self.engine_name, self.label)
         own, own_lines = self.auto_values(self.cfg)
         self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
-                                       adapter=bool(getattr(self, "adapter_name", "")),
-                                       label=self.label, also=own,
-                                       own_engine=str(getattr(self, "engine_name", "") or ""))
+                                       runs_on=self.engine_name, label=self.label, also=own)
         lines = own_lines + lines
         # the views pipeline (TTA.VIEWS_DEVICE x VIEWS_FLOAT x VIEWS_OPS), settled here with the
         # rest of the configuration: recorded in summary.json and log.txt
@@ -260,7 +258,7 @@ class TestTimeTrainer(RunIdentity):
             bar = progress(n_total, len(records), f"{self.display_label} {self.dataset.name}",
                            enabled=bool(cfg.VERBOSE))   # stderr; lines per 10 % in a log
             t0 = time.time()
-            from argtca.engine.auto import loop_threads
+            from argtca.utils.host import loop_threads
             from argtca.engine.pipeline import loop_timing, predictions
             clock = {}
             try:

@@ -219,7 +219,7 @@ def _sharded(trainer, session, rank: int, world: int) -> Dict[str, object]:
         writer = RecordWriter(os.path.join(out_dir, f"records.rank{rank}.jsonl"))
         bar = progress(len(mine), 0, f"{trainer.display_label} {trainer.dataset.name} "
                        f"[rank 0 of {world}]", enabled=bool(cfg.VERBOSE and rank == 0))
-        from argtca.engine.auto import loop_threads
+        from argtca.utils.host import loop_threads
         from argtca.engine.pipeline import predictions
         try:
             with loop_threads(cfg):

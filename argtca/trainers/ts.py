@@ -258,7 +258,7 @@ class TemperatureScaled:
                                     self.batch_images if method else 1, self.device,
                                     int(self.cfg.DATALOADER.NUM_WORKERS),
                                     int(self.cfg.DATALOADER.PREFETCH))
-        from argtca.engine.auto import loop_threads
+        from argtca.utils.host import loop_threads
         captured: List[torch.Tensor] = []
         labels: List[int] = []
         self.objective.capture = captured

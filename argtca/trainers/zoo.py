@@ -44,6 +44,7 @@ class FeatureTrainer(TestTimeTrainer):
     ArgTCA's Phase 1 with the selector and graph settings of ``TRAINER.ARGTCA``."""
 
     adapter_name = ""
+    engine_name = "features"   # its engine, and the only one it runs on (argtca/config/settle.py)
     objective_name = "none"
     tunes = False        # no prompt step (TPS tunes its shifts inside its adapter)
     online = False

@@ -55,7 +55,7 @@ def main() -> None:
            "before_build_s": round(t - t_start, 2), "device": torch.cuda.get_device_name(dev)
            if dev.type == "cuda" else "cpu"}
     print(json.dumps(res), flush=True)
-    from argtca.engine.auto import loop_threads
+    from argtca.utils.host import loop_threads
     from argtca.engine.pipeline import predictions
     todo = list(range(len(tr.dataset.test)))
 

@@ -8,7 +8,7 @@ import torch
 from PIL import Image
 
 from argtca.config import get_cfg_default
-from argtca.engine import auto
+from argtca.config import settle
 from argtca.utils import host
 from conftest import tiny_cfg
 
@@ -19,7 +19,7 @@ def _resolved(device, n, **over):
         node, key = k.split(".")
         cfg[node][key] = v
     cfg.freeze()
-    return auto.resolve_auto(cfg, device, n)
+    return settle.resolve_auto(cfg, device, n)
 
 
 def test_auto_engine_is_fast_on_cuda_reference_on_cpu():
@@ -50,12 +50,12 @@ def test_compile_auto_pays_only_for_long_gpu_view_runs():
 def test_auto_workers_share_the_cores_between_local_ranks(monkeypatch):
     monkeypatch.setattr(host, "usable_cpus", lambda: 32)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
-    assert auto.auto_workers() == 16                          # 31, capped at 16
+    assert host.auto_workers() == 16                          # 31, capped at 16
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
-    assert auto.auto_workers() == 15                          # 16 cores per rank, one for the rank
+    assert host.auto_workers() == 15                          # 16 cores per rank, one for the rank
     monkeypatch.setattr(host, "usable_cpus", lambda: 2)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert auto.auto_workers() == 1
+    assert host.auto_workers() == 1
     cfg, lines = _resolved("cpu", 10)
     assert cfg.DATALOADER.NUM_WORKERS == 1 and any("NUM_WORKERS -1 -> 1" in x for x in lines)
 
@@ -75,14 +75,14 @@ def test_main_threads_one_on_cuda_with_workers_only():
 def test_host_threads_sets_and_restores():
     before = torch.get_num_threads()
     other = 1 if before != 1 else 2
-    with auto.host_threads(other):
+    with host.host_threads(other):
         assert torch.get_num_threads() == other
     assert torch.get_num_threads() == before
     with pytest.raises(KeyError):
-        with auto.host_threads(other):
+        with host.host_threads(other):
             raise KeyError("a failing loop still restores the threads")
     assert torch.get_num_threads() == before
-    with auto.host_threads(0):                                  # 0: torch's default, untouched
+    with host.host_threads(0):                                  # 0: torch's default, untouched
         assert torch.get_num_threads() == before
 
 

@@ -374,10 +374,10 @@ def test_the_default_blocks_on_a_shallower_tower_are_every_block_it_has(tmp_path
 
 
 def test_the_lora_engine_runs_ttl_only():
-    from argtca.engine.auto import resolve_auto
+    from argtca.config.settle import resolve_auto
     cfg = tiny_cfg(**{"TTA.ENGINE": "lora"})
     with pytest.raises(ConfigError, match=r"TTA.ENGINE='lora' runs only the method built for it; "
                                           r"TPT: use TTA.ENGINE auto"):
         resolve_auto(cfg, "cpu", 10, label="TPT")
     assert resolve_auto(tiny_cfg(), "cuda", 10, label="TTL",
-                        own_engine="lora")[0].TTA.ENGINE == "lora"
+                        runs_on="lora")[0].TTA.ENGINE == "lora"

@@ -140,20 +140,20 @@ def test_check_cfg_values_stopped_growing():
 
 
 def test_the_features_engine_goes_with_adapter_methods_in_one_place():
-    from argtca.engine.auto import resolve_auto, settle_engine
+    from argtca.config.settle import resolve_auto, settle_engine
     cfg = get_cfg_default()
-    assert settle_engine(cfg, adapter=True, label="TDA") == "features"    # auto picks it
-    out, _ = resolve_auto(cfg, "cpu", 10, adapter=True, label="TDA")
+    assert settle_engine(cfg, runs_on="features", label="TDA") == "features"    # auto picks it
+    out, _ = resolve_auto(cfg, "cpu", 10, runs_on="features", label="TDA")
     assert out.TTA.ENGINE == "features"
     assert resolve_auto(cfg, "cpu", 10)[0].TTA.ENGINE == "reference"
     cfg.TTA.ENGINE = "fast"
     with pytest.raises(ConfigError, match=r"TTA.ENGINE='fast': TDA tunes no prompt and runs "
                        r"on the features engine; leave TTA.ENGINE auto"):
-        settle_engine(cfg, adapter=True, label="TDA")
+        settle_engine(cfg, runs_on="features", label="TDA")
     cfg.TTA.ENGINE = "features"
     with pytest.raises(ConfigError, match=r"TTA.ENGINE=features runs the training-free and "
                        r"online methods; TPT tunes prompts"):
-        resolve_auto(cfg, "cpu", 10, adapter=False, label="TPT")
+        resolve_auto(cfg, "cpu", 10, runs_on="", label="TPT")
 
 
 def test_official_values_are_resolved_in_one_helper():
