@@ -49,7 +49,7 @@ they change floating-point rounding at most. What each one buys is measured in
   a matrix product, lean SDPA blocks and QuickGELU as one SiLU pass with its 1.702 folded into
   the MLP's weights (:mod:`argtca.engine.towers`); it differs from autocast by fp16 rounding.
 * ``COMPILE_IMAGE`` / ``COMPILE_TEXT`` / ``COMPILE_TEXT_GRAD`` (``auto``: as ``TTA.COMPILE``,
-  which :mod:`argtca.engine.auto` turns on only for runs long enough to pay compilation back):
+  which :mod:`argtca.config.settle` turns on only for runs long enough to pay compilation back):
   ``torch.compile`` of the image tower (block by block: one compilation serves every block), of
   the text tower's no-grad pass and of its passes with gradient (grad mode ``recompute``). The
   kept θ0 graph of ``vjp``/``loop`` is never compiled: it is differentiated many times.
@@ -130,7 +130,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
             return knobs[key] if given is None else given
 
         on_cuda = self.device.type == "cuda"
-        compile_all = _switch(cfg.TTA.get("COMPILE", "off"), False)   # resolved: engine/auto.py
+        compile_all = _switch(cfg.TTA.get("COMPILE", "off"), False)   # resolved: config/settle.py
         self.compile_image = _switch(pick(compile_image, "COMPILE_IMAGE"), compile_all) and on_cuda
         self.compile_text = _switch(pick(compile_text, "COMPILE_TEXT"), compile_all) and on_cuda
         self.compile_text_grad = _switch(pick(compile_text_grad, "COMPILE_TEXT_GRAD"),
