@@ -25,7 +25,7 @@ setup(
     ],
     extras_require={
         # sybil: tests/docs parses README.md's and docs/*.md's code blocks with it
-        "test": ["pytest", "ruff", "sybil>=10"],
+        "test": ["pytest", "pytest-xdist", "ruff", "sybil>=10"],
         # python -m argtca.attributes generate (any OpenAI-compatible chat endpoint)
         "llm": ["openai>=1.0"],
         # what Dassl.pytorch (GitHub only; README "Inside Dassl/CoOp") and CoOp's train.py import
