@@ -34,13 +34,29 @@ def tiny_cfg(**over):
     cfg.VERBOSE = False
     cfg.DATALOADER.NUM_WORKERS = 0
     cfg.INPUT.SIZE = (32, 32)
-    for k, v in over.items():
-        node = cfg
-        parts = k.split(".")
-        for p in parts[:-1]:
-            node = node[p]
-        node[parts[-1]] = v
-    return cfg
+    return set_keys(cfg, over)
+
+
+def set_keys(node, over):
+    """``node`` with each dotted key of ``over`` set below it (``{"GAT.EPOCHS": 2}``)."""
+    for key, value in over.items():
+        *parents, last = key.split(".")
+        target = node
+        for p in parents:
+            target = target[p]
+        target[last] = value
+    return node
+
+
+# Tests import this file's helpers (``from conftest import REPO, tiny_cfg``). pytest imports every
+# folder's conftest.py under the same module name, ``conftest``: once a folder's is imported, the
+# name means this file again.
+_THIS = sys.modules[__name__]
+
+
+def pytest_plugin_registered(plugin, manager):
+    if getattr(plugin, "__name__", None) == "conftest" and plugin is not _THIS:
+        sys.modules["conftest"] = _THIS
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -7,12 +7,45 @@ before or after CoOp's own modules, and writes what happened to a JSON file.
 SPEC: {"order": "before"|"after", "train_py": path, "runs": [{"name", "argv"}], "probe_demo": bool,
 "collide_after": bool}. CoOp's folder and Dassl must be on PYTHONPATH (CoOp's first).
 """
+import importlib.util
 import json
 import os
 import re
 import runpy
 import sys
 import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+VENDOR = REPO.parent / "shared" / "vendor"
+COOP = VENDOR / "CoOp"
+DASSL_SRC = VENDOR / "Dassl.pytorch"
+DASSL_RUNTIME = ("wilds", "tensorboard", "gdown", "tabulate", "sklearn")
+
+
+def coop_env(runtime=True):
+    """The environment of a subprocess that runs CoOp's sources with Dassl (installed, or from
+    ../shared/vendor) and this checkout: CoOp's folder first on PYTHONPATH, one thread, no
+    ARGTCA_DEBUG. Skips the test where CoOp, Dassl or (``runtime``) Dassl's runtime dependencies
+    are absent."""
+    import pytest
+    if not (COOP / "train.py").is_file():
+        pytest.skip(f"CoOp's sources are absent ({COOP}); see ../shared/vendor/README.md")
+    paths = [str(COOP)]
+    if importlib.util.find_spec("dassl") is None:
+        if not (DASSL_SRC / "dassl").is_dir():
+            pytest.skip("Dassl.pytorch is neither installed nor vendored in ../shared/vendor")
+        paths.append(str(DASSL_SRC))
+    missing = [m for m in DASSL_RUNTIME if runtime and importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.skip(f"Dassl's runtime dependencies are missing ({', '.join(missing)}): "
+                    f"pip install -e '.[dassl]'")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)] + (
+        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["OMP_NUM_THREADS"] = "1"
+    env.pop("ARGTCA_DEBUG", None)
+    return env
 
 
 def snapshot():

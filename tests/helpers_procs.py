@@ -14,9 +14,22 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from pathlib import Path
 from typing import Iterable, Optional
 
-__all__ = ["sigint_default", "reap", "kill_group"]
+__all__ = ["sigint_default", "reap", "kill_group", "python_env"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def python_env(*paths) -> dict:
+    """The environment of a child Python that imports ``paths`` first, then this checkout, then
+    the caller's PYTHONPATH; one thread."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), str(REPO),
+                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["OMP_NUM_THREADS"] = "1"
+    return env
 
 
 def sigint_default() -> None:

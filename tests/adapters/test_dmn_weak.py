@@ -14,18 +14,11 @@ from argtca.adapters.dmn import DMNAdapter
 from argtca.adapters.dmn_weak import DMNWeakAdapter
 from argtca.config import get_cfg_default
 from helpers_official import official_module
+from toy_stream import FEATURES as FEAT, TEXT, softmax
 
 TTA_VLM = ("TomSheng21/tta-vlm", "online_method/dmn_weak.py",
            "bcc735fe49cbd2ab5b683781c41c66e1d3f78589")
 SCALE, BETA, W = 5.0, 5.5, 0.5
-TEXT = np.eye(3, 4)                         # K = 3 classes, E = 4: class k is the axis e_k
-RAW = {1: [1, .5, .2, .3], 2: [.2, 1, .1, .4], 3: [1, .1, .1, .1], 4: [.8, .6, .1, .2]}
-FEAT = {i: np.array(v, float) / np.linalg.norm(v) for i, v in RAW.items()}
-
-
-def softmax(x):
-    e = np.exp(x - x.max())
-    return e / e.sum()
 
 
 def make(cls=DMNWeakAdapter, text=TEXT, scale=SCALE, **keys):

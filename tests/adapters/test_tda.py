@@ -11,17 +11,10 @@ import torch
 from argtca.adapters.tda import TDAAdapter
 import argtca.trainers  # noqa: F401  (registers the methods and their value checks)
 from argtca.config import ConfigError, check_cfg_values, get_cfg_default
+from toy_stream import FEATURES as F, TEXT, softmax
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SCALE = 5.0
-TEXT = np.eye(3, 4)                         # K = 3 classes, E = 4: class k is the axis e_k
-RAW = {1: [1, .5, .2, .3], 2: [.2, 1, .1, .4], 3: [1, .1, .1, .1], 4: [.8, .6, .1, .2]}
-F = {i: np.array(v, float) / np.linalg.norm(v) for i, v in RAW.items()}
-
-
-def softmax(x):
-    e = np.exp(x - x.max())
-    return e / e.sum()
 
 
 def make(name="Demo", **keys):

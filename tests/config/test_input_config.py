@@ -15,20 +15,14 @@ from argtca.attributes import AttributeFileError, load_attributes
 from argtca.config import CFG_CHOICES, ConfigError, check_cfg_values, get_cfg_default
 from argtca.demo import generator as G
 from argtca.run import build_parser, main, setup_cfg
-from conftest import REPO, tiny_cfg
+from conftest import REPO, set_keys, tiny_cfg
 from helpers_data import make_caltech
 
 
 def _cfg(trainer="TPT", **over):
     cfg = get_cfg_default()
     cfg.TRAINER.NAME = trainer
-    for k, v in over.items():
-        node = cfg
-        *path, last = k.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = v
-    return cfg
+    return set_keys(cfg, over)
 
 
 # ---------------------------------------------------------------------------- value ranges

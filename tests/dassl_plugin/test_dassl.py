@@ -4,7 +4,6 @@ argtca trainer and writes the per-image results ``python -m argtca.run`` writes.
 The CoOp runs happen in two subprocesses (argtca imported before / after CoOp's own modules; see
 tests/helpers_dassl.py), started together and batched, while the argtca.run references run here.
 Skipped, saying why, when Dassl (installed or vendored) or CoOp's sources are absent."""
-import importlib.util
 import json
 import os
 import re
@@ -18,11 +17,9 @@ import pytest
 from argtca.dassl_plugin import dassl_name
 from argtca.trainers.catalogue import catalogue
 from conftest import REPO
+from helpers_dassl import COOP, coop_env
 from helpers_data import make_caltech
 
-VENDOR = REPO.parent / "shared" / "vendor"
-COOP = VENDOR / "CoOp"
-DASSL_SRC = VENDOR / "Dassl.pytorch"
 TRAIN_PY = COOP / "train.py"
 DEMO_YAML = str(REPO / "configs" / "datasets" / "demo.yaml")
 # method key -> its trainer's name under Dassl, from the catalogue: the paper's rows (run in
@@ -87,27 +84,6 @@ def test_input_size_is_a_pair_and_an_old_int_is_read_as_square(tmp_path):
 
 
 # ------------------------------------------------------------------------ real Dassl + CoOp
-def _dassl_env():
-    if not TRAIN_PY.is_file():
-        pytest.skip(f"CoOp's sources are absent ({COOP}); see ../shared/vendor/README.md")
-    paths = [str(COOP)]
-    if importlib.util.find_spec("dassl") is None:
-        if not (DASSL_SRC / "dassl").is_dir():
-            pytest.skip("Dassl.pytorch is neither installed nor vendored in ../shared/vendor")
-        paths.append(str(DASSL_SRC))
-    missing = [m for m in ("wilds", "tensorboard", "gdown", "tabulate", "sklearn")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"Dassl's runtime dependencies are missing ({', '.join(missing)}): "
-                    f"pip install -e '.[dassl]'")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)] + (
-        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["OMP_NUM_THREADS"] = "1"
-    env.pop("ARGTCA_DEBUG", None)
-    return env
-
-
 def _coop_argv(trainer, config, out, seed=1, flags=(), opts=()):
     return (["--seed", str(seed), "--trainer", trainer, "--dataset-config-file", DEMO_YAML,
              "--config-file", str(REPO / "configs" / "trainers" / f"{config}.yaml"),
@@ -133,7 +109,7 @@ CALTECH_OPTS = ["--backbone", "argtca-demo-clip", "INPUT.SIZE", "(64, 64)", "MOD
 @pytest.fixture(scope="module")
 def coop(tmp_path_factory, one_thread):
     """Every CoOp-side run, done once: returns the two drivers' results and the output folders."""
-    env = _dassl_env()
+    env = coop_env()
     base = tmp_path_factory.mktemp("coop")
     data = _caltech_tree(tmp_path_factory.mktemp("caltech"))
     bare = base / "bare.yaml"

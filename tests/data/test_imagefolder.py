@@ -16,6 +16,7 @@ from argtca.data.doctor import check_dataset
 from argtca.datasets import build_dataset
 from argtca.datasets.base import DataError
 from argtca.datasets.imagefolder import ImageFolder
+from conftest import set_keys
 from helpers_data import make_tree
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +29,7 @@ def _cfg(root, **kw):
     cfg = get_cfg_default()
     cfg.merge_from_file(str(REPO / "configs/datasets/imagefolder.yaml"))
     cfg.DATASET.ROOT = str(root)
-    for k, v in kw.items():
-        node = cfg
-        *parents, last = k.split(".")
-        for p in parents:
-            node = node[p]
-        node[last] = v
-    return cfg
+    return set_keys(cfg, kw)
 
 
 def _snapshot(root: Path):

@@ -18,6 +18,7 @@ from argtca.graph import (GraphInputError, ShortClassWarning, build_graph, make_
 from argtca.graph.nodes import SHORT_LISTED
 from argtca.registry import SELECTOR_REGISTRY
 from argtca.experiments.select_attributes import comparison_table
+from conftest import set_keys
 
 SHARED = Path(__file__).resolve().parents[3] / "shared" / "data" / "tca_attributes"
 CLASSES = ["cat", "dog", "owl"]
@@ -45,13 +46,7 @@ def node(**over):
     n = get_cfg_default().TRAINER.ARGTCA
     n.NUM_CANDIDATES, n.NUM_ATTRIBUTES = 4, 2
     n.GAT.HIDDEN, n.GAT.HEADS, n.GAT.EPOCHS = 16, 4, 5
-    for k, v in over.items():
-        target = n
-        *path, last = k.split(".")
-        for p in path:
-            target = target[p]
-        target[last] = v
-    return n
+    return set_keys(n, over)
 
 
 def test_run_phase1_result_and_json(tmp_path):

@@ -3,7 +3,6 @@ code (tests/helpers_coop_ckpt.py, a tiny OpenAI-format CLIP), read without runni
 file, checked (n_ctx, width, CSC), and giving exactly CoOp's text features before any tuning
 step — standalone (TTA.CTX_CHECKPOINT) and through CoOp's train.py (--eval-only --model-dir
 --load-epoch)."""
-import importlib.util
 import json
 import os
 import shutil
@@ -14,30 +13,12 @@ import pytest
 import torch
 
 from conftest import REPO
+from helpers_dassl import COOP, coop_env
 from helpers_data import CLASSES, make_caltech
-
-VENDOR = REPO.parent / "shared" / "vendor"
-COOP = VENDOR / "CoOp"
-DASSL_SRC = VENDOR / "Dassl.pytorch"
-
-
-def _env():
-    if not (COOP / "trainers" / "coop.py").is_file():
-        pytest.skip(f"CoOp's sources are absent ({COOP})")
-    paths = [str(COOP)]
-    if importlib.util.find_spec("dassl") is None:
-        if not (DASSL_SRC / "dassl").is_dir():
-            pytest.skip("Dassl.pytorch is neither installed nor vendored")
-        paths.append(str(DASSL_SRC))
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)])
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
 
 @pytest.fixture(scope="module")
 def ckpt(tmp_path_factory):
-    env = _env()
+    env = coop_env(runtime=False)
     out = tmp_path_factory.mktemp("coop_ckpt")
     names = out / "names.json"
     names.write_text(json.dumps(list(CLASSES)))
@@ -160,15 +141,12 @@ def test_every_tuned_method_starts_from_the_checkpoint(ckpt, tmp_path):
 def test_model_dir_and_load_epoch_through_coops_train_py(ckpt, tmp_path):
     """CoOp's train.py (+ the README's one import line) with --eval-only --model-dir --load-epoch
     gives the records of argtca.run with TTA.CTX_CHECKPOINT; without --eval-only it is refused."""
-    # the README's one import line added to CoOp's train.py (as tests/dassl_plugin/test_dassl.py does)
+    # the README's one import line added to CoOp's train.py (as tests/dassl_plugin/test_dassl.py
+    # does)
     SED_ONE_LINE = r"/^import trainers.zsclip$/a import argtca.dassl_compat"
-    TRAIN_PY = REPO.parent / "shared" / "vendor" / "CoOp" / "train.py"
-    env = dict(ckpt["env"])
-    for m in ("wilds", "tensorboard", "gdown", "tabulate", "sklearn"):
-        if importlib.util.find_spec(m) is None:
-            pytest.skip(f"Dassl's runtime dependency {m} is missing")
+    env = coop_env()                        # skips without Dassl's runtime dependencies
     train = tmp_path / "train.py"
-    shutil.copy(TRAIN_PY, train)
+    shutil.copy(COOP / "train.py", train)
     subprocess.run(["sed", "-i", SED_ONE_LINE, str(train)], check=True)
     coop = str(ckpt["out"] / "coop")
     common = ["--root", str(ckpt["data"]), "--seed", "1", "--trainer", "TPT",

@@ -2,45 +2,22 @@
 names the file, the one added import line registers it into Dassl with its config node, and its
 records equal ``python -m argtca.run --plugin``'s. Skipped, saying why, without Dassl or CoOp's
 sources (tests/dassl_plugin/test_dassl.py's conditions)."""
-import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
+
+from helpers_dassl import COOP, coop_env
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "docs" / "examples" / "zs_temperature.py"
-COOP = REPO.parent / "shared" / "vendor" / "CoOp"
-DASSL_SRC = REPO.parent / "shared" / "vendor" / "Dassl.pytorch"
 DEMO_YAML = str(REPO / "configs" / "datasets" / "demo.yaml")
 # zeroshot.yaml states the input keys (interpolation, CLIP's mean/std) Dassl's defaults differ in
 INPUTS_YAML = str(REPO / "configs" / "trainers" / "zeroshot.yaml")
 SMALL = ["DATASET.NUM_IMAGES", "8", "USE_CUDA", "False", "DATALOADER.NUM_WORKERS", "0",
          "VERBOSE", "False", "TRAINER.ZS_TEMP.TEMPERATURE", "3.0"]
-
-
-def _env():
-    if not (COOP / "train.py").is_file():
-        pytest.skip(f"CoOp's sources are absent ({COOP})")
-    paths = [str(COOP)]
-    if importlib.util.find_spec("dassl") is None:
-        if not (DASSL_SRC / "dassl").is_dir():
-            pytest.skip("Dassl.pytorch is neither installed nor vendored in ../shared/vendor")
-        paths.append(str(DASSL_SRC))
-    missing = [m for m in ("wilds", "tensorboard", "gdown", "tabulate", "sklearn")
-               if importlib.util.find_spec(m) is None]
-    if missing:
-        pytest.skip(f"Dassl's runtime dependencies are missing ({', '.join(missing)})")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(paths + [str(REPO)] + (
-        [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["OMP_NUM_THREADS"] = "1"
-    env.pop("ARGTCA_DEBUG", None)
-    return env
 
 
 def _records(folder):
@@ -49,7 +26,7 @@ def _records(folder):
 
 
 def test_coop_train_py_runs_the_plugin_method(tmp_path):
-    env = _env()
+    env = coop_env()
     plugin = tmp_path / "my_code" / EXAMPLE.name
     plugin.parent.mkdir()
     shutil.copyfile(EXAMPLE, plugin)

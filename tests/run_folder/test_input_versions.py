@@ -21,7 +21,7 @@ from argtca.plugins import load_plugins, loaded_plugin_files
 from argtca.trainers.argtca import ArgTCA
 from argtca.trainers.methods import TCA, TPT
 from argtca.utils import hashing
-from conftest import tiny_cfg
+from conftest import set_keys, tiny_cfg
 from helpers_data import ATTRS, make_caltech, make_tree
 from helpers_registry import registries_restored
 
@@ -79,13 +79,7 @@ def _imagefolder_cfg(root, **kw):
     cfg.USE_CUDA, cfg.VERBOSE, cfg.DATALOADER.NUM_WORKERS = False, False, 0
     cfg.INPUT.SIZE = over.INPUT.SIZE
     cfg.DATASET.ROOT = str(root)
-    for k, v in kw.items():
-        node = cfg
-        *parents, last = k.split(".")
-        for p in parents:
-            node = node[p]
-        node[last] = v
-    return _freeze(cfg)
+    return _freeze(set_keys(cfg, kw))
 
 
 def _classnames(tmp_path):

@@ -19,6 +19,7 @@ from argtca.run_folder import ConfigMismatchError
 from argtca.trainers import methods
 from conftest import tiny_cfg
 from helpers_data import make_caltech
+from helpers_procs import python_env
 
 REPO = Path(__file__).resolve().parents[2]
 QUICK = ["DATASET.NUM_IMAGES", "8", "TTA.N_VIEWS", "4", "USE_CUDA", "False", "VERBOSE", "False",
@@ -36,14 +37,6 @@ def last_candidates(emb, node_class, attrs, m_prime, seed=42, **kw):
 
 def _sha(path) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-def _env(*paths):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), str(REPO),
-                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
 
 
 def _install(site: Path) -> Path:
@@ -66,7 +59,7 @@ def _run(out, *site, flags_last=False):
     cmd += ["--output-dir", str(out)] if flags_last else []
     if not flags_last:
         cmd[3:3] = ["--output-dir", str(out)]
-    return subprocess.run(cmd, cwd=REPO, env=_env(*site), capture_output=True, text=True,
+    return subprocess.run(cmd, cwd=REPO, env=python_env(*site), capture_output=True, text=True,
                           timeout=600)
 
 

@@ -2,7 +2,6 @@
 scripts) and the ``argtca.selectors`` entry-point group, each through a real subprocess on the
 embedded demo."""
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -11,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from argtca.attributes import dedupe_attributes
+from helpers_procs import python_env
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_ATTRS = REPO / "argtca" / "demo" / "assets" / "demo_attributes.json"
@@ -32,14 +32,6 @@ USER_SELECTOR = textwrap.dedent('''
 ''')
 
 
-def _env(*paths):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*map(str, paths), str(REPO),
-                                         env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    env["OMP_NUM_THREADS"] = "1"
-    return env
-
-
 def _expected_last_two():
     data = json.loads(DEMO_ATTRS.read_text())
     return {c: dedupe_attributes(v.split())[:10][-2:] for c, v in data.items()}
@@ -55,7 +47,7 @@ def user_folder(tmp_path):
 
 def test_plugin_module_runs_on_the_demo_through_the_script(user_folder, tmp_path):
     out = tmp_path / "run"
-    env = _env(user_folder)
+    env = python_env(user_folder)
     env.update(PLUGINS="my_selectors", OUTPUT_DIR=str(out))
     p = subprocess.run(["bash", "scripts/argtca.sh", "demo", "zz_last", *QUICK], cwd=REPO, env=env,
                        capture_output=True, text=True, timeout=600)
@@ -78,14 +70,14 @@ def test_plugin_as_a_file_path_in_select_attributes_and_bad_plugin(user_folder, 
     p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo",
                         "--plugin", str(path), "--selectors", "tca,zz_last", "--num-classes", "16",
                         "--device", "cpu", "TRAINER.ARGTCA.EMBEDDINGS", "raw"],
-                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600)
+                       cwd=tmp_path, env=python_env(), capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [line.split("|") for line in p.stdout.splitlines()[2:]]
     got = {r[0].strip(): r[2].strip() for r in rows}
     assert got == {c: ", ".join(v) for c, v in _expected_last_two().items()}
     p = subprocess.run([sys.executable, "-m", "argtca.run", "--plugin", "no_such_module_zz",
                         "--dataset-config-file", "configs/datasets/demo.yaml"], cwd=REPO,
-                       env=_env(), capture_output=True, text=True, timeout=600)
+                       env=python_env(), capture_output=True, text=True, timeout=600)
     assert p.returncode == 2
     assert p.stderr.strip().splitlines()[-1].startswith("error: --plugin no_such_module_zz")
 
@@ -115,14 +107,14 @@ def test_entry_point_group_registers_modules_and_functions(tmp_path):
     code = ("from argtca.registry import SELECTOR_REGISTRY as R\n"
             "import argtca.selectors\n"
             "print(R.get('zz_ep_module').__name__, R.get('zz_ep_func').__name__)")
-    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(site),
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=python_env(site),
                        capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.split() == ["first", "unregistered"]
     # and a selector lookup in the CLI finds it with no --plugin (the side-by-side table)
     p = subprocess.run([sys.executable, "-m", "argtca.experiments.select_attributes", "demo",
                         "--selectors", "tca,zz_ep_func", "--num-classes", "16", "--device", "cpu",
-                        "TRAINER.ARGTCA.EMBEDDINGS", "raw"], cwd=tmp_path, env=_env(site),
+                        "TRAINER.ARGTCA.EMBEDDINGS", "raw"], cwd=tmp_path, env=python_env(site),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == 0, p.stderr[-3000:]
     rows = [line.split("|") for line in p.stdout.splitlines()[2:]]
@@ -136,7 +128,7 @@ def test_broken_entry_point_is_one_error_line(tmp_path):
     p = subprocess.run([sys.executable, "-m", "argtca.run", "--dataset-config-file",
                         "configs/datasets/demo.yaml", "--config-file",
                         "configs/trainers/argtca.yaml", "--output-dir", str(tmp_path / "run"),
-                        *QUICK], cwd=REPO, env=_env(site), capture_output=True, text=True,
+                        *QUICK], cwd=REPO, env=python_env(site), capture_output=True, text=True,
                        timeout=600)
     assert p.returncode == 2
     last = p.stderr.strip().splitlines()[-1]
@@ -164,7 +156,7 @@ def _run(tmp_path, plugin, selector, out):
                            "--dataset-config-file", "configs/datasets/demo.yaml",
                            "--config-file", "configs/trainers/argtca.yaml", "--output-dir",
                            str(out), "TRAINER.ARGTCA.SELECTOR", selector, "VERBOSE", "True",
-                           *opts], cwd=REPO, env=_env(), capture_output=True, text=True,
+                           *opts], cwd=REPO, env=python_env(), capture_output=True, text=True,
                           timeout=600)
 
 

@@ -11,16 +11,9 @@ from argtca.config import ConfigError
 from argtca.trainers.methods import TPT
 from argtca.config.methods import find_trainer
 from conftest import tiny_cfg
-from helpers_data import ATTRS, CLASSES, make_caltech, write_attributes
+from helpers_data import ATTRS, CLASSES
 
 TPS = find_trainer("tps")   # declared on its adapter (argtca/adapters/tps.py)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("attr")
-    make_caltech(root / "data")
-    return root / "data", write_attributes(root / "attrs.json")
 
 
 def _cfg(data, out, **over):

@@ -1,7 +1,6 @@
 """The selector is looked up once and its name recorded from that object, the attribute
 machinery exists only where ``TTA.PROMPTS attributes`` asks for it, and a trainer's config is
 settled in one step (TCA's auto alpha/beta with the engine's "auto" values)."""
-import pytest
 
 from argtca.graph.nodes import make_nodes
 from argtca.graph.phase1 import run_phase1
@@ -11,16 +10,8 @@ from argtca.trainers.methods import TCA
 from argtca.config.methods import find_trainer
 from argtca.trainers.zoo import FeatureTrainer
 from conftest import tiny_cfg
-from helpers_data import make_caltech, write_attributes
 
 TPS = find_trainer("tps")   # declared on its adapter (argtca/adapters/tps.py)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    root = tmp_path_factory.mktemp("settle")
-    make_caltech(root / "data")
-    return root / "data", write_attributes(root / "attrs.json")
 
 
 def _cfg(data, out, **over):
