@@ -16,7 +16,10 @@ one (the LoRA term is zero).
 :class:`LoRATower` is a copy of ``model.visual`` with :class:`LoRAAttention` in the chosen blocks,
 split where the adapters start: :meth:`LoRATower.prefix` runs the stem and the blocks before the
 first adapted one (frozen: computed once per image, without a graph), :meth:`LoRATower.suffix`
-the rest, the head included.
+the rest, the head included. The image feature is the class token's (``pool_type "tok"``), so the
+last block runs its attention query, output projection and MLP on that token alone
+(:meth:`LoRATower.last_block_on_class_token`; its keys and values still see every token): the
+same sums for the token read, ~5/6 of the last block's work (forward and backward) left out.
 """
 from __future__ import annotations
 
@@ -106,22 +109,30 @@ class LoRAAttention(nn.Module):
 
     def forward(self, q_x: torch.Tensor, k_x=None, v_x=None, need_weights: bool = False,
                 attn_mask: Optional[torch.Tensor] = None, **_):
-        if attn_mask is not None or (k_x is not None and k_x is not q_x) \
-                or (v_x is not None and v_x is not q_x):
+        """Self-attention of ``q_x`` [N, L, D]; or, with ``k_x`` (= ``v_x``) the block's tokens
+        [N, L, D] and ``q_x`` [N, l, D] some of them, the attention of those queries alone over
+        every token (the class token's, :meth:`LoRATower.last_block_on_class_token`)."""
+        k_x = q_x if k_x is None else k_x
+        if attn_mask is not None or (v_x is not None and v_x is not k_x):
             raise ValueError("LoRAAttention runs unmasked self-attention (the image tower) only")
-        x = q_x
+        x = k_x
         N, L, D = x.shape
         w, bias = self.attn.in_proj_weight, self.attn.in_proj_bias
-        q, k, v = F.linear(x, w, bias).split(D, dim=-1)
+        if q_x is k_x:
+            q, k, v = F.linear(x, w, bias).split(D, dim=-1)
+        else:
+            q = F.linear(q_x, w[:D], None if bias is None else bias[:D])
+            k, v = F.linear(x, w[D:], None if bias is None else bias[D:]).split(D, dim=-1)
         if "q" in self.a:
-            q = q + self.delta("q", x)
+            q = q + self.delta("q", q_x)
         if "k" in self.a:
             k = k + self.delta("k", x)
         if "v" in self.a:
             v = v + self.delta("v", x)
-        h, d = self.heads, D // self.heads
-        q, k, v = (z.reshape(N, L, h, d).transpose(1, 2) for z in (q, k, v))
-        o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(N, L, D)
+        h, d, lq = self.heads, D // self.heads, q_x.shape[1]
+        q = q.reshape(N, lq, h, d).transpose(1, 2)
+        k, v = (z.reshape(N, L, h, d).transpose(1, 2) for z in (k, v))
+        o = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(N, lq, D)
         out = self.attn.out_proj(o)
         if "out" in self.a:
             out = out + self.delta("out", o)
@@ -153,6 +164,13 @@ class LoRATower(nn.Module):
             blk.attn = LoRAAttention(blk.attn, rank, alpha, targets, g)
             self.adapters.append(blk.attn)
         self.start = self.layers[0]
+        # the head reads the class token alone: the last block computes that token only
+        last = self.visual.transformer.resblocks[-1]
+        self.class_token_only = (getattr(self.visual, "attn_pool", None) is None
+                                 and getattr(self.visual, "pool_type", "") == "tok"
+                                 and not hasattr(last, "ln_1_kv")
+                                 and all(hasattr(last, k) for k in
+                                         ("ln_1", "attn", "ls_1", "ln_2", "mlp", "ls_2")))
 
     @torch.no_grad()
     def prefix(self, images: torch.Tensor) -> torch.Tensor:
@@ -166,10 +184,23 @@ class LoRATower(nn.Module):
     def suffix(self, x: torch.Tensor) -> torch.Tensor:
         """Tokens from :meth:`prefix` [N, L, D] -> image features [N, E] (not normalised)."""
         v = self.visual
-        for blk in v.transformer.resblocks[self.start:]:
+        blocks = list(v.transformer.resblocks[self.start:])
+        last = blocks.pop() if self.class_token_only else None
+        for blk in blocks:
             x = blk(x)
+        if last is not None:
+            x = self.last_block_on_class_token(last, x)
         pooled, _ = v._pool(x)
         return pooled @ v.proj if v.proj is not None else pooled
+
+    @staticmethod
+    def last_block_on_class_token(blk: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """open_clip's ``ResidualAttentionBlock`` on the tokens ``x`` [N, L, D], the output's
+        class token [N, 1, D] only: its query, output projection and MLP on that token, its
+        keys and values from every token (what ``blk(x)[:, :1]`` computes, in fewer sums)."""
+        h = blk.ln_1(x)
+        y = x[:, :1] + blk.ls_1(blk.attn(h[:, :1], h, h, need_weights=False)[0])
+        return y + blk.ls_2(blk.mlp(blk.ln_2(y)))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         return self.suffix(self.prefix(images))

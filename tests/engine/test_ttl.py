@@ -177,6 +177,36 @@ def test_tower_prefix_then_suffix_is_the_tower(tiny_clip):
     assert type(model.visual.transformer.resblocks[0].attn) is nn.MultiheadAttention  # a copy
 
 
+def test_the_last_block_on_the_class_token_is_the_whole_blocks_class_token(tiny_clip):
+    """The suffix's last block on the class token alone gives the features and the adapters'
+    gradients of the whole block (every token through it, the class token read), with adapters
+    away from their initial values (the tiny tower has one block)."""
+    model, _ = tiny_clip
+    tower = LoRATower(model.visual, [-1], rank=4, alpha=8.0, targets=["q", "v", "out"])
+    assert tower.class_token_only
+    g = torch.Generator().manual_seed(3)
+    tower.reset(2)
+    with torch.no_grad():
+        for w in tower.parameters_to_tune():
+            w.copy_(0.3 * torch.randn(w.shape, generator=g))
+    with torch.no_grad():
+        tokens = tower.prefix(torch.randn(6, 3, 32, 32, generator=g))
+    out = []
+    for cls_only in (True, False):
+        tower.class_token_only = cls_only
+        params = tower.parameters_to_tune()
+        for w in params:
+            w.grad = None
+        f = tower.suffix(tokens)
+        (f * torch.linspace(-1, 1, f.shape[-1])).sum().backward()
+        out.append((f.detach(), [w.grad.clone() for w in params]))
+    (f1, g1), (f0, g0) = out
+    torch.testing.assert_close(f1, f0, rtol=1e-5, atol=1e-6)
+    for a, b in zip(g1, g0):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert all(float(a.abs().max()) > 0 for a in g1)
+
+
 # --------------------------------------------------------------------- the engine
 def _engine(tiny_clip, steps=1, lr=5e-3, **kw):
     model, tok = tiny_clip
