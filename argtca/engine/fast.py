@@ -65,7 +65,8 @@ they change floating-point rounding at most. What each one buys is measured in
   CUDA graph and replays it, so the host queues one graph a batch instead of ~840 kernels
   (:mod:`argtca.engine.graphs`). The first batch of a shape runs eagerly (the warm-up); AdamW
   steps with ``capturable=True`` inside the graph (fp32 rounding of its bias corrections). The
-  eager loop is bound by the GPU, so it frees the host thread but gains < 1 % (round-10-gpu).
+  eager loop is bound by the GPU, so it frees the host thread but gains < 1 %
+  (``benchmarks/README.md#known-limits-and-missed-targets``).
 """
 from __future__ import annotations
 
@@ -203,7 +204,8 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
         self.graph_emulate = str(graph).lower() == "emulate"
         graphable = (not (self.compile_image or self.compile_text or self.compile_text_grad)
                      and (self.steps <= 0 or grad_mode in ("jacobian", "recompute")))
-        # "auto" = off: the loop is bound by the GPU, the graph gains < 1 % (round-10-gpu.md)
+        # "auto" = off: the loop is bound by the GPU, the graph gains < 1 %
+        # (benchmarks/README.md#known-limits-and-missed-targets)
         self.cuda_graph = graphable and (self.graph_emulate
                                          or (_switch(graph, False) and on_cuda))
         self._in_graph = False   # inside a graph's warm-up or capture

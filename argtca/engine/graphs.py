@@ -2,13 +2,14 @@
 
 In the eager loop the host thread queues every kernel of a batch one by one: the image tower's
 blocks, step 1 (scores, selection, the cotangent, ``cot @ Jᵀ``, AdamW) and the final text-tower
-pass, a few thousand launches through Python and the dispatcher per batch
-(``benchmarks/probes/host_ops.py`` counts them). A batch of a fixed shape does the same work on
-the same buffers every time, so it is captured once and replayed: one launch per batch.
+pass, a few thousand launches through Python and the dispatcher per batch. A batch of a fixed
+shape does the same work on the same buffers every time, so it is captured once and replayed: one
+launch per batch.
 
-Measured (``benchmarks/rounds/round-10-gpu.md``, one H200): the host's time in ``submit`` falls
-from ~117 ms to ~0.6 ms a batch, but the eager loop is bound by the GPU, not by the host (the
-host was waiting on a full launch queue), so the rate moves by < 1 %: hence off by default.
+Measured (``benchmarks/README.md#known-limits-and-missed-targets``, one H200): the host's time
+in ``submit`` falls from ~117 ms to ~0.6 ms a batch, but the eager loop is bound by the GPU, not
+by the host (the host was waiting on a full launch queue), so the rate moves by < 1 %: hence off
+by default.
 
 What stays correct, and why:
 

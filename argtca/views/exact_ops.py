@@ -3,9 +3,9 @@
 
 The loader workers of the exact views spend ~80 % of their time in PIL's AugMix ops (the
 bilinear ``transform`` of shears and rotations, the histograms and look-up tables of the colour
-ops: ``benchmarks/rounds/round-10.md``). Under ``TTA.VIEWS_OPS engine`` they stop after the
-crops and ship each view's plan encoded by :func:`encode_plan`; :class:`ChainRunner` then runs
-all chains of an image at once on the engine's device:
+ops: ``benchmarks/README.md``, "Exact CPU views and peers"). Under ``TTA.VIEWS_OPS engine`` they
+stop after the crops and ship each view's plan encoded by :func:`encode_plan`;
+:class:`ChainRunner` then runs all chains of an image at once on the engine's device:
 
 * **geometry** (rotate, shear_x / shear_y, translate_x / translate_y): Pillow's
   ``ImagingGenericTransform`` with ``affine_transform`` and ``bilinear_filter32RGB``
