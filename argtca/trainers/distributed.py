@@ -143,7 +143,8 @@ def _folder_agreed(err: Optional[BaseException]) -> None:
     fingerprint, bad records) reaches every rank as one RunFolderError; rank 0 says it."""
     problem = [None if err is None else str(err)]
     if dist.get_backend() == "nccl":
-        dist.broadcast_object_list(problem, src=0, device=torch.cuda.current_device())
+        dist.broadcast_object_list(problem, src=0,
+                                   device=torch.device("cuda", torch.cuda.current_device()))
     else:
         dist.broadcast_object_list(problem, src=0)
     if problem[0] is not None:
