@@ -112,4 +112,8 @@ class StepGradients:
             losses.append(loss.detach())
             grads.append(g)
             sels.append(s_idx)
-        return torch.cat(losses), torch.cat(grads), torch.cat(sels)
+        # the views chosen at the first step are returned as they came (the same tensor), so that
+        # per-view inputs made for them (RLCF's SelectedViewInputs) are found without a host sync
+        if sel_idx is None:
+            sel_idx = sels[0] if len(sels) == 1 else torch.cat(sels)
+        return torch.cat(losses), torch.cat(grads), sel_idx

@@ -181,7 +181,11 @@ class SelectedViewInputs:
         for r0, r1, idx, made in self._made:
             if r0 <= a and b <= r1 and idx.shape[1:] == sel_idx.shape[1:]:
                 part = idx[a - r0:b - r0]
-                if _same_memory(part, sel_idx) or torch.equal(part, sel_idx.to(part.device)):
+                if _same_memory(part, sel_idx):
+                    return made[a - r0:b - r0]
+                if torch.equal(part, sel_idx.to(part.device)):
+                    # the same views in another tensor: known by its memory from now on
+                    self._made.append((a, b, sel_idx, made[a - r0:b - r0]))
                     return made[a - r0:b - r0]
         views = self.views.to(sel_idx.device, non_blocking=True)
         rows = torch.arange(views.shape[0], device=sel_idx.device).unsqueeze(-1)
