@@ -32,7 +32,7 @@ LOCATED_DATASETS = ("ImageFolder",)
 INPUT_HASH_PREFIX = "FILE_SHA256."
 TEST_SET_KEYS = ("TEST_SET.N_IMAGES", "TEST_SET.ITEMS_SHA256", "TEST_SET.CLASSNAMES_SHA256")
 ROOT_KEY = "TEST_SET.ROOT"   # an own ImageFolder's absolute location (LOCATED_DATASETS)
-# the online stream's order, by its sha256 (argtca/trainers/zoo.py)
+# the online stream's order, by its sha256 (argtca/trainers/stream.py)
 STREAM_ORDER_KEY = "STREAM.ORDER_SHA256"
 
 

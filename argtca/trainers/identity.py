@@ -170,8 +170,14 @@ class RunIdentity:
             # the code that computes it: recorded, checked on resume, not in the folder's hash
             from argtca.utils.code import code_keys
             fp.update(code_keys())
+            fp.update(self.fingerprint_extra())
             self._fingerprint = dict(sorted(fp.items()))
         return self._fingerprint
+
+    def fingerprint_extra(self) -> Dict[str, object]:
+        """Keys a trainer adds to its run's fingerprint (an online method: its stream order's
+        hash, argtca/trainers/stream.py); none by default."""
+        return {}
 
     def check_providers(self, out_dir: str) -> None:
         """Records made by another provider of a selector, method, adapter or objective: one line

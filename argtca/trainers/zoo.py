@@ -9,30 +9,19 @@ stored in the run folder (``stream.json``) and its sha256 is in the fingerprint,
 carries its stream position, and the adapter's state is checkpointed with the records
 (``stream_state.pt``, every ``TTA.STREAM.CHECKPOINT_IMAGES`` images, at a batch boundary). A resumed
 run drops the records made after the last checkpoint, restores the state and runs on from there in
-the same batches, so its records equal an uninterrupted run's.
+the same batches, so its records equal an uninterrupted run's. The stream is one value,
+:class:`argtca.trainers.stream.Stream`; the trainer's loop hooks hand it what they have.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 from typing import Dict, List
 
-import numpy as np
-import torch
-
 from argtca.config import ConfigError
-from argtca.run_folder import STREAM_ORDER_KEY, RunFolderError, write_records
 from argtca.config.methods import node_of
 from argtca.registry import ADAPTER_REGISTRY, load_builtin_methods
 from argtca.trainers.attributes import GRAPH_NODE, AttributePrompts, ClassPrompts
 from argtca.trainers.base import TestTimeTrainer
-from argtca.trainers.stream_state import (STATE_FIX, STATE_FORMAT, read_stream_state,
-                                          state_structure_problem)
-from argtca.utils.io import write_json
-
-STATE_FILE = "stream_state.pt"
-ORDER_FILE = "stream.json"
+from argtca.trainers.stream import Stream
 
 
 class FeatureTrainer(TestTimeTrainer):
@@ -153,25 +142,10 @@ class FeatureTrainer(TestTimeTrainer):
 
 
 # ------------------------------------------------------------------------------------ streams
-def stream_seed(cfg) -> int:
-    s = int(cfg.TTA.STREAM.SEED)
-    return int(cfg.SEED) if s < 0 else s
-
-
-def stream_order(n: int, order: str, seed: int) -> List[int]:
-    """The test indices in stream order: "shuffle" a permutation drawn from ``seed`` (numpy's
-    PCG64, stable across versions), "index" the split file's order."""
-    if order == "index":
-        return list(range(n))
-    return [int(i) for i in np.random.default_rng(int(seed)).permutation(n)]
-
-
-def order_sha256(order: List[int]) -> str:
-    return hashlib.sha256(json.dumps(order).encode()).hexdigest()[:16]
-
-
 class StreamTrainer(FeatureTrainer):
-    """An online method: one stream over the test set in a seeded order, state carried."""
+    """An online method: one stream over the test set in a seeded order, state carried. The
+    stream (order, position, resume decision, checkpoints) is :attr:`stream`
+    (argtca/trainers/stream.py); the hooks below hand it what the loop has."""
 
     online = True
     family = "online"
@@ -191,25 +165,16 @@ class StreamTrainer(FeatureTrainer):
                 f"(python -m argtca.run), and spread datasets or seeds over GPUs instead")
 
     @property
-    def order(self) -> List[int]:
-        if getattr(self, "_order", None) is None:
-            self._order = stream_order(len(self.dataset.test), str(self.cfg.TTA.STREAM.ORDER),
-                                       stream_seed(self.cfg))
-            self._position = {i: p for p, i in enumerate(self._order)}
-        return self._order
+    def stream(self) -> Stream:
+        """This run's stream over the test set (``TTA.STREAM``), made on first use."""
+        if getattr(self, "_stream", None) is None:
+            self._stream = Stream.of(self.cfg, len(self.dataset.test))
+        return self._stream
 
-    def stream_info(self) -> Dict[str, object]:
-        return {"order": str(self.cfg.TTA.STREAM.ORDER), "seed": stream_seed(self.cfg),
-                "sha256": order_sha256(self.order), "n": len(self.order)}
-
-    def fingerprint(self) -> Dict[str, object]:
-        fp = super().fingerprint()
+    def fingerprint_extra(self) -> Dict[str, object]:
         # in config.json (a resume refuses another order); with the default TTA.STREAM.SEED the
         # order follows the seed and stays out of the experiment's hash (run_folder.seed_axis_keys)
-        if STREAM_ORDER_KEY not in fp:
-            fp[STREAM_ORDER_KEY] = order_sha256(self.order)
-            self._fingerprint = dict(sorted(fp.items()))
-        return self._fingerprint
+        return dict(super().fingerprint_extra(), **self.stream.fingerprint_keys())
 
     @property
     def checkpoint_every(self) -> int:
@@ -219,87 +184,31 @@ class StreamTrainer(FeatureTrainer):
         return max(1, -(-int(self.cfg.TTA.STREAM.CHECKPOINT_IMAGES) // b)) * b
 
     def resume_records(self, out_dir: str, records: List[dict]) -> List[dict]:
-        self._out_dir = out_dir
-        info = self.stream_info()
-        order_path = os.path.join(out_dir, ORDER_FILE)
-        if not os.path.isfile(order_path):
-            write_json(order_path, dict(info, indices=self.order))
-        state_path = os.path.join(out_dir, STATE_FILE)
-        self._resume_state = None
-        position = 0
-        if os.path.isfile(state_path):
-            position, self._resume_state = read_stream_state(
-                state_path, self.fingerprint(), self.adapter_name, len(self.order), out_dir,
-                info["sha256"])
-        pos = self._position
-        kept = [r for r in records if pos[r["index"]] < position]
-        if len(kept) != position:
-            raise RunFolderError(
-                f"{os.path.join(out_dir, 'records.jsonl')}: {len(kept)} records before the "
-                f"stream state's position {position}; the records and {STATE_FILE} disagree: "
-                f"delete {out_dir} to start the stream over")
-        # the records after the checkpoint are dropped from the file once the state is restored
-        # (before_loop): a state refused there leaves records.jsonl as it was
-        self._drop = len(records) - len(kept)
-        kept.sort(key=lambda r: pos[r["index"]])
-        self._kept = kept
-        self._saved_position = position
-        return kept
+        return self.stream.resume(out_dir, records, self.fingerprint(), self.adapter_name)
 
     def pending_indices(self, records: List[dict], n_total: int) -> List[int]:
-        return self.order[len(records):]
+        return self.stream.pending(records)
 
     def before_loop(self, out_dir: str) -> None:
         self.engine.prepare()
         adapter = self.engine.adapter
         if not getattr(adapter, "online", False):
             raise TypeError(f"{type(self).__name__}: adapter {self.adapter_name!r} is not online")
-        if self._resume_state is not None:
-            path = os.path.join(self._out_dir, STATE_FILE)
-            # every buffer against the adapter's own and the lengths it declares for the saved
-            # position: a wrong one is refused here, not in the next image's torch.cat
-            problem = state_structure_problem(self._resume_state, adapter.state_dict(),
-                                              declared=adapter.state_shapes(
-                                                  self._saved_position))
-            if problem:
-                raise RunFolderError(
-                    f"{path}: not a state of {self.label}'s adapter at image "
-                    f"{self._saved_position} of the stream ({problem}); "
-                    f"{STATE_FIX.format(out_dir=self._out_dir)}")
-            adapter.load_state_dict(self._resume_state)
-            print(f"argtca: stream resumed at image {self._saved_position} of "
-                  f"{len(self.order)} from {STATE_FILE}", flush=True)
-        if self._drop:
-            print(f"argtca: {self._drop} records after the last stream checkpoint "
-                  f"(image {self._saved_position} of the stream) are made again, from the saved "
-                  f"state", flush=True)
-            write_records(os.path.join(self._out_dir, "records.jsonl"), self._kept)
-            self._drop = 0
-        begin = getattr(adapter, "begin_stream", None)
-        if begin is not None:   # e.g. OnZeta's schedule sqrt(t / n) needs the stream's length
-            begin(len(self.order))
+        self.stream.restore(adapter, self.label)
 
     def make_records(self, batch, probs) -> List[dict]:
         recs = super().make_records(batch, probs)
         for r in recs:
-            r["stream_pos"] = self._position[r["index"]]
+            r["stream_pos"] = self.stream.position_of(r["index"])
         return recs
 
     def after_batch(self, records: List[dict]) -> None:
-        n = len(records)
-        if n - self._saved_position >= self.checkpoint_every or n == len(self.order):
-            self.save_state(n)
+        if self.stream.due(len(records), self.checkpoint_every):
+            self.save_state(len(records))
 
     def save_state(self, position: int) -> None:
-        path = os.path.join(self._out_dir, STATE_FILE)
-        tmp = path + ".tmp"
-        fp = json.dumps(self.fingerprint(), sort_keys=True, default=str)
-        # plain values and tensors only: read back with weights_only=True
-        torch.save({"format": STATE_FORMAT, "position": int(position),
-                    "order_sha256": order_sha256(self.order), "adapter": self.adapter_name,
-                    "fingerprint": fp, "state": self.engine.adapter.state_dict()}, tmp)
-        os.replace(tmp, path)
-        self._saved_position = position
+        self.stream.save(position, self.engine.adapter.state_dict(), self.fingerprint(),
+                         self.adapter_name)
 
     def summary_extra(self) -> Dict[str, object]:
-        return dict(super().summary_extra(), stream=self.stream_info())
+        return dict(super().summary_extra(), stream=self.stream.info())

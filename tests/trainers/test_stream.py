@@ -1,6 +1,6 @@
-"""The stream engine of the online methods (argtca/trainers/zoo.py): a fixed, seeded order
-recorded in the run folder and its fingerprint, state carried across batches, and a resume after
-an interruption that gives the records of an uninterrupted run.
+"""The stream engine of the online methods (argtca/trainers/zoo.py, argtca/trainers/stream.py):
+a fixed, seeded order recorded in the run folder and its fingerprint, state carried across
+batches, and a resume after an interruption that gives the records of an uninterrupted run.
 
 A probe adapter makes the state matter: its prediction mixes the running mean of the stream's
 view-0 features into the class features, so any lost, repeated or reordered image changes later
@@ -13,8 +13,10 @@ import torch
 
 from argtca.adapters.base import OnlineAdapter
 from argtca.config import ConfigError
+from argtca.run_folder import RunFolderError
 from argtca.registry import ADAPTER_REGISTRY
-from argtca.trainers.zoo import StreamTrainer, stream_order
+from argtca.trainers.stream import Stream, stream_order
+from argtca.trainers.zoo import StreamTrainer
 from conftest import tiny_cfg
 from helpers_data import make_caltech
 
@@ -201,3 +203,60 @@ def test_sigkill_mid_stream_then_resume_gives_the_uninterrupted_records(tmp_path
         assert main(argv(out)) == 0
         got = [json.loads(x) for x in rec.read_text().splitlines()]
         assert got == full
+
+
+# ------------------------------------------------------------- the Stream value on its own
+class _Counter:
+    """The smallest online adapter: its state counts the images it has seen."""
+    online = True
+
+    def __init__(self):
+        self.state, self.length = {"n": 0}, None
+
+    def state_dict(self):
+        return dict(self.state)
+
+    def state_shapes(self, position):
+        return {"n": position}
+
+    def load_state_dict(self, state):
+        self.state = dict(state)
+
+    def begin_stream(self, n):
+        self.length = n
+
+
+def test_a_stream_of_10_killed_after_6_resumes_at_its_checkpoint_4(tmp_path):
+    out = str(tmp_path)
+    first = Stream(10, "shuffle", 1)
+    fp = dict(first.fingerprint_keys(), SEED=1)
+    assert first.resume(out, [], fp, "counter") == [] and first.position == 0
+    assert first.pending([]) == first.order and sorted(first.order) == list(range(10))
+    assert not first.due(3, 4) and first.due(4, 4)
+    first.save(4, {"n": 4}, fp, "counter")          # the state after 4 images
+    made = [{"index": i} for i in first.order[:6]]   # 6 records written, then killed
+    (tmp_path / "records.jsonl").write_text("".join(json.dumps(r) + "\n" for r in made))
+
+    again = Stream(10, "shuffle", 1)
+    kept = again.resume(out, made[::-1], fp, "counter")   # the file's order does not matter
+    assert (again.position, again.dropped) == (4, 2)
+    assert [r["index"] for r in kept] == first.order[:4]
+    assert again.pending(kept) == first.order[4:]          # 6 images to run, in stream order
+    assert json.loads((tmp_path / "stream.json").read_text())["indices"] == first.order
+    assert [again.position_of(i) for i in first.order] == list(range(10))
+    assert not again.due(7, 4) and again.due(8, 4) and again.due(10, 100)   # and at the end
+    adapter = _Counter()
+    again.restore(adapter, "Counter")
+    assert adapter.state == {"n": 4} and adapter.length == 10
+    # the 2 records after the checkpoint leave records.jsonl once the state is restored
+    lines = (tmp_path / "records.jsonl").read_text().splitlines()
+    assert [json.loads(x)["index"] for x in lines] == first.order[:4]
+
+    # another order (another stream seed) is refused in one line, naming the file
+    other = Stream(10, "shuffle", 2)
+    assert other.order != first.order
+    with pytest.raises(RunFolderError) as e:
+        other.resume(out, kept, dict(other.fingerprint_keys(), SEED=1), "counter")
+    msg = str(e.value)
+    assert "\n" not in msg and "stream_state.pt: saved for another stream order" in msg
+    assert first.sha256 in msg and other.sha256 in msg
