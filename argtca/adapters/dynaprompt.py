@@ -10,21 +10,17 @@ the stream with each slot's use count and the slots' least-recently-selected ord
 1. **Append.** When every slot has been used at least once (``APPEND``; the official ``noapp``
    ablation turns it off), the least recently selected slot (``order[0]``) is reset: residual 0
    (the initial prompt), use count 0.
-2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (no graph;
-   through the engine's prefix-shared text tower, TPT's fast forward, where it has one);
-   :func:`select_prompts` picks slots from them by prediction entropy and probability
-   difference, always with ``order[0]``; each picked slot's use count grows and it moves to the
-   end of ``order``; TPT's loss on the picked slots (the ``int(V·TTA.SELECTION_P)`` views of
-   lowest entropy averaged over the picked prompts, then the mean over those prompts of the
-   entropy of the views' mean probability), their logits computed again with a graph for those
-   slots alone (the official code runs every prompt with a graph and indexes the picked ones:
-   the same loss and gradient, the others' exactly 0, up to the rounding of a smaller batch in
-   the text tower); one AdamW step (``TTA.LR``, ``TTA.WEIGHT_DECAY``, fresh moments each image:
-   the official ``optimizer.load_state_dict(optim_state)``) on the whole buffer, through a
-   GradScaler kept over the stream (init ``TTA.LOSS_SCALE``; enabled under fp16 autocast only).
-3. The prediction: view 0's logits under each picked slot after the step (text features
-   through the prefix-shared tower too), averaged over the picked slots (duplicates counted
-   twice, as the official code); its softmax is recorded.
+2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (text features
+   with gradient); :func:`select_prompts` picks slots from the detached logits by prediction
+   entropy and probability difference, always with ``order[0]``; each picked slot's use count
+   grows and it moves to the end of ``order``; TPT's loss on the picked slots (the
+   ``int(V·TTA.SELECTION_P)`` views of lowest entropy averaged over the picked prompts, then the
+   mean over those prompts of the entropy of the views' mean probability); one AdamW step
+   (``TTA.LR``, ``TTA.WEIGHT_DECAY``, fresh moments each image: the official
+   ``optimizer.load_state_dict(optim_state)``) on the whole buffer, through a GradScaler kept over
+   the stream (init ``TTA.LOSS_SCALE``; enabled under fp16 autocast only).
+3. The prediction: view 0's logits under each picked slot after the step, averaged over the
+   picked slots (duplicates counted twice, as the official code); its softmax is recorded.
 
 The state (``state_dict``): the residuals [M, n, W], the use counts, the order and the scaler's
 state. The text tower comes from the engine the trainer hands over (``engine``: its
@@ -176,31 +172,12 @@ class DynaPromptAdapter(OnlineAdapter):
         if self.state["scaler"]:
             self.scaler.load_state_dict(self.state["scaler"])
 
-    def logits(self, img: torch.Tensor, delta: torch.Tensor, shared: bool = False
-               ) -> torch.Tensor:
+    def logits(self, img: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """``img [V, E]``, residuals ``[m, n, W]`` -> logits [V, m, K] (the prompts' class
-        features: the mean of each class's prompts, re-normalised, when it has several).
-        ``shared``: through the engine's prefix-shared text tower where it has one
-        (:class:`~argtca.engine.text_tower.PrefixSharedText`, the forward of TPT's fast engine:
-        the same sums in another order), else the plain encoder. Without a graph, equal
-        residuals (fresh slots, slots picked together from equal starts) are encoded once:
-        their features are bit-equal whatever rows a kernel rounds apart, so that they tie in
-        the selection as the official product means them to (see below)."""
-        ctx = self.encoder.ctx_init.float() + delta
-        inverse = None
-        if not ctx.requires_grad and ctx.shape[0] > 1:
-            uniq, inverse = torch.unique(ctx.flatten(1), dim=0, return_inverse=True)
-            ctx = uniq.view(-1, *ctx.shape[1:])
-        text = getattr(self.engine, "text", None) if shared else None
-        if text is not None and text is not self.encoder:
-            with self.engine.text_ctx():
-                t = text(ctx)                                                   # [m, P, E]
-        else:
-            with self.engine.autocast():
-                t = self.encoder(ctx)                                           # [m, P, E]
+        features: the mean of each class's prompts, re-normalised, when it has several)."""
+        with self.engine.autocast():
+            t = self.encoder(self.encoder.ctx_init.float() + delta)             # [m, P, E]
         t = t.float()
-        if inverse is not None:
-            t = t[inverse]
         if t.shape[1] != self.n_classes:
             t = F.normalize(t.reshape(t.shape[0], self.n_classes, -1, t.shape[-1]).mean(2),
                             dim=-1)
@@ -222,20 +199,13 @@ class DynaPromptAdapter(OnlineAdapter):
         picked: List[int] = [order[0]]
         with torch.enable_grad():
             for _ in range(self.steps):
-                # the selection reads every prompt's logits, detached: no graph for them
-                with torch.no_grad():
-                    picked = select_prompts(self.logits(img, delta, shared=True), order)
+                logits = self.logits(img, delta)
+                picked = select_prompts(logits.detach(), order)
                 for i in picked:
                     order.remove(i)
                     use[i] += 1
                     order.append(i)
-                # the loss reads the picked prompts' logits only: only they enter the text tower
-                # with a graph (the others' gradient is exactly 0 either way: AdamW still decays
-                # their residuals, as the official optimizer over the whole buffer)
-                slots = sorted(set(picked))
-                logits = self.logits(img, delta[slots])
-                sel = torch.as_tensor([slots.index(i) for i in picked], dtype=torch.long,
-                                      device=logits.device)
+                sel = torch.as_tensor(picked, dtype=torch.long, device=logits.device)
                 loss = confident_views_loss(logits[:, sel], self.selection_p)
                 opt.zero_grad()
                 self.scaler.scale(loss).backward()
@@ -244,5 +214,5 @@ class DynaPromptAdapter(OnlineAdapter):
         st["ctx"] = delta.detach()
         with torch.no_grad():
             sel = torch.as_tensor(picked, dtype=torch.long, device=delta.device)
-            out = self.logits(img[:1], st["ctx"][sel], shared=True)[0].mean(0)
+            out = self.logits(img[:1], st["ctx"][sel])[0].mean(0)
         return out.softmax(-1)

@@ -155,63 +155,6 @@ def test_buffer_update_and_replacement_by_hand(append, monkeypatch):
     torch.testing.assert_close(probs, want)
 
 
-def test_only_the_picked_prompts_enter_the_text_tower_with_a_graph(monkeypatch):
-    """The selection reads every prompt without a graph; the loss's forward (with a graph) runs
-    the picked slots alone, each once (a slot picked twice counts twice in the loss); the
-    prediction runs the picked slots without a graph; without a graph equal residuals are
-    encoded once (a fresh buffer: one prompt)."""
-    K, M = 3, 4
-    tower = TinyTower(K)
-    calls = []
-    forward = tower.forward
-
-    def spy(ctx):
-        calls.append((ctx.shape[0], torch.is_grad_enabled()))
-        return forward(ctx)
-
-    tower.forward = spy
-    a = make(tower, K, NUM_PROMPTS=M)
-    monkeypatch.setattr(dyn, "select_prompts", lambda logits, order: [2, 2, order[0]])
-    g = torch.Generator().manual_seed(1)
-    img = F.normalize(torch.randn(8, E, generator=g), dim=-1)
-    a.step(img)                                  # fresh: every residual 0
-    assert calls == [(1, False), (2, True), (2, False)]
-    calls.clear()
-    a.state["ctx"] = 0.1 * torch.randn(M, N_CTX, WIDTH, generator=g)
-    a.state["use"] = [1] * M
-    a.step(img)
-    assert calls == [(M, False), (2, True), (2, False)]
-
-
-def test_the_prefix_shared_text_tower_gives_the_plain_encoders_stream(tiny_clip):
-    """Through the engine's prefix-shared text tower (TPT's fast forward, for the selection and
-    the prediction) the stream is the plain encoder's: the same picks, probabilities and
-    buffer to float rounding."""
-    from argtca.engine.text_tower import PrefixSharedText
-    from argtca.models.text import PromptTextEncoder
-    model, tok = tiny_clip
-    enc = PromptTextEncoder(model, tok, [f"{c}." for c in ("dog", "cat", "red fish", "bird")])
-    with torch.no_grad():
-        text = enc(enc.ctx_init)
-    g = torch.Generator().manual_seed(5)
-    imgs = F.normalize(text[torch.randint(0, 4, (12,), generator=g), None]
-                       + 1.5 * torch.randn(12, 8, text.shape[-1], generator=g), dim=-1)
-    runs = []
-    for shared in (None, PrefixSharedText(enc, attention="split")):
-        engine = types.SimpleNamespace(text_encoder=enc, autocast=contextlib.nullcontext,
-                                       text_ctx=contextlib.nullcontext, amp=False, text=shared)
-        cfg = get_cfg_default()
-        # a large step: with the tiny random CLIP smaller ones leave the reference picked alone
-        cfg.TTA.N_VIEWS, cfg.TTA.LR, cfg.TTA.SELECTION_P = 8, 3.0, 0.25
-        cfg.TRAINER.DYNAPROMPT.NUM_PROMPTS = 4
-        a = DynaPromptAdapter(cfg.TRAINER.DYNAPROMPT, cfg, text, 10.0, engine=engine)
-        runs.append((a(imgs), a.state))
-    (p0, s0), (p1, s1) = runs
-    torch.testing.assert_close(p1, p0, rtol=1e-5, atol=1e-6)
-    torch.testing.assert_close(s1["ctx"], s0["ctx"], rtol=1e-5, atol=1e-6)
-    assert s1["use"] == s0["use"] and s1["order"] == s0["order"] and max(s0["use"]) > 1
-
-
 def test_fresh_slots_are_used_before_any_is_replaced():
     K, M = 3, 3
     tower = TinyTower(K, seed=1)
