@@ -1,9 +1,10 @@
 #!/bin/bash
 # Issue 42 item 3 on a device host: the whole-table benchmark of the slow methods (RLCF, DynaPrompt,
 # TTL) on the Caltech101 stand-in (100 classes), N images each, for each source tree given (e.g. a
-# commit before and one after, unpacked with `git archive C | tar -x -C DIR`), then the GPU probe
-# (profile_methods_gpu.py, K=101) of the methods in PROBE with the last tree, first. Rate files and logs land in
-# $OUT. The wheels argtca needs beside the image's torch are in .whl/ (device README).
+# commit before and one after, unpacked with `git archive C | tar -x -C DIR`; each tree builds its
+# own stand-in folder, so that no tree re-reads another's finished runs), after the GPU probe
+# (profile_methods_gpu.py, K=101) of the methods in PROBE, once with each tree. Rate files and
+# logs land in $OUT. The wheels argtca needs beside the image's torch are in .whl/ (device README).
 # Usage (device tree root): OUT=$OUT N=48 bash benchmarks/probes/device_slow_methods.sh DIR ...
 set -u
 export PYTHONUNBUFFERED=1
@@ -15,17 +16,21 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
   --target "$SITE" "$ROOT"/.whl/*.whl 2>&1 | tail -2
 nvidia-smi -L 2>/dev/null; nproc; date -u; cat /proc/loadavg
 METHODS=${METHODS:-rlcf,dynaprompt,ttl}
-LAST=${*: -1}
-for M in ${PROBE:-}; do
-  (cd "$LAST" && PYTHONPATH=$PWD:$SITE timeout "${PROBE_S:-120}" python3 \
-     "$ROOT/benchmarks/probes/profile_methods_gpu.py" "$M" --classes 101 --images "${N:-48}" \
-     2>&1 | grep -v "No pretrained" | tee -a "$OUT/probe.log")
+# no run pays the bytecode compilation of its sources
+python3 -m compileall -q -j 16 "$SITE" "$@" > /dev/null 2>&1
+for DIR in "$@"; do
+  for M in ${PROBE:-}; do
+    echo "== $(basename "$DIR")" >> "$OUT/probe.log"
+    (cd "$DIR" && PYTHONPATH=$PWD:$SITE timeout "${PROBE_S:-120}" python3 \
+       "$ROOT/benchmarks/probes/profile_methods_gpu.py" "$M" --classes 101 --images "${N:-48}" \
+       2>&1 | grep -v "No pretrained" | tee -a "$OUT/probe.log")
+  done
 done
 for DIR in "$@"; do
   TAG=$(basename "$DIR")
   (cd "$DIR" && PYTHONPATH=$PWD:$SITE timeout "${BENCH_S:-240}" python3 -m argtca.bench table1 \
      --methods "$METHODS" --datasets caltech101 --images "${N:-48}" --warmup "${WARMUP:-16}" \
-     --commit "$TAG" --replace --out "$OUT/rates_$TAG.json" --data-dir /tmp/standins \
+     --commit "$TAG" --replace --out "$OUT/rates_$TAG.json" --data-dir "/tmp/standins_$TAG" \
      2>&1 | grep -v "No pretrained" | tee "$OUT/bench_$TAG.log" | tail -12)
   echo "$TAG took $(( $(date +%s) - T0 )) s"
 done

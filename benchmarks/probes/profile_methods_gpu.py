@@ -27,6 +27,8 @@ PIECES = [
     ("image features of all views (fast/features engine)", "argtca.engine.fast",
      "FastEngine.image_features"),
     ("text tower forward (PromptTextEncoder)", "argtca.models.text", "PromptTextEncoder.forward"),
+    ("text tower forward, prefix-shared (PrefixSharedText)", "argtca.engine.text_tower",
+     "PrefixSharedText.forward"),
     ("autograd backward", "torch.autograd", "backward"),
     ("autograd.grad", "torch.autograd", "grad"),
     ("reward image features (RewardCLIP)", "argtca.models.reward", "RewardCLIP.image_features"),
