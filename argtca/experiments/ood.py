@@ -25,6 +25,7 @@ import os
 from pathlib import Path
 from typing import List, Sequence
 
+from .command import Command, split_list
 from .plan import ExperimentError, RunSpec, check_presence, dataset_yaml, split_method
 from .preflight import check_methods, dropped_lines, needs_attributes
 from .runner import execute
@@ -161,3 +162,28 @@ def ood(datasets: Sequence[str] = (), oods: Sequence[str] = (), ood_root: str = 
         return written
 
     return _finish(outcomes, "ood", make, dry_run, specs, root, plugins, notes)
+
+
+def _add_arguments(p) -> None:
+    p.add_argument("--ood", action="append", default=[], metavar="DATASET",
+                   help="an OOD set (configs/datasets key, e.g. dtd or imagefolder); repeat")
+    p.add_argument("--ood-root", default="", help="the OOD sets' data root (default --root)")
+    p.add_argument("--ood-split", default="test", help="the OOD sets' split (default test)")
+    p.add_argument("--allow-shared-classes", action="store_true",
+                   help="accept an OOD set whose class names are in-distribution class names "
+                   "(refused by default: its images are not out of distribution); ood.md and "
+                   "the log name them")
+    p.add_argument("--methods", default="", help="comma-separated methods (default: the first "
+                   "method of the zero-shot, TPT and online families of python -m "
+                   "argtca.trainers.catalogue --table; 'paper', 'zoo' and 'all' as for table1)")
+
+
+def _run(args, datasets: List[str], common) -> int:
+    return ood(datasets, oods=args.ood, ood_root=args.ood_root, ood_split=args.ood_split,
+               methods=split_list(args.methods), force=args.force,
+               allow_shared_classes=args.allow_shared_classes, **common)
+
+
+OOD_COMMAND = Command("ood", "OOD detection: every method on an ID set and OOD sets (AUROC, "
+                      "FPR@95TPR of the maximum softmax probability)", "1,2,3",
+                      _add_arguments, _run)

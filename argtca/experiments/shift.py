@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Dict, List, Sequence, Tuple
 
 from ..report.reference import SHIFT_DATASETS, paper_shift
+from .command import Command, split_list
 
 __all__ = ["SHIFT_DATASETS", "shift", "shift_markdown", "write_shift_section"]
 
@@ -175,3 +176,22 @@ def write_shift_section(done: Sequence, out: Path) -> Dict[str, Path]:
     w.writerows(rows)
     (out / "shift.csv").write_text(buf.getvalue())
     return {"shift.md": out / "shift.md", "shift.csv": out / "shift.csv"}
+
+
+def _add_arguments(p) -> None:
+    p.add_argument("--methods", default="", help="as for table1 (default all)")
+    p.add_argument("--baseline-config", default=None, metavar="YAML",
+                   help="as for table1: tuned.yaml of the tune command")
+    p.add_argument("--plan", action="store_true", help="as for table1: the absent sets, then "
+                   "the runs, test images and estimated time per set; run nothing")
+    p.add_argument("--rates", default=None, metavar="JSON", help="as for table1")
+
+
+def _run(args, datasets: List[str], common) -> int:
+    return shift(datasets, methods=split_list(args.methods), baseline_config=args.baseline_config,
+                 plan=args.plan, force=args.force, rates=args.rates, **common)
+
+
+SHIFT_COMMAND = Command("shift", "TPT's distribution-shift table: every method on ImageNet and "
+                        "-A, -V2, -R, -Sketch, over seeds, published numbers beside", "1,2,3",
+                        _add_arguments, _run)

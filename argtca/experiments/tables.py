@@ -18,6 +18,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from ..report.runs import ReportError
 
+from .command import Command, split_list
 from .estimate import plan_lines
 from .plan import (ABLATION_DATASETS, TABLE1_DATASETS, TABLE1_EXTENSION,
                    Presence, RunSpec,
@@ -348,3 +349,77 @@ def table3(datasets: Sequence[str] = (), classes: Sequence[str] = (), num_classe
     (rep / "table3.md").write_text("\n".join(md).rstrip() + "\n")
     print(f"[table3] wrote: {rep / 'table3.md'}")
     return rc
+
+
+# ---------------------------------------------- the commands of python -m argtca.experiments
+def _table1_arguments(p) -> None:
+    p.add_argument("--methods", default="", help="comma-separated methods (default all: every "
+                   "registered method, ArgTCA as argtca-div,argtca-disc; any argtca-SELECTOR; "
+                   "python -m argtca.trainers.catalogue --table lists them); 'paper' = the "
+                   "ArgTCA paper's rows, 'zoo' = the others")
+    p.add_argument("--baseline-config", default=None, metavar="YAML",
+                   help="tuned.yaml of the tune command: the baselines' weights")
+    p.add_argument("--plan", action="store_true",
+                   help="print the absent datasets, the views per method family, the "
+                   "finished runs, then the runs, test images and estimated time per dataset "
+                   "on this machine (from measured rates); run nothing")
+    p.add_argument("--rates", default=None, metavar="JSON", help="with --plan: the rate file "
+                   "of python -m argtca.bench table1 to estimate from (default $ARGTCA_RATES, "
+                   "else this machine's in benchmarks/rates)")
+    p.add_argument("--extended", action="store_true",
+                   help="also ImageNet and SUN397 (not in the paper's Table 1) when no dataset "
+                   "is named")
+
+
+def _table1_run(args, datasets: List[str], common) -> int:
+    return table1(datasets, methods=split_list(args.methods),
+                  baseline_config=args.baseline_config, plan=args.plan, extended=args.extended,
+                  force=args.force, rates=args.rates, **common)
+
+
+def _selectors_argument(default: str):
+    def add(p) -> None:
+        p.add_argument("--selectors", default=default)
+    return add
+
+
+def _table2_run(args, datasets: List[str], common) -> int:
+    return table2(datasets, selectors=split_list(args.selectors), force=args.force, **common)
+
+
+def _sweep_arguments(p) -> None:
+    _selectors_argument("div,disc")(p)
+    p.add_argument("--alphas", default="5,10,20,40")
+    p.add_argument("--betas", default="15,25,35,50")
+    p.add_argument("--fixed-alpha", default="10", help="alpha of the beta line (default 10)")
+    p.add_argument("--fixed-beta", default="35", help="beta of the alpha line (default 35)")
+
+
+def _sweep_run(args, datasets: List[str], common) -> int:
+    return sweep(datasets, selectors=split_list(args.selectors), alphas=split_list(args.alphas),
+                 betas=split_list(args.betas), fixed_alpha=args.fixed_alpha,
+                 fixed_beta=args.fixed_beta, force=args.force, **common)
+
+
+def _table3_arguments(p) -> None:
+    p.add_argument("--class", dest="classes", action="append", default=[],
+                   metavar="[DATASET:]NAME", help="class to show (repeat); NAME for every "
+                   "dataset, DATASET:NAME for one")
+    p.add_argument("--num-classes", type=int, default=5,
+                   help="classes shown where none is given (the first N)")
+    _selectors_argument("tca,div,disc")(p)
+
+
+def _table3_run(args, datasets: List[str], common) -> int:
+    return table3(datasets, classes=args.classes, num_classes=args.num_classes,
+                  selectors=args.selectors, **common)
+
+
+TABLE1_COMMAND = Command("table1", "every method on every present dataset, over seeds",
+                         "1,2,3", _table1_arguments, _table1_run)
+TABLE2_COMMAND = Command("table2", "ablations: full / zero edges / raw EOS / random", "1",
+                         _selectors_argument("div,disc"), _table2_run)
+SWEEP_COMMAND = Command("sweep", "alpha/beta sensitivity figures", "1",
+                        _sweep_arguments, _sweep_run)
+TABLE3_COMMAND = Command("table3", "attributes tca/div/disc pick for chosen classes", None,
+                         _table3_arguments, _table3_run)

@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..trainers.catalogue import catalogue
+from .command import Command, split_list
 from .plan import (BASELINES, ExperimentError, RunSpec, check_opts, check_presence,
                    failure_lines, presence_lines, value_for)
 from .runner import dry_run as run_dry, execute
@@ -307,3 +308,34 @@ def tune(dataset: str = "caltech101", seeds: Sequence[int] = (1,), grid_items: S
               f"was chosen this time", file=sys.stderr)
     print(f"[tune] wrote: {', '.join(map(str, written))}")
     return 0 if len(ok) == len(outcomes) else 1
+
+
+def _add_arguments(p) -> None:
+    p.add_argument("--split", default="val", help="split evaluated (default val)")
+    p.add_argument("--tolerance", type=float, default=1.0,
+                   help="accuracy points below the best that still qualify (default 1.0); "
+                   "among those the lowest ECE is chosen")
+    p.add_argument("--grid", action="append", default=[], metavar="KEY=v1,v2",
+                   help="a method's grid, e.g. TRAINER.CTPT.LAMBDA=25,50 (repeat; a method "
+                   "named here gets only the keys given; default grids in argtca/experiments/"
+                   "tune.py)")
+    p.add_argument("--methods", default="", help="baselines to tune (default: those with a "
+                   "default grid in argtca/experiments/tune.py)")
+    p.add_argument("--write", default=None, metavar="YAML",
+                   help="where to write the chosen values (default <report-dir>/tuned.yaml)")
+    p.add_argument("--allow-partial", action="store_true",
+                   help="choose even where some grid points failed (tuned.yaml names them)")
+
+
+def _run(args, datasets: List[str], common) -> int:
+    if len(datasets) > 1:
+        raise ExperimentError(f"tune takes one dataset, got {datasets}")
+    # no dataset named: tune()'s default, caltech101
+    return tune(datasets[0] if datasets else "caltech101", grid_items=args.grid,
+                tolerance=args.tolerance, split=args.split, write=args.write,
+                methods=[m.lower() for m in split_list(args.methods)],
+                allow_partial=args.allow_partial, **common)
+
+
+TUNE_COMMAND = Command("tune", "re-tune the baselines' weights on a validation split", "1",
+                       _add_arguments, _run)
