@@ -4,9 +4,7 @@ size. One output tree is shared by every test (module fixture): Table 1 first, t
 ablation and the sweep reuse its ArgTCA runs and stored graph, the tuning writes the config a
 second Table-1 call takes. Every number of a table is checked against the runs' records,
 recomputed here (accuracy and 20-bin ECE), and against their summary.json."""
-import contextlib
 import csv
-import io
 import json
 import math
 import os
@@ -19,7 +17,7 @@ import numpy as np
 import pytest
 import yaml
 
-from argtca.experiments.__main__ import main
+from experiments_cli import call as _call
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["DATASET.NUM_IMAGES", "3", "TTA.N_VIEWS", "2", "DATALOADER.NUM_WORKERS", "0",
@@ -28,13 +26,6 @@ LABELS = ["Zero-shot CLIP", "TPT", "C-TPT", "O-TPT", "A-TPT", "TCA", "ArgTCA (di
           "ArgTCA (disc)"]
 TUNE_GRID = ["--methods", "ctpt,tca", "--grid", "TRAINER.CTPT.LAMBDA=0,50",
              "--grid", "TRAINER.TCA.ALPHA=10", "--grid", "TRAINER.TCA.BETA=35"]
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture(scope="module")

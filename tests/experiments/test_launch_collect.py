@@ -3,8 +3,6 @@ whose job id climbs out of the launch's folder) is refused in one line, and a cr
 file even inside the launch's own folder is read as plain data (the task counts as failed)
 without running it. A record that is not JSON, one without ``folder``, and ``--launcher slurm``
 without SLURM are each one line, exit status 2, no traceback."""
-import contextlib
-import io
 import json
 import os
 import pickle
@@ -14,6 +12,7 @@ import pytest
 
 from argtca.experiments.__main__ import main
 from argtca.experiments.launch.jobs import read_result
+from experiments_cli import call as _call
 
 TINY = ["DATASET.NUM_IMAGES", "2", "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False",
         "USE_CUDA", "False"]
@@ -34,13 +33,6 @@ class _Crafted:
 def _crafted_result(path: Path, marker: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(("success", _Crafted(marker))))
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from argtca.experiments.__main__ import main
 from argtca.experiments.launch import RunTask, TaskRun
 from argtca.experiments.launch import tasks as tasks_mod
+from experiments_cli import call as _call
 from helpers_procs import reap, sigint_default
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
@@ -40,13 +40,6 @@ if _flag:
             time.sleep(1.0)
     run_folder.RecordWriter.write = write
 '''
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def _children(pid: int):

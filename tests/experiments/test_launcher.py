@@ -4,8 +4,6 @@ its task resubmitted by running the command again: the finished runs are not sub
 the killed run resumes from its records, and the report equals the in-process runner's. Also
 the dry run's numbers, the failed-task listing, the SLURM array (submitit's mocked sbatch) and
 the requeue of a preempted task."""
-import contextlib
-import io
 import json
 import subprocess
 import sys
@@ -15,9 +13,10 @@ import pytest
 import submitit
 from submitit.core.utils import cloudpickle_dump
 
-from argtca.experiments.__main__ import main, without_launch_options
+from argtca.experiments.__main__ import without_launch_options
 from argtca.experiments.launch import (RunTask, TaskRun, failure_line, job_state,
                                        last_error_line)
+from experiments_cli import call as _call
 from helpers_procs import reap
 
 REPO = Path(__file__).resolve().parents[2]
@@ -41,13 +40,6 @@ if (_marker and not os.path.exists(_marker) and "--seed" in _argv
         os.kill(os.getpid(), signal.SIGKILL)
     run_folder.RecordWriter.write = write
 '''
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 def _report(text):

@@ -3,8 +3,6 @@ attribute files, CUDA) is checked once before the first run, and one message nam
 the CPU-time box shows once; the end of a table names what it left out once; --dry-run and --plan
 check names, say which runs are finished, and --plan says first what is absent and which views
 its estimate assumes."""
-import contextlib
-import io
 import os
 import subprocess
 import sys
@@ -12,20 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from argtca.experiments.__main__ import main
+from experiments_cli import call as _call
 
 from helpers_data import make_caltech
 
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["MODEL.BACKBONE.NAME", "argtca-tiny-test", "INPUT.SIZE", "(32, 32)",
         "TTA.N_VIEWS", "2", "DATALOADER.NUM_WORKERS", "0", "VERBOSE", "False"]
-
-
-def _call(argv):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        rc = main(argv)
-    return rc, out.getvalue(), err.getvalue()
 
 
 @pytest.fixture
