@@ -14,11 +14,7 @@ from argtca.trainers import methods  # noqa: F401,E402
 from argtca.trainers import ts  # noqa: F401,E402  (temperature-scaled reference rows)
 from argtca.trainers import zoo  # noqa: F401,E402  (the trainers of the adapter methods)
 from argtca.trainers.base import TestTimeTrainer  # noqa: F401,E402
-try:  # ArgTCA needs the graph code  # noqa: E402
-    from argtca.trainers import argtca as _argtca  # noqa: F401
-except ImportError as e:  # pragma: no cover - only while the package is incomplete
-    if "argtca.trainers.argtca" not in str(e) and "argtca.graph" not in str(e):
-        raise
+from argtca.trainers import argtca as _argtca  # noqa: F401,E402  (ArgTCA, on argtca/graph)
 from argtca.registry import builtin_package_loaded, flush_declared_methods  # noqa: E402
 
 flush_declared_methods()   # the adapters' declarations made before the trainers loaded
