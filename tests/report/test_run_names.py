@@ -45,7 +45,8 @@ def test_the_seeds_of_an_online_method_share_one_experiment_folder():
     f1, f2 = one.fingerprint(), two.fingerprint()
     # each seed's config.json records its own order (a resume refuses another one) ...
     assert f1["STREAM.ORDER_SHA256"] != f2["STREAM.ORDER_SHA256"]
-    assert one.order != two.order and sorted(one.order) == sorted(two.order)
+    assert one.stream.order != two.stream.order
+    assert sorted(one.stream.order) == sorted(two.stream.order)
     # ... and the order drawn from the seed is the seed axis: one <hash8>/ for both
     d1, d2 = Path(one.output_dir()), Path(two.output_dir())
     assert (d1.name, d2.name) == ("seed1", "seed2") and d1.parent == d2.parent
@@ -56,7 +57,7 @@ def test_a_fixed_stream_seed_is_a_setting():
     s7 = [_trainer("tda", "TTA.STREAM.SEED", "7", seed=s) for s in (1, 2)]
     s8 = _trainer("tda", "TTA.STREAM.SEED", "8", seed=1)
     # the same order for every run seed: still one folder of seeds
-    assert s7[0].order == s7[1].order
+    assert s7[0].stream.order == s7[1].stream.order
     assert Path(s7[0].output_dir()).parent == Path(s7[1].output_dir()).parent
     # another stream seed (another order) is another experiment, and so is the default
     assert Path(s8.output_dir()).parent != Path(s7[0].output_dir()).parent
