@@ -51,6 +51,8 @@ EXTERNAL_FLAGS = {
     # CoOp's train.py and parse_test_res.py (docs/dassl.md, workflows.md)
     "--eval-only", "--model-dir", "--load-epoch", "--trainer", "--backbone", "--test-log",
     "--keyword",
+    # pytest-xdist (README's test command)
+    "--dist",
 }
 # keys of a run's fingerprint (config.json) that are not config keys: the test set, the device
 # type, input files' hashes, an online method's order (argtca/run_folder/, trainers)
