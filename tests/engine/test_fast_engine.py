@@ -10,19 +10,23 @@ from argtca.engine.fast import FastEngine
 from argtca.engine.reference import NonFiniteLossError, ReferenceEngine
 from argtca.models.text import PromptTextEncoder
 from argtca.registry import OBJECTIVE_REGISTRY
+from argtca.trainers.catalogue import catalogue, method_info
 from conftest import tiny_cfg
 
 CLASSES = ["dog", "cat", "fish", "bird", "red car"]
 ATTRS = ["small", "furry animal"]
+# the paper's prompt-tuning rows (TPT, C-TPT, O-TPT, A-TPT, TCA), from the catalogue
+PAPER_PROMPT_TUNING = [m.method for m in catalogue() if m.family == "tpt-family" and m.paper
+                       and m.rows]
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _objective(name):
-    d = get_cfg_default()
-    node = {"tpt": d.TRAINER.TPT, "ctpt": d.TRAINER.CTPT, "otpt": d.TRAINER.OTPT,
-            "atpt": d.TRAINER.ATPT, "tca": d.TRAINER.TCA, "none": None}[name]
+    """The objective ``name`` with its method's default node (the catalogue's); "none": none."""
+    node = None if name == "none" else get_cfg_default().TRAINER[
+        method_info(name).node.split(".", 1)[1]]
     return OBJECTIVE_REGISTRY.get(name)(node)
 
 
@@ -45,7 +49,7 @@ def _views(seed, B=4, V=20):
 
 
 @pytest.mark.parametrize("steps", [1, 2])
-@pytest.mark.parametrize("name", ["tpt", "ctpt", "otpt", "atpt", "tca"])
+@pytest.mark.parametrize("name", PAPER_PROMPT_TUNING)
 def test_fast_equals_reference_per_image(tiny_clip, name, steps):
     ref, fast = _engines(tiny_clip, name, steps)
     views = _views(10 + steps)
