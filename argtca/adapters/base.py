@@ -85,9 +85,9 @@ class Adapter:
     # tunes prompts through the engine's text tower: TPT's step keys (TTA.STEPS, TTA.LR,
     # TTA.N_VIEWS >= 2) are checked as for the prompt-tuning methods (DynaPrompt)
     tunes = False
-    # built with the features engine (``engine=``: its text tower and autocast), not only the
-    # class text features
-    needs_engine = False
+    # built with a tunable text tower too (``tower=``: argtca/engine/reference.py TunableText,
+    # the text tower, its AMP flag and autocast), not only the class text features
+    needs_text_tower = False
     # value checks of the method's config node TRAINER.<NODE> beyond its Keys' own (``check``,
     # ``choices`` of the ``defaults`` given to argtca.plugins.method): key -> Range or the allowed
     # spellings (argtca/config/checks.py loops over every registered method's table)

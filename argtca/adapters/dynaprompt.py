@@ -23,9 +23,9 @@ the stream with each slot's use count and the slots' least-recently-selected ord
    picked slots (duplicates counted twice, as the official code); its softmax is recorded.
 
 The state (``state_dict``): the residuals [M, n, W], the use counts, the order and the scaler's
-state. The text tower comes from the engine the trainer hands over (``engine``: its
-``text_encoder``, ``autocast()`` and ``amp``), so the prompt features have gradients while the
-images' features stay the features engine's (computed once, no gradient).
+state. The text tower is the one thing of the engine the trainer hands over (``tower``, a
+TunableText: the text tower, ``autocast()`` and ``amp``), so the prompt features have gradients
+while the images' features stay the features engine's (computed once, no gradient).
 """
 from __future__ import annotations
 
@@ -117,11 +117,11 @@ DEFAULTS = {
 class DynaPromptAdapter(OnlineAdapter):
     """An online method that tunes prompts: the prompt buffer, its selection, tuning and
     replacement (module docstring). It is built with the engine's text tower (the buffer's
-    features need gradients: ``needs_engine``), and TPT's step keys (TTA.STEPS, TTA.LR,
+    features need gradients: ``needs_text_tower``), and TPT's step keys (TTA.STEPS, TTA.LR,
     TTA.N_VIEWS >= 2) are checked as for the prompt-tuning methods (``tunes``)."""
 
     tunes = True
-    needs_engine = True
+    needs_text_tower = True
 
     @classmethod
     def inactive_reason(cls, node, cfg, n_classes: int) -> str:
@@ -134,9 +134,8 @@ class DynaPromptAdapter(OnlineAdapter):
             return "TTA.LR 0: no prompt changes, so its predictions are CLIP's zero-shot ones"
         return ""
 
-    def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float, *, engine):
-        self.engine = engine
-        self.encoder = engine.text_encoder
+    def __init__(self, node, cfg, text: torch.Tensor, logit_scale: float, *, tower):
+        self.encoder = tower
         self.num_prompts = int(node.NUM_PROMPTS)
         self.append = bool(node.APPEND)
         self.steps = int(cfg.TTA.STEPS)
@@ -159,7 +158,7 @@ class DynaPromptAdapter(OnlineAdapter):
                       "order": list(range(self.num_prompts)),
                       "scaler": {}}
         self.scaler = torch.amp.GradScaler("cuda", init_scale=self.init_scale,
-                                           enabled=bool(self.engine.amp))
+                                           enabled=self.encoder.amp)
 
     def state_dict(self) -> Dict[str, Any]:
         self.state["scaler"] = self.scaler.state_dict()
@@ -168,14 +167,14 @@ class DynaPromptAdapter(OnlineAdapter):
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         super().load_state_dict(state)
         self.scaler = torch.amp.GradScaler("cuda", init_scale=self.init_scale,
-                                           enabled=bool(self.engine.amp))
+                                           enabled=self.encoder.amp)
         if self.state["scaler"]:
             self.scaler.load_state_dict(self.state["scaler"])
 
     def logits(self, img: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
         """``img [V, E]``, residuals ``[m, n, W]`` -> logits [V, m, K] (the prompts' class
         features: the mean of each class's prompts, re-normalised, when it has several)."""
-        with self.engine.autocast():
+        with self.encoder.autocast():
             t = self.encoder(self.encoder.ctx_init.float() + delta)             # [m, P, E]
         t = t.float()
         if t.shape[1] != self.n_classes:

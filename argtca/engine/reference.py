@@ -71,6 +71,29 @@ def settings_hint(objective, lr: float, steps: int, prec: str) -> str:
 
 
 @ENGINE_REGISTRY.register(name="reference")
+class TunableText:
+    """What an adapter that tunes prompts (``needs_text_tower``) is given of an engine: the text
+    tower (``ctx_init``, the initial context; ``tower(ctx) -> [m, P, E]`` class features for
+    ``m`` contexts), whether the engine runs under AMP (``amp``: the adapter's GradScaler) and
+    its ``autocast()``. The adapter reaches nothing else of the engine (its image tower, its
+    loop, its objective), so an engine's internals can change without the adapter."""
+
+    def __init__(self, encoder, amp: bool, autocast):
+        self.encoder = encoder
+        self.amp = bool(amp)
+        self._autocast = autocast
+
+    @property
+    def ctx_init(self) -> torch.Tensor:
+        return self.encoder.ctx_init
+
+    def autocast(self):
+        return self._autocast()
+
+    def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
+        return self.encoder(ctx)
+
+
 class ReferenceEngine:
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``; the trainer feeds it one image
     at a time (``batched``). ``n_images`` (the test images it will see) is the registry's common
@@ -96,6 +119,11 @@ class ReferenceEngine:
 
     def autocast(self):
         return autocast_ctx(self.device, self.prec)
+
+    def tunable_text(self) -> "TunableText":
+        """The text tower an online adapter tunes prompts through (``needs_text_tower``:
+        DynaPrompt), with this engine's precision, and nothing else of the engine."""
+        return TunableText(self.text_encoder, self.amp, self.autocast)
 
     @torch.no_grad()
     def image_features(self, views: torch.Tensor) -> torch.Tensor:

@@ -112,12 +112,19 @@ class FeatureTrainer(TestTimeTrainer):
 
     def engine_kwargs(self) -> Dict[str, object]:
         """The features engine builds the adapter once the class text features exist; an
-        adapter that tunes through the engine's text tower (``needs_engine``, DynaPrompt) gets
-        the engine."""
+        adapter that tunes prompts (``needs_text_tower``, DynaPrompt) gets the engine's text
+        tower alone (``tower=``: TunableText), never the engine."""
         cls, scale = self.adapter_cls, float(self.model.logit_scale.exp())
+        if getattr(cls, "needs_engine", False):   # the trait's name before TunableText
+            raise ConfigError(
+                f"method {self.method}: adapter {cls.__module__}.{cls.__qualname__} declares "
+                f"needs_engine, which is now needs_text_tower = True: it is built with "
+                f"tower= (argtca/engine/reference.py TunableText: tower(ctx), tower.ctx_init, "
+                f"tower.amp, tower.autocast()) instead of engine=")
 
         def make(text):
-            more = {"engine": self.engine} if getattr(cls, "needs_engine", False) else {}
+            more = ({"tower": self.engine.tunable_text()}
+                    if getattr(cls, "needs_text_tower", False) else {})
             return cls(self.node, self.cfg, text, scale, **more)
 
         return {"adapter": make, "n_classes": len(self.classnames)}

@@ -18,6 +18,7 @@ import torch.nn.functional as F
 import argtca.adapters.dynaprompt as dyn
 from argtca.adapters.dynaprompt import DynaPromptAdapter, select_prompts
 from argtca.config import ConfigError, get_cfg_default
+from argtca.engine.reference import TunableText
 from helpers_official import official_source
 
 OFFICIAL = ("zzzx1224/DynaPrompt", "dynap_classification.py",
@@ -40,8 +41,9 @@ class TinyTower(nn.Module):
         return F.normalize(self.B[None] + (ctx.flatten(1) @ self.A)[:, None], dim=-1)
 
 
-def stub_engine(tower):
-    return types.SimpleNamespace(text_encoder=tower, autocast=contextlib.nullcontext, amp=False)
+def tunable(tower):
+    """What the trainer hands DynaPrompt: the engine's text tower alone (CPU: no AMP)."""
+    return TunableText(tower, False, contextlib.nullcontext)
 
 
 def make(tower, K, views=8, lr=5e-3, **keys):
@@ -52,7 +54,7 @@ def make(tower, K, views=8, lr=5e-3, **keys):
     for k, v in keys.items():
         cfg.TRAINER.DYNAPROMPT[k] = v
     return DynaPromptAdapter(cfg.TRAINER.DYNAPROMPT, cfg, tower.B, 10.0,
-                             engine=stub_engine(tower))
+                             tower=tunable(tower))
 
 
 def h(x):
