@@ -8,9 +8,10 @@ import torch
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared" / "data"
 sys.path.insert(0, str(REPO))
-# one thread per pytest-xdist worker (README's `-n 2` on 2 cores): two workers, two cores
-torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else
-                      min(2, torch.get_num_threads()))
+# the threads a run in a child process (a script, a SLURM job) takes too, also under
+# pytest-xdist: tests compare such runs' records with in-process ones bit for bit, and a float
+# sum split over another number of threads differs in its last bits
+torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 def pytest_configure(config):
