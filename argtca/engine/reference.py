@@ -70,7 +70,6 @@ def settings_hint(objective, lr: float, steps: int, prec: str) -> str:
     return f"{w}TTA.LR={lr}, TTA.STEPS={steps} or TTA.PREC={prec} (fp32 is the safest)"
 
 
-@ENGINE_REGISTRY.register(name="reference")
 class TunableText:
     """What an adapter that tunes prompts (``needs_text_tower``) is given of an engine: the text
     tower (``ctx_init``, the initial context; ``tower(ctx) -> [m, P, E]`` class features for
@@ -94,6 +93,7 @@ class TunableText:
         return self.encoder(ctx)
 
 
+@ENGINE_REGISTRY.register(name="reference")
 class ReferenceEngine:
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``; the trainer feeds it one image
     at a time (``batched``). ``n_images`` (the test images it will see) is the registry's common
