@@ -127,7 +127,11 @@ def loop_bound(timing: Dict[str, float], device: str = "cuda") -> Dict[str, obje
     workers = float(timing.get("wait_workers_s", 0.0))
     engine = float(timing["engine_s"])
     main = max(0.0, loop - workers - engine)
-    shares = {"views workers": workers / loop, "engine": engine / loop, "main process": main / loop}
+    # the two waits are clocked apart from the loop (and stored to the millisecond): where they
+    # add up to more than the loop, they are shares of their own sum, so the three make 1
+    total = max(loop, workers + engine)
+    shares = {"views workers": workers / total, "engine": engine / total,
+              "main process": main / total}
     top = max(BOUNDS, key=lambda k: shares[k])
     name = {"engine": "GPU" if str(device).startswith("cuda") else "engine (CPU)"}.get(top, top)
     return {"bound": name, "shares": {k: round(v, 3) for k, v in shares.items()}}

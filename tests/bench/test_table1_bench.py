@@ -44,10 +44,7 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
         assert (r["backbone"], r["views"], r["device"], r["commit"]) == \
             ("argtca-tiny-test", "cpu", "cpu", "abc1234")
         assert r["bound"] in ("views workers", "main process", "engine (CPU)")
-        # the three shares come from clocks stored to the millisecond (loop, engine, workers),
-        # which a 4-image loop of a few hundredths of a second magnifies: 1 within that rounding
-        loop = r["timing"]["loop_s"] - r["timing"].get("prepare_s", 0.0)
-        assert sum(r["shares"].values()) == pytest.approx(1.0, abs=0.0015 / loop + 0.0015)
+        assert sum(r["shares"].values()) == pytest.approx(1.0, abs=0.002)   # 3 roundings
         # the arithmetic of a row: seconds per image at the steady rate (2 batches of 2: one
         # batch after the first), the rest of the run's seconds its fixed cost
         assert r["steady_img_per_s"] > 0

@@ -189,5 +189,9 @@ def test_the_bound_is_where_the_host_thread_spent_the_loop():
     # the main thread's own work (views on the device side, records) left over
     t = dict(loop_timing(sync, {"workers": 1.0, "views": 5.0}), loop_s=11.0)
     assert loop_bound(t, "cuda")["bound"] == "main process"
+    # waits clocked apart from the loop that add up to more than it (10 s): shares of their sum
+    t = dict(loop_timing(sync, {"workers": 10.0, "views": 0.0}), loop_s=11.0)
+    assert loop_bound(t, "cuda") == {"bound": "views workers", "shares": {
+        "views workers": round(10 / 12, 3), "engine": round(2 / 12, 3), "main process": 0.0}}
     # a clock without the host split (an older summary) has no bound
     assert loop_bound({"loop_s": 3.0, "prepare_s": 0.0}) == {}
