@@ -20,7 +20,7 @@ from argtca.config.keys import Key, Range, declare
 # keys that take "auto", "on" or "off": YAML reads a bare on/off as a bool (and older configs wrote
 # ``TTA.COMPILE True``), so a bool given for one of them is read as "on"/"off"
 SWITCH_KEYS = ("TTA.COMPILE", "TTA.FAST.COMPILE_IMAGE", "TTA.FAST.COMPILE_TEXT",
-               "TTA.FAST.COMPILE_TEXT_GRAD", "TTA.FAST.CUDA_GRAPH")
+               "TTA.FAST.COMPILE_TEXT_GRAD", "TTA.FAST.CUDA_GRAPH", "TTA.FAST.TEXT_GRAPH")
 
 
 def _as_switch(value):
@@ -214,6 +214,9 @@ _key("TTA.FAST.TEXT_TOKENS", 65536, "prompt tokens per text-tower call with grad
      check=_INT_GE1, tuning=True)
 _key("TTA.FAST.CUDA_GRAPH", "auto", "a batch's work captured/replayed as one CUDA graph; \"auto\" "
      "= off (GPU-bound loop: < 1 %; engine/graphs.py)", choices=_SWITCH)
+_key("TTA.FAST.TEXT_GRAPH", "auto", "the text tower a prompt-tuning online method (DynaPrompt) "
+     "runs each image, replayed as CUDA graphs, one per shape (the same kernels; "
+     "engine/text_graph.py); \"auto\" = on on CUDA", choices=_SWITCH, tuning=True)
 _key("TTA.FAST.VIEWS_OVERLAP", False, "GPU views of batch n+1 made while batch n tunes (the same "
      "kernels on another stream: bit-identical views)", numbers=False)
 

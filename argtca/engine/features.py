@@ -108,7 +108,7 @@ class FeatureEngine(FastEngine):
     def __init__(self, model, text_encoder, objective, cfg, device, *,
                  adapter: Callable[[torch.Tensor], object],
                  n_images: Optional[int] = None,
-                 n_classes: Optional[int] = None):
+                 n_classes: Optional[int] = None, text_graph: Optional[str] = None):
         c = cfg.clone()
         c.defrost()
         c.TTA.STEPS = 0          # no prompt step: the fast engine keeps no graph, builds no Jᵀ
@@ -116,6 +116,10 @@ class FeatureEngine(FastEngine):
         super().__init__(model, text_encoder, objective, c, device, n_images=n_images,
                          grad_mode="recompute")
         self.make_adapter = adapter
+        # "emulate" (tests): the graphs' protocol on any device, without CUDA
+        graph = str(text_graph or cfg.TTA.FAST.get("TEXT_GRAPH", "auto")).lower()
+        self.text_graph = graph == "emulate" or (graph in ("auto", "on")
+                                                 and self.device.type == "cuda")
         self.n_classes = int(n_classes or text_encoder.num_prompts)
         self.adapter = None
         # an online adapter's state must be final (and saved) before the next batch starts
@@ -130,6 +134,15 @@ class FeatureEngine(FastEngine):
             self.asynchronous = self.device.type == "cuda" and not self.online
             if not self.online:
                 self.pristine = EpisodicState(self.adapter)
+
+    def tunable_text(self):
+        """The text tower an adapter that tunes prompts is given; on CUDA (or ``emulate``) its
+        calls replay CUDA graphs (``TTA.FAST.TEXT_GRAPH``, argtca/engine/text_graph.py)."""
+        tower = super().tunable_text()
+        if self.text_graph:
+            from argtca.engine.text_graph import GraphedText
+            return GraphedText(tower, emulate=self.device.type != "cuda")
+        return tower
 
     @property
     def online(self) -> bool:

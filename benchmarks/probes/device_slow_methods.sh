@@ -6,23 +6,15 @@
 # (profile_methods_gpu.py, K=101) of the methods in PROBE, once with each tree. Rate files and
 # logs land in $OUT. The wheels argtca needs beside the image's torch are in .whl/ (device README).
 # Usage (device tree root): OUT=$OUT N=48 bash benchmarks/probes/device_slow_methods.sh DIR ...
-set -u
-export PYTHONUNBUFFERED=1
-ROOT=$PWD
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SITE=${SITE:-/tmp/site}
-T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" "$ROOT"/.whl/*.whl 2>&1 | tail -2
-nvidia-smi -L 2>/dev/null; nproc; date -u; cat /proc/loadavg
+source "$(dirname "$0")/device_wheels.sh"
+export PYTHONPATH=$SITE   # each tree given puts itself first
 METHODS=${METHODS:-rlcf,dynaprompt,ttl}
-# no run pays the bytecode compilation of its sources
-python3 -m compileall -q -j 16 "$SITE" "$@" > /dev/null 2>&1
+python3 -m compileall -q -j 16 "$@" > /dev/null 2>&1
 for DIR in "$@"; do
   for M in ${PROBE:-}; do
     echo "== $(basename "$DIR")" >> "$OUT/probe.log"
     (cd "$DIR" && PYTHONPATH=$PWD:$SITE timeout "${PROBE_S:-120}" python3 \
-       "$ROOT/benchmarks/probes/profile_methods_gpu.py" "$M" --classes 101 --images "${N:-48}" \
+       "$ROOT/benchmarks/probes/profile_methods_gpu.py" "$M" --classes 101 --images "${N:-48}" --mode "${MODE:-timers}" \
        2>&1 | grep -v "No pretrained" | tee -a "$OUT/probe.log")
   done
 done

@@ -6,20 +6,7 @@
 # image's torch (open_clip_torch ftfy wcwidth yacs submitit tqdm) are in .whl/ (device README).
 # Usage (device tree root): OUT=$OUT COMMIT=<measured commit> N=48 DEADLINE=480 \
 #   bash benchmarks/probes/device_table1.sh [dataset ...] [-- KEY VALUE ...]
-set -u
-export PYTHONUNBUFFERED=1
-ROOT=$PWD
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-SITE=${SITE:-/tmp/site}
-T0=$(date +%s)
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-  --target "$SITE" "$ROOT"/.whl/*.whl 2>&1 | tail -2
-export PYTHONPATH=$ROOT:$SITE
-nvidia-smi -L 2>/dev/null; nproc; date -u
-python3 -c "import torch, PIL; print('torch', torch.__version__, 'Pillow', PIL.__version__)"
-# no run pays the bytecode compilation of its sources (the wheels were installed without it)
-python3 -m compileall -q -j 16 "$SITE" "$ROOT/argtca" > /dev/null 2>&1
-echo "setup took $(( $(date +%s) - T0 )) s"
+source "$(dirname "$0")/device_wheels.sh"
 DS=(); EXTRA=()
 while [ $# -gt 0 ]; do
   if [ "$1" = "--" ]; then shift; EXTRA=("$@"); break; fi

@@ -6,7 +6,13 @@ pieces' seconds are the GPU's and the host's together, and the run is slower tha
 nothing overlaps; read the shares). Pieces nest (a step contains its text tower).
 
     python benchmarks/probes/profile_methods_gpu.py METHOD [--classes 101] [--images 48]
-        [--size 300x200] [KEY VALUE ...]
+        [--size 300x200] [--mode timers|trace|host] [KEY VALUE ...]
+
+``--mode trace``: no timers; torch.profiler over the whole run (CPU and CUDA), then the kernels
+by GPU time, the host's operators by their own CPU time, and the GPU's busy share of the loop
+(kernel time summed over the loop's seconds): low means the GPU waits for the host.
+``--mode host``: no timers; cProfile of the main process (what it does between the GPU's work:
+the loader's hand-over, submission, records), by own time and by cumulative time.
 """
 from __future__ import annotations
 
@@ -77,18 +83,54 @@ def _install():
         setattr(owner, name, _wrap(label, getattr(owner, name)))
 
 
+def _profiler(mode):
+    if mode == "trace":
+        from torch.profiler import ProfilerActivity, profile
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available()
+                                         else [])
+        return profile(activities=acts)
+    if mode == "host":
+        import cProfile
+        return cProfile.Profile()
+    return contextlib.nullcontext()
+
+
+def _print_trace(prof, loop: float, rows: int) -> None:
+    ev = prof.key_averages()
+    dev_attr = next((n for n in ("self_device_time_total", "self_cuda_time_total")
+                     if hasattr(ev[0], n)), None) if len(ev) else None
+    if dev_attr:
+        kernels = sum(getattr(e, dev_attr) for e in ev) / 1e6
+        print(f"  GPU busy (kernels and copies, all of the run): {kernels:.2f} s; "
+              f"the loop {loop:.2f} s: at most {100 * kernels / max(loop, 1e-9):.0f} % busy")
+        print(ev.table(sort_by=dev_attr.replace("_total", "_total"), row_limit=rows,
+                       max_name_column_width=60))
+    print(ev.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60))
+
+
+def _print_host(prof, rows: int) -> None:
+    import pstats
+    for key in ("tottime", "cumulative"):
+        buf = io.StringIO()
+        pstats.Stats(prof, stream=buf).strip_dirs().sort_stats(key).print_stats(rows)
+        print("\n".join(buf.getvalue().splitlines()[6:]))
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("method")
     p.add_argument("--classes", type=int, default=101)
     p.add_argument("--images", type=int, default=48)
     p.add_argument("--size", default="300x200", help="stand-in image size WxH")
+    p.add_argument("--mode", choices=["timers", "trace", "host"], default="timers")
+    p.add_argument("--rows", type=int, default=22, help="rows of each trace/host table")
     p.add_argument("opts", nargs="*", help="KEY VALUE overrides")
     a = p.parse_intermixed_args(argv)
     from argtca.bench.data import make_synthetic_coop
     from argtca.experiments.plan import RunSpec, split_method
     from argtca.run import main as run_main
-    _install()
+    if a.mode == "timers":
+        _install()
     w, h = (int(x) for x in a.size.split("x"))
     tmp = Path(tempfile.mkdtemp(prefix="argtca_gprofile_"))
     data = make_synthetic_coop(str(tmp / "d"), a.images, a.classes, seed=a.classes,
@@ -98,8 +140,9 @@ def main(argv=None) -> int:
                    ["DATASET.ATTRIBUTE_FILE", data["attributes"], "MODEL.PRETRAINED", "random",
                     "TRAINER.RLCF.REWARD_PRETRAINED", "random", "VERBOSE", "False"]
                    + list(a.opts), out_root=tmp / "out")
+    prof = _profiler(a.mode)
     t0 = time.perf_counter()
-    with contextlib.redirect_stdout(io.StringIO()):
+    with contextlib.redirect_stdout(io.StringIO()), prof:
         rc = run_main(spec.argv(data["root"]))
     wall = time.perf_counter() - t0
     if rc != 0:
@@ -112,6 +155,10 @@ def main(argv=None) -> int:
     print(f"{a.method} on {dev}: K={a.classes}, {a.images} images "
           f"({w}x{h}); run {wall:.1f} s, loop {loop:.2f} s (synchronised timers: slower than "
           f"unprobed)")
+    if a.mode == "trace":
+        _print_trace(prof, loop, a.rows)
+    elif a.mode == "host":
+        _print_host(prof, a.rows)
     for label, _, _ in PIECES:
         if CALLS[label]:
             share = f" ({100 * TIMES[label] / loop:.0f} % of the loop)" if loop else ""

@@ -277,3 +277,65 @@ def test_state_round_trip_mid_stream_is_exact():
 def test_one_view_is_refused():
     with pytest.raises(ConfigError, match="TTA.N_VIEWS >= 2"):
         make(TinyTower(3), 3, views=1)
+
+
+def _stream(tower_for, K=4, n=12, M=4):
+    g = torch.Generator().manual_seed(11)
+    tower = TinyTower(K, seed=5)
+    imgs = F.normalize(torch.randn(n, 8, E, generator=g), dim=-1)
+    a = make(tower, K, lr=0.3, NUM_PROMPTS=M)
+    a.encoder = tower_for(a.encoder)
+    return a, a(imgs)
+
+
+def test_graphed_text_protocol_gives_the_eager_stream():
+    """TTA.FAST.TEXT_GRAPH's protocol (argtca/engine/text_graph.py, emulated on the CPU: static
+    input, a replay's output the buffer the next replay of that shape overwrites): DynaPrompt
+    consumes each pass before the next, so its stream is the eager one, value for value."""
+    from argtca.engine.text_graph import GraphedText
+    plain, want = _stream(lambda t: t)
+    graphed, got = _stream(lambda t: GraphedText(t, emulate=True))
+    assert torch.equal(got, want)
+    assert torch.equal(graphed.state["ctx"], plain.state["ctx"])
+    assert graphed.state["order"] == plain.state["order"]
+    # one graph for the buffer with gradient, one per count of picked prompts (1 to M, a slot
+    # may be picked twice: M + 1) seen without
+    assert 2 <= graphed.encoder.captured <= 1 + 4 + 1
+    # a forward-only replay's output is the graph's buffer: the next replay overwrites it
+    t = graphed.encoder
+    with torch.no_grad():
+        x0 = t(t.ctx_init[None].clone())
+        kept = x0.clone()
+        x1 = t(t.ctx_init[None] + 1.0)
+    assert x1 is x0 and not torch.equal(x1, kept)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_graphed_text_on_cuda_is_the_eager_tower(tiny_clip):
+    """On CUDA, the captured passes run the eager tower's kernels: features and the context's
+    gradient equal (torch.equal) to the eager tower's under the same fp16 autocast."""
+    from argtca.engine.text_graph import GraphedText
+    from argtca.models.text import PromptTextEncoder
+    model, tok = tiny_clip
+    model = model.cuda()
+    enc = PromptTextEncoder(model, tok, [f"class {i}." for i in range(7)])
+    ac = lambda: torch.autocast("cuda", dtype=torch.float16)   # noqa: E731
+    eager = TunableText(enc, True, ac)
+    graphed = GraphedText(TunableText(enc, True, ac))
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for i in range(3):   # the first call captures, the later ones replay on new inputs
+        delta = (0.1 * torch.randn((5,) + tuple(enc.ctx_init.shape), device="cuda",
+                                   generator=g)).requires_grad_(True)
+        outs = []
+        for tower in (eager, graphed):
+            d = delta.detach().clone().requires_grad_(True)
+            with tower.autocast():
+                f = tower(enc.ctx_init.float() + d)
+            (f.float() * torch.arange(f.numel(), device="cuda").view_as(f).sin()).sum().backward()
+            outs.append((f.detach().clone(), d.grad.clone()))
+        assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
+        with torch.no_grad(), eager.autocast():
+            e = eager(enc.ctx_init.float() + delta[:2]).clone()
+            r = graphed(enc.ctx_init.float() + delta[:2]).clone()
+        assert torch.equal(e, r)
+    assert graphed.captured == 2

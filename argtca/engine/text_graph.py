@@ -1,0 +1,137 @@
+"""The text tower of a prompt-tuning online adapter as CUDA graphs (``TTA.FAST.TEXT_GRAPH``).
+
+DynaPrompt (argtca/adapters/dynaprompt.py) runs CLIP's text tower on its whole buffer of prompts
+(``NUM_PROMPTS`` x K prompts) with a graph for autograd, differentiates it, and runs it again
+without a graph on the picked prompts, once an image. Each pass is a few hundred small kernels
+queued one by one by the host (the casts of autocast, the 12 blocks' matrix products, the
+attention, the norms), and the backward as many again: on an H100 the GPU waited for the host
+(benchmarks/README.md, "the slow methods"). A pass of one input shape does the same work on the
+same buffers every time, so it is captured once and replayed: one launch a pass.
+
+:class:`GraphedText` wraps a :class:`~argtca.engine.reference.TunableText` with the same contract
+(``tower(ctx) -> [m, P, E]``, ``ctx_init``, ``amp``, ``autocast()``):
+
+* a call with gradient (``ctx`` requires grad) replays the forward graph and, in the backward
+  pass, the backward graph, both captured by :func:`torch.cuda.make_graphed_callables` at the
+  first call of that shape (after its eager warm-up iterations);
+* a call without gradient replays a forward-only graph of that shape (captured with
+  :class:`torch.cuda.CUDAGraph` after one eager warm-up on a side stream);
+* the same kernels on the same inputs as the eager tower: autocast runs without its cast cache
+  inside the captured function (capture requires it; the casts themselves are the same).
+
+What the caller must know: a replay's outputs are the graph's static buffers, overwritten by the
+next replay of that shape, and the backward graph reads the activations the forward replay left:
+a forward with gradient must be differentiated (or dropped) before the next forward of that
+shape. DynaPrompt does that (forward, selection, loss, backward, step; then the prediction, of
+another graph). Shapes are few (the buffer's one with gradient; 1 to ``NUM_PROMPTS`` picked
+prompts without), each captured once per run.
+
+``emulate=True`` (tests, any device): the same protocol without CUDA: the function is re-run on
+the static input, its results copied into the first call's output buffers, which are returned
+(so a caller that kept a previous output sees it overwritten, as on CUDA).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, Tuple
+
+import torch
+
+__all__ = ["GraphedText"]
+
+
+class GraphedText:
+    """A :class:`~argtca.engine.reference.TunableText` whose calls replay CUDA graphs, one per
+    input shape and grad mode (module docstring)."""
+
+    def __init__(self, tunable, emulate: bool = False):
+        self.inner = tunable
+        self.emulate = bool(emulate)
+        self._graphs: Dict[Tuple, Callable[[torch.Tensor], torch.Tensor]] = {}
+
+    # the TunableText contract
+    @property
+    def ctx_init(self) -> torch.Tensor:
+        return self.inner.ctx_init
+
+    @property
+    def amp(self) -> bool:
+        return self.inner.amp
+
+    def autocast(self):
+        return self.inner.autocast()
+
+    @property
+    def captured(self) -> int:
+        """Graphs captured so far (one per input shape and grad mode)."""
+        return len(self._graphs)
+
+    def _run(self, ctx: torch.Tensor) -> torch.Tensor:
+        """The eager tower under autocast without its cast cache (as inside a capture)."""
+        if self.amp and ctx.device.type == "cuda":
+            with torch.autocast("cuda", dtype=torch.float16, cache_enabled=False):
+                return self.inner(ctx)
+        with self.inner.autocast():
+            return self.inner(ctx)
+
+    def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
+        grad = torch.is_grad_enabled() and ctx.requires_grad
+        key = (tuple(ctx.shape), ctx.dtype, str(ctx.device), grad)
+        fn = self._graphs.get(key)
+        if fn is None:
+            fn = self._capture(ctx, grad)
+            self._graphs[key] = fn
+        return fn(ctx)
+
+    def _capture(self, ctx: torch.Tensor, grad: bool):
+        if self.emulate:
+            return _Emulated(self._run, grad)
+        sample = torch.zeros_like(ctx, requires_grad=grad)
+        # the caller's autocast (with its cast cache) is off around the capture: the captured
+        # function enters its own, without the cache (make_graphed_callables refuses one)
+        with torch.autocast("cuda", enabled=False):
+            return self._capture_cuda(sample, grad)
+
+    def _capture_cuda(self, sample: torch.Tensor, grad: bool):
+        if grad:
+            return torch.cuda.make_graphed_callables(self._run, (sample,))
+        ctx = sample
+        stream = torch.cuda.Stream(ctx.device)
+        stream.wait_stream(torch.cuda.current_stream(ctx.device))
+        with torch.cuda.stream(stream), torch.no_grad():
+            self._run(sample)   # the warm-up: cuBLAS handles, workspaces, lazy inits
+        torch.cuda.current_stream(ctx.device).wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.no_grad(), torch.cuda.graph(graph):
+            out = self._run(sample)
+
+        def replay(x: torch.Tensor) -> torch.Tensor:
+            sample.copy_(x)
+            graph.replay()
+            return out
+        return replay
+
+
+class _Emulated:
+    """The graph protocol without CUDA (``emulate``): static input, outputs in the first call's
+    buffers, overwritten by every later call."""
+
+    def __init__(self, run, grad: bool):
+        self.run = run
+        self.grad = grad
+        self.out = None
+
+    def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
+        if self.grad:   # the autograd graph of this call, its output the static buffer's values
+            y = self.run(ctx)
+            if self.out is None:
+                self.out = torch.empty_like(y)
+            with torch.no_grad():
+                self.out.copy_(y)
+            return y
+        with torch.no_grad():
+            y = self.run(ctx)
+            if self.out is None:
+                self.out = torch.empty_like(y)
+            self.out.copy_(y)
+        return self.out
+
