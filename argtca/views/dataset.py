@@ -15,7 +15,8 @@ from argtca.datasets.base import DataError, Datum
 from argtca.datasets.images import open_rgb
 from argtca.views.cpu import ViewGenerator
 
-__all__ = ["TestTimeDataset", "PixelViewDataset", "collate_views", "LoadFailure", "CheckedLoader",
+__all__ = ["TestTimeDataset", "PixelViewDataset", "SlotRing", "collate_views", "LoadFailure",
+           "CheckedLoader",
            "make_loader", "build_test_loader", "build_item_loader", "capped_prefetch",
            "PREFETCH_BYTES"]
 
@@ -92,27 +93,79 @@ class PixelViewDataset(TestTimeDataset):
 
     __test__ = False
 
+    # the item's tensors, in pixels_layout's order
+    KEYS = ("pixels", "mix", "plans")
+
     def __init__(self, *args, ops: bool = False, **kwargs):
         super().__init__(*args, **kwargs)
         self.ops = bool(ops) and self.view_gen.augmix
+        self.ring: Optional[SlotRing] = None   # set by the loader before its workers fork
+
+    def layout(self):
+        return self.view_gen.pixels_layout(self.ops)
 
     def __getitem__(self, k: int) -> Dict[str, Any]:
         index, datum, img = self.load(k)
         vg = self.view_gen
-        out = None
-        if get_worker_info() is not None:   # straight into shared memory, as the views
-            out = tuple(_shared_empty(s, d) for s, d in vg.pixels_layout(self.ops))
+        out, slot = None, None
+        if get_worker_info() is not None:
+            if self.ring is not None:   # into the k-th item's reused slot: only its number travels
+                slot = self.ring.slot_of(k)
+                out = self.ring[slot]
+            else:                       # straight into fresh shared memory, as the views
+                out = tuple(_shared_empty(s, d) for s, d in self.layout())
             for t in out[1:]:
                 t.zero_()
         got = vg.pixels(img, self.seed, index, out=out, ops=self.ops)
-        item = {"index": index, "pixels": got[0], "mix": got[1], "label": int(datum.label),
-                "path": datum.impath}
-        if self.ops:
-            item["plans"] = got[2]
+        item = {"index": index, "label": int(datum.label), "path": datum.impath}
+        if slot is not None:
+            item["slot"] = slot
+        else:
+            item.update(zip(self.KEYS, got))
         return item
 
     def item_bytes(self) -> int:
         return sum(math.prod(s) * d.itemsize for s, d in self.view_gen.pixels_layout(self.ops))
+
+
+class SlotRing:
+    """Shared-memory slots, reused, for the items loader workers make (``TTA.VIEWS_FLOAT engine``'s
+    uint8 images, 9.7 MB an image of 64 views at 224 px under ``VIEWS_OPS engine``).
+
+    Without it every item is a fresh shared-memory segment: the worker creates it, and the main
+    process receives its file descriptor through the worker's resource-sharer thread (a socket
+    handshake per tensor, which waits for the worker's GIL), maps it and faults its pages in,
+    then unmaps it (benchmarks/README.md, item 2 of issue 42). The ring is allocated once, in the
+    main process before the workers fork (they share its pages); a worker writes item ``k`` into
+    slot ``k % n`` and sends only the slot's number; the main process reads the slot in place.
+
+    Why a slot is never overwritten while the main process still reads it: the DataLoader hands
+    a worker item ``k`` only after the main process received item ``k - P`` (``P`` = workers x
+    prefetch: one new index for each item it yields), and the main process holds at most
+    ``hold`` items it received (the batch it is grouping); with ``n = P + hold + 1`` slots, item
+    ``k``'s slot is that of item ``k - n``, long done. The loader must be sequential (it is: the
+    test loop's), and the consumer must be done with an item once it has ``hold`` newer ones."""
+
+    def __init__(self, layout, n: int):
+        self.n = int(n)
+        self.buffers = tuple(_shared_empty((self.n,) + tuple(s), d) for s, d in layout)
+
+    @classmethod
+    def for_loader(cls, layout, num_workers: int, prefetch: int, hold: int) -> "SlotRing":
+        return cls(layout, int(num_workers) * int(prefetch) + int(hold) + 1)
+
+    def slot_of(self, k: int) -> int:
+        return int(k) % self.n
+
+    def __getitem__(self, slot: int) -> Tuple[torch.Tensor, ...]:
+        return tuple(b[slot] for b in self.buffers)
+
+    def attach(self, item, keys: Sequence[str]):
+        """A worker's item that names its slot, with the slot's tensors under ``keys``."""
+        if isinstance(item, dict) and "slot" in item:
+            item = dict(item)
+            item.update(zip(keys, self[item.pop("slot")]))
+        return item
 
 
 def _shared_empty(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:

@@ -13,8 +13,8 @@ import torch
 from torch.utils.data import DataLoader
 
 from argtca.views.cpu import FastViewGenerator, build_view_generator
-from argtca.views.dataset import (PixelViewDataset, TestTimeDataset, build_item_loader,
-                                  make_loader)
+from argtca.views.dataset import (PixelViewDataset, SlotRing, TestTimeDataset,
+                                  build_item_loader, make_loader)
 from argtca.views.exact import PixelMixer
 from argtca.views.exact_ops import wait_for_warm_ups
 from argtca.views.gpu import GpuViewMaker
@@ -48,8 +48,10 @@ class ViewsLoader:
 
     def __init__(self, loader: DataLoader, device, maker: Optional[GpuViewMaker] = None,
                  overlap: bool = False, group: int = 0, mixer: Optional[PixelMixer] = None,
-                 views_dtype: torch.dtype = torch.float32):
+                 views_dtype: torch.dtype = torch.float32, ring: Optional[SlotRing] = None):
         self.loader = loader
+        # the workers' items come as slot numbers of this ring (argtca/views/dataset.py)
+        self.ring = ring
         self.device = torch.device(device)
         self.maker = maker
         self.overlap = bool(overlap) and maker is not None
@@ -92,7 +94,8 @@ class ViewsLoader:
     def _next(self, it):
         t = time.perf_counter()
         try:
-            return next(it)
+            b = next(it)
+            return b if self.ring is None else self.ring.attach(b, PixelViewDataset.KEYS)
         finally:
             self.seconds["workers"] += time.perf_counter() - t
 
@@ -293,13 +296,16 @@ def _exact_dataset(cfg, dataset, view_gen, seed, indices, pipeline, device, pin)
 def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
                        device, num_workers: int, prefetch: int = 4,
                        canvas: Optional[int] = None,
-                       compile: Optional[bool] = None) -> ViewsLoader:
+                       compile: Optional[bool] = None, slot_ring: bool = True) -> ViewsLoader:
     """The loader of the test loop for the run's views pipeline (:func:`settle_views`): the
     exact PIL views of :mod:`argtca.views.cpu` (their float stage and AugMix ops in the workers
     or on the device) or the statistical "cpu-fast" and "gpu" ones (this module). ``cfg`` is the
     run configuration the engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA):
     ``torch.compile`` the view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None:
-    as the engine's towers, i.e. when the resolved ``cfg.TTA.COMPILE`` is "on"."""
+    as the engine's towers, i.e. when the resolved ``cfg.TTA.COMPILE`` is "on". ``slot_ring``:
+    the uint8 items of the device-side pipelines travel through a ring of reused shared-memory
+    slots (:class:`argtca.views.dataset.SlotRing`; False: a fresh segment an item, the same
+    bytes)."""
     device = torch.device(device)
     view_gen = build_view_generator(cfg, dataset)
     pin = device.type == "cuda"
@@ -318,8 +324,14 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         # the mixer's items are staged through ViewsLoader's few page-locked slots instead
         loader = build_item_loader(ds, int(num_workers), pin_memory=pin and mixer is None,
                                    prefetch=int(prefetch) * int(batch_images))
+        ring = None
+        if isinstance(ds, PixelViewDataset) and loader.num_workers > 0 and slot_ring:
+            # the workers write into reused slots, allocated here, before they fork; the
+            # consumer holds at most one batch of received items (ViewsLoader._grouped)
+            ring = ds.ring = SlotRing.for_loader(ds.layout(), loader.num_workers,
+                                                 loader.prefetch_factor, int(batch_images))
         return ViewsLoader(loader, device, group=int(batch_images), mixer=mixer,
-                           views_dtype=dtype)
+                           views_dtype=dtype, ring=ring)
     ds = GpuViewDataset(dataset.test, view_gen, int(seed), indices=indices, canvas=canvas)
     # an unreadable file raises its one-line DataError here too, also from worker processes
     loader = make_loader(ds, collate_gpu_views, int(num_workers), batch_images=batch_images,
