@@ -32,6 +32,7 @@ the static input, its results copied into the first call's output buffers, which
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable, Dict, Tuple
 
 import torch
@@ -88,8 +89,14 @@ class GraphedText:
         sample = torch.zeros_like(ctx, requires_grad=grad)
         # the caller's autocast (with its cast cache) is off around the capture: the captured
         # function enters its own, without the cache (make_graphed_callables refuses one)
-        with torch.autocast("cuda", enabled=False):
-            return self._capture_cuda(sample, grad)
+        try:
+            with torch.autocast("cuda", enabled=False):
+                return self._capture_cuda(sample, grad)
+        except RuntimeError as e:   # a tower with an operation a graph cannot hold: eager
+            warnings.warn(f"TTA.FAST.TEXT_GRAPH: the text tower of shape {list(ctx.shape)} "
+                          f"could not be captured ({str(e).splitlines()[0]}); it runs eagerly "
+                          f"(the same numbers; TTA.FAST.TEXT_GRAPH off silences this)")
+            return self.inner
 
     def _capture_cuda(self, sample: torch.Tensor, grad: bool):
         if grad:
