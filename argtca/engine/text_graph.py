@@ -12,10 +12,10 @@ same buffers every time, so it is captured once and replayed: one launch a pass.
 (``tower(ctx) -> [m, P, E]``, ``ctx_init``, ``amp``, ``autocast()``):
 
 * a call with gradient (``ctx`` requires grad) replays the forward graph and, in the backward
-  pass, the backward graph, both captured by :func:`torch.cuda.make_graphed_callables` at the
-  first call of that shape (after its eager warm-up iterations);
-* a call without gradient replays a forward-only graph of that shape (captured with
-  :class:`torch.cuda.CUDAGraph` after one eager warm-up on a side stream);
+  pass, the backward graph to the context, both captured at the first call of that shape after
+  eager warm-ups (what :func:`torch.cuda.make_graphed_callables` does, here in thread-local
+  capture mode: the loader's threads keep using CUDA during a capture);
+* a call without gradient replays a forward-only graph of that shape;
 * the same kernels on the same inputs as the eager tower: autocast runs without its cast cache
   inside the captured function (capture requires it; the casts themselves are the same).
 
@@ -88,7 +88,7 @@ class GraphedText:
             return _Emulated(self._run, grad)
         sample = torch.zeros_like(ctx, requires_grad=grad)
         # the caller's autocast (with its cast cache) is off around the capture: the captured
-        # function enters its own, without the cache (make_graphed_callables refuses one)
+        # function enters its own, without the cache (a cached cast would outlive the capture)
         try:
             with torch.autocast("cuda", enabled=False):
                 return self._capture_cuda(sample, grad)
@@ -99,23 +99,49 @@ class GraphedText:
             return self.inner
 
     def _capture_cuda(self, sample: torch.Tensor, grad: bool):
-        if grad:
-            return torch.cuda.make_graphed_callables(self._run, (sample,))
-        ctx = sample
-        stream = torch.cuda.Stream(ctx.device)
-        stream.wait_stream(torch.cuda.current_stream(ctx.device))
-        with torch.cuda.stream(stream), torch.no_grad():
-            self._run(sample)   # the warm-up: cuBLAS handles, workspaces, lazy inits
-        torch.cuda.current_stream(ctx.device).wait_stream(stream)
-        graph = torch.cuda.CUDAGraph()
-        with torch.no_grad(), torch.cuda.graph(graph):
+        """The graphs of one shape: forward (and, with ``grad``, the backward to the context),
+        captured after two eager warm-ups on a side stream (cuBLAS handles, workspaces), in
+        thread-local capture mode, so that other threads (the loader's pin-memory thread) keep
+        using CUDA meanwhile; the backward shares the forward's memory pool, as
+        :func:`torch.cuda.make_graphed_callables` does (which captures in global mode)."""
+        dev = sample.device
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(stream), torch.set_grad_enabled(grad):
+            for _ in range(2):
+                y = self._run(sample)
+                if grad:
+                    torch.autograd.grad(y, sample, torch.ones_like(y))
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        fwd = torch.cuda.CUDAGraph()
+        with torch.set_grad_enabled(grad), torch.cuda.graph(fwd, capture_error_mode="thread_local"):
             out = self._run(sample)
+        if not grad:
+            def replay(x: torch.Tensor) -> torch.Tensor:
+                sample.copy_(x)
+                fwd.replay()
+                return out
+            return replay
+        grad_out = torch.zeros_like(out)
+        bwd = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(bwd, pool=fwd.pool(), capture_error_mode="thread_local"):
+            grad_in = torch.autograd.grad(out, sample, grad_out)[0]
 
-        def replay(x: torch.Tensor) -> torch.Tensor:
-            sample.copy_(x)
-            graph.replay()
-            return out
-        return replay
+        class Replayed(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                sample.copy_(x)
+                fwd.replay()
+                return out.detach()
+
+            @staticmethod
+            @torch.autograd.function.once_differentiable
+            def backward(ctx, g):
+                grad_out.copy_(g)
+                bwd.replay()
+                return grad_in.detach()
+
+        return Replayed.apply
 
 
 class _Emulated:
