@@ -13,5 +13,5 @@ PROBE="" bash "$HERE/device_slow_methods.sh" "$BEFORE" "$AFTER" 2>&1 | grep -v "
 bash "$HERE/device_text_graph.sh" ${TRACE:-} 2>&1 | grep -v "^WARNING"
 (cd "$AFTER" && PYTHONPATH=$PWD:${SITE:-/tmp/site} timeout "${K1000_S:-150}" python3 -m argtca.bench \
    table1 --methods "${K1000_METHODS:-dynaprompt,rlcf,ttl}" --datasets imagenet --images 24 \
-   --warmup 8 --commit after --replace --out "$OUT/rates_k1000.json" --data-dir /tmp/standins_k1000 \
+   --warmup 8 --commit after --replace ${LAST_OPTS:-} --out "$OUT/rates_k1000.json" --data-dir /tmp/standins_k1000 \
    2>&1 | grep -v "No pretrained" | tail -8)

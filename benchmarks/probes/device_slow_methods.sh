@@ -18,12 +18,15 @@ for DIR in "$@"; do
        2>&1 | grep -v "No pretrained" | tee -a "$OUT/probe.log")
   done
 done
+LAST=${@: -1}
 for DIR in "$@"; do
   TAG=$(basename "$DIR")
+  # LAST_OPTS: KEY VALUE overrides for the last tree's runs only (a key the others lack)
+  EXTRA=(); [ "$DIR" = "$LAST" ] && EXTRA=(${LAST_OPTS:-})
   (cd "$DIR" && PYTHONPATH=$PWD:$SITE timeout "${BENCH_S:-240}" python3 -m argtca.bench table1 \
      --methods "$METHODS" --datasets caltech101 --images "${N:-48}" --warmup "${WARMUP:-16}" \
      --commit "$TAG" --replace --out "$OUT/rates_$TAG.json" --data-dir "/tmp/standins_$TAG" \
-     2>&1 | grep -v "No pretrained" | tee "$OUT/bench_$TAG.log" | tail -12)
+     "${EXTRA[@]}" 2>&1 | grep -v "No pretrained" | tee "$OUT/bench_$TAG.log" | tail -12)
   echo "$TAG took $(( $(date +%s) - T0 )) s"
 done
 echo "took $(( $(date +%s) - T0 )) s"; cat /proc/loadavg
