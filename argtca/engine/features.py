@@ -118,8 +118,9 @@ class FeatureEngine(FastEngine):
         self.make_adapter = adapter
         # "emulate" (tests): the graphs' protocol on any device, without CUDA
         graph = str(text_graph or cfg.TTA.FAST.get("TEXT_GRAPH", "auto")).lower()
-        # "auto" = off: not yet measured on a GPU (benchmarks/README.md, issue 42)
-        self.text_graph = graph == "emulate" or (graph == "on" and self.device.type == "cuda")
+        # "auto" = on on CUDA: the same records, DynaPrompt 1.29x on an H100 (benchmarks/README.md)
+        self.text_graph = graph == "emulate" or (graph in ("auto", "on")
+                                                 and self.device.type == "cuda")
         self.n_classes = int(n_classes or text_encoder.num_prompts)
         self.adapter = None
         # an online adapter's state must be final (and saved) before the next batch starts

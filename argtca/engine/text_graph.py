@@ -90,7 +90,10 @@ class GraphedText:
         # the caller's autocast (with its cast cache) is off around the capture: the captured
         # function enters its own, without the cache (a cached cast would outlive the capture)
         try:
-            with torch.autocast("cuda", enabled=False):
+            with torch.autocast("cuda", enabled=False), warnings.catch_warnings():
+                # the capture's own backward meets the sample's gradient node of the warm-up
+                # stream: a one-time note from autograd, not a fault of the captured graph
+                warnings.filterwarnings("ignore", message="The AccumulateGrad node's stream")
                 return self._capture_cuda(sample, grad)
         except RuntimeError as e:   # a tower with an operation a graph cannot hold: eager
             warnings.warn(f"TTA.FAST.TEXT_GRAPH: the text tower of shape {list(ctx.shape)} "
