@@ -80,6 +80,7 @@ from argtca.engine.gradients import StepGradients
 from argtca.engine.jacobian import JacobianAtTheta0
 from argtca.engine.objectives import Objective
 from argtca.engine.reference import ReferenceEngine, raise_if_non_finite_probs
+from argtca.utils.precision import autocast_ctx
 from argtca.engine.submission import Pending, Submission
 from argtca.registry import ENGINE_REGISTRY
 
@@ -225,9 +226,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
     def autocast(self):
         """fp16 autocast as the reference's; without its cast cache while a graph is captured
         (a cached cast would outlive the capture). The same casts either way."""
-        if self._in_graph and self.amp and self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.float16, cache_enabled=False)
-        return super().autocast()
+        return autocast_ctx(self.device, self.prec, cache=not self._in_graph)
 
     def text_ctx(self):
         """Autocast plus the chosen attention kernel for the text tower (same maths)."""

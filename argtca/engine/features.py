@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.fast import FastEngine
+from argtca.engine.fast import FastEngine, _switch
 from argtca.engine.reference import Done, raise_if_non_finite_probs
 from argtca.engine.submission import Pending
 from argtca.registry import ENGINE_REGISTRY
@@ -116,11 +116,12 @@ class FeatureEngine(FastEngine):
         super().__init__(model, text_encoder, objective, c, device, n_images=n_images,
                          grad_mode="recompute")
         self.make_adapter = adapter
+        # "auto" = on on CUDA: the same records, DynaPrompt 1.29x on an H100 (benchmarks/README.md);
         # "emulate" (tests): the graphs' protocol on any device, without CUDA
-        graph = str(text_graph or cfg.TTA.FAST.get("TEXT_GRAPH", "auto")).lower()
-        # "auto" = on on CUDA: the same records, DynaPrompt 1.29x on an H100 (benchmarks/README.md)
-        self.text_graph = graph == "emulate" or (graph in ("auto", "on")
-                                                 and self.device.type == "cuda")
+        graph = text_graph or cfg.TTA.FAST.get("TEXT_GRAPH", "auto")
+        self.text_graph_emulate = str(graph).lower() == "emulate"
+        self.text_graph = self.text_graph_emulate or (_switch(graph, True)
+                                                      and self.device.type == "cuda")
         self.n_classes = int(n_classes or text_encoder.num_prompts)
         self.adapter = None
         # an online adapter's state must be final (and saved) before the next batch starts
@@ -142,7 +143,7 @@ class FeatureEngine(FastEngine):
         tower = super().tunable_text()
         if self.text_graph:
             from argtca.engine.text_graph import GraphedText
-            return GraphedText(tower, emulate=self.device.type != "cuda")
+            return GraphedText(tower, emulate=self.text_graph_emulate)
         return tower
 
     @property

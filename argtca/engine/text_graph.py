@@ -26,9 +26,9 @@ shape. DynaPrompt does that (forward, selection, loss, backward, step; then the 
 another graph). Shapes are few (the buffer's one with gradient; 1 to ``NUM_PROMPTS`` picked
 prompts without), each captured once per run.
 
-``emulate=True`` (tests, any device): the same protocol without CUDA: the function is re-run on
-the static input, its results copied into the first call's output buffers, which are returned
-(so a caller that kept a previous output sees it overwritten, as on CUDA).
+``emulate=True`` (tests, any device): the protocol without CUDA: a forward-only call's result is
+copied into the first call's output buffer, which is returned (so a caller that kept a previous
+output sees it overwritten, as on CUDA).
 """
 from __future__ import annotations
 
@@ -36,6 +36,8 @@ import warnings
 from typing import Callable, Dict, Tuple
 
 import torch
+
+from argtca.utils.precision import autocast_ctx
 
 __all__ = ["GraphedText"]
 
@@ -68,10 +70,7 @@ class GraphedText:
 
     def _run(self, ctx: torch.Tensor) -> torch.Tensor:
         """The eager tower under autocast without its cast cache (as inside a capture)."""
-        if self.amp and ctx.device.type == "cuda":
-            with torch.autocast("cuda", dtype=torch.float16, cache_enabled=False):
-                return self.inner(ctx)
-        with self.inner.autocast():
+        with autocast_ctx(ctx.device, "amp" if self.amp else "fp32", cache=False):
             return self.inner(ctx)
 
     def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
@@ -148,8 +147,9 @@ class GraphedText:
 
 
 class _Emulated:
-    """The graph protocol without CUDA (``emulate``): static input, outputs in the first call's
-    buffers, overwritten by every later call."""
+    """The graph protocol without CUDA (``emulate``): a forward-only call's output is the first
+    call's buffer, overwritten by every later call. A call with gradient runs eagerly (its
+    output's aliasing is the CUDA test's to check)."""
 
     def __init__(self, run, grad: bool):
         self.run = run
@@ -157,13 +157,8 @@ class _Emulated:
         self.out = None
 
     def __call__(self, ctx: torch.Tensor) -> torch.Tensor:
-        if self.grad:   # the autograd graph of this call, its output the static buffer's values
-            y = self.run(ctx)
-            if self.out is None:
-                self.out = torch.empty_like(y)
-            with torch.no_grad():
-                self.out.copy_(y)
-            return y
+        if self.grad:
+            return self.run(ctx)
         with torch.no_grad():
             y = self.run(ctx)
             if self.out is None:

@@ -125,7 +125,7 @@ class PixelViewDataset(TestTimeDataset):
         return item
 
     def item_bytes(self) -> int:
-        return sum(math.prod(s) * d.itemsize for s, d in self.view_gen.pixels_layout(self.ops))
+        return sum(math.prod(s) * d.itemsize for s, d in self.layout())
 
 
 class SlotRing:

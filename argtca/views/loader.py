@@ -296,16 +296,15 @@ def _exact_dataset(cfg, dataset, view_gen, seed, indices, pipeline, device, pin)
 def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_images: int,
                        device, num_workers: int, prefetch: int = 4,
                        canvas: Optional[int] = None,
-                       compile: Optional[bool] = None, slot_ring: bool = True) -> ViewsLoader:
+                       compile: Optional[bool] = None) -> ViewsLoader:
     """The loader of the test loop for the run's views pipeline (:func:`settle_views`): the
     exact PIL views of :mod:`argtca.views.cpu` (their float stage and AugMix ops in the workers
     or on the device) or the statistical "cpu-fast" and "gpu" ones (this module). ``cfg`` is the
     run configuration the engine sees (zero-shot: one view). ``compile`` (GPU views on CUDA):
     ``torch.compile`` the view maker's mixing, LUT pass and warp (:class:`GpuViewMaker`); None:
-    as the engine's towers, i.e. when the resolved ``cfg.TTA.COMPILE`` is "on". ``slot_ring``:
-    the uint8 items of the device-side pipelines travel through a ring of reused shared-memory
-    slots (:class:`argtca.views.dataset.SlotRing`; False: a fresh segment an item, the same
-    bytes)."""
+    as the engine's towers, i.e. when the resolved ``cfg.TTA.COMPILE`` is "on". The uint8
+    items of the device-side pipelines travel through a ring of reused shared-memory slots
+    (:class:`argtca.views.dataset.SlotRing`)."""
     device = torch.device(device)
     view_gen = build_view_generator(cfg, dataset)
     pin = device.type == "cuda"
@@ -325,7 +324,7 @@ def build_views_loader(cfg, dataset, seed: int, indices: Sequence[int], batch_im
         loader = build_item_loader(ds, int(num_workers), pin_memory=pin and mixer is None,
                                    prefetch=int(prefetch) * int(batch_images))
         ring = None
-        if isinstance(ds, PixelViewDataset) and loader.num_workers > 0 and slot_ring:
+        if isinstance(ds, PixelViewDataset) and loader.num_workers > 0:
             # the workers write into reused slots, allocated here, before they fork; the
             # consumer holds at most one batch of received items (ViewsLoader._grouped)
             ring = ds.ring = SlotRing.for_loader(ds.layout(), loader.num_workers,

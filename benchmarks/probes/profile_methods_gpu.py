@@ -103,7 +103,7 @@ def _print_trace(prof, loop: float, rows: int) -> None:
         kernels = sum(getattr(e, dev_attr) for e in ev) / 1e6
         print(f"  GPU busy (kernels and copies, all of the run): {kernels:.2f} s; "
               f"the loop {loop:.2f} s: at most {100 * kernels / max(loop, 1e-9):.0f} % busy")
-        print(ev.table(sort_by=dev_attr.replace("_total", "_total"), row_limit=rows,
+        print(ev.table(sort_by=dev_attr, row_limit=rows,
                        max_name_column_width=60))
     print(ev.table(sort_by="self_cpu_time_total", row_limit=rows, max_name_column_width=60))
 
