@@ -271,3 +271,25 @@ def test_resubmitted_task_waits_for_a_run_still_holding_its_folder(tmp_path, mon
         holder.kill()
         holder.wait()
 
+
+
+def test_a_run_reaped_by_the_preemption_keeps_its_exit_status():
+    """A preemption's stop (another thread, or SLURM's signal handler) reaps a run while the task
+    waits on it. The task waited with ``p.wait()``, whose blocked ``waitpid`` then raised
+    ``ChildProcessError`` and recorded exit 0: a preempted task said its runs had finished and
+    printed nothing (seen once in CI). The task's wait now takes the status the other set."""
+    import threading
+    p = subprocess.Popen(["sh", "-c", "exit 130"])
+    while True:   # a zombie: exited, not yet reaped
+        with open(f"/proc/{p.pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+        time.sleep(0.01)
+    _, status = os.waitpid(p.pid, 0)   # the other waiter takes the status...
+
+    def set_late():   # ...and sets it a moment later
+        time.sleep(0.3)
+        p.returncode = os.waitstatus_to_exitcode(status)
+    threading.Thread(target=set_late).start()
+    assert tasks_mod._reap(p, None) is True
+    assert p.returncode == 130

@@ -143,7 +143,11 @@ class RunTask(submitit.helpers.Checkpointable):
                     cwd=self.cwd, env=e, stdout=subprocess.DEVNULL if self.quiet else None,
                     start_new_session=True, preexec_fn=_run_signals)))
             for run, p in self._procs:
-                rc = p.wait()
+                _reap(p, None)   # not p.wait(): see _reap
+                rc = p.returncode
+                if rc is None:   # reaped by a preemption still setting it: not a finished run
+                    failed.append(f"{run.name} (stopped)")
+                    continue
                 if rc < 0:   # killed: nothing of the run said why
                     print(f"error: {run.name}: the run was killed ({signal.Signals(-rc).name}); "
                           f"run the command again to resume it from its records",
@@ -182,17 +186,27 @@ class RunTask(submitit.helpers.Checkpointable):
         return super().checkpoint(*args, **kwargs)
 
 
+# how long a waiter that found the run reaped by the other (a preemption's stop, or the task's
+# own wait) waits for that one to set its exit status
+REAPED_BY_OTHER_S = 2.0
+
+
 def _reap(p: subprocess.Popen, timeout: Optional[float]) -> bool:
     """Whether ``p`` ended within ``timeout`` seconds (None: wait for it), reaping it with
     ``os.waitpid`` itself. Not ``p.wait()``: ``checkpoint`` runs in submitit's handler of SLURM's
     signal, which interrupts ``__call__`` inside ``p.wait()``, and that call holds the lock
     ``p.wait()`` takes: waiting on it there never returns (the task then hung until SLURM
-    killed it at its time limit, without requeueing it)."""
+    killed it at its time limit, without requeueing it). ``__call__`` waits with it too: a
+    ``p.wait()`` blocked in ``waitpid`` while a preemption's ``_reap`` reaped the run first gets
+    ``ChildProcessError`` and records exit 0, so a preempted task said its runs had finished."""
     deadline = None if timeout is None else time.time() + timeout
     while p.returncode is None:
         try:
             pid, status = os.waitpid(p.pid, os.WNOHANG)
-        except ChildProcessError:   # reaped already, by the interrupted wait
+        except ChildProcessError:   # reaped already, by the other waiter: it sets returncode
+            end = time.time() + REAPED_BY_OTHER_S
+            while p.returncode is None and time.time() < end:
+                time.sleep(0.01)
             return True
         if pid:
             p.returncode = os.waitstatus_to_exitcode(status)
