@@ -214,10 +214,11 @@ _key("TTA.FAST.TEXT_TOKENS", 65536, "prompt tokens per text-tower call with grad
      check=_INT_GE1, tuning=True)
 _key("TTA.FAST.CUDA_GRAPH", "auto", "a batch's work captured/replayed as one CUDA graph; \"auto\" "
      "= off (GPU-bound loop: < 1 %; engine/graphs.py)", choices=_SWITCH)
-_key("TTA.FAST.TEXT_GRAPH", "auto", "the text tower a prompt-tuning online method (DynaPrompt) "
-     "runs each image, replayed as CUDA graphs, one per shape (the same kernels; "
-     "engine/text_graph.py; records identical, 1.29x on an H100); \"auto\" = on on CUDA",
-     choices=_SWITCH, tuning=True)
+_key("TTA.FAST.TEXT_GRAPH", "auto", "the text tower's passes replayed as CUDA graphs, one per "
+     "shape (the same kernels; engine/text_graph.py): a prompt-tuning online method's "
+     "(DynaPrompt: records identical, 1.29x on an H100) and the fast engine's steps after the "
+     "first (RLCF) and final prediction; \"auto\" = on on CUDA for the online methods, off for "
+     "the fast engine (engine/fast.py text_graph_auto)", choices=_SWITCH, tuning=True)
 _key("TTA.FAST.VIEWS_OVERLAP", False, "GPU views of batch n+1 made while batch n tunes (the same "
      "kernels on another stream: bit-identical views)", numbers=False)
 

@@ -113,6 +113,9 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
 
     batched = True
     _in_graph = False   # inside a CUDA graph's warm-up or capture (argtca/engine/graphs.py)
+    # TTA.FAST.TEXT_GRAPH "auto" on CUDA: what each engine's measured passes say
+    # (benchmarks/README.md#issue-42-the-next-step-the-slot-ring-and-dynaprompts-graphed-text-tower)
+    text_graph_auto = False
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  n_images: Optional[int] = None, grad_mode: Optional[str] = None,
@@ -123,7 +126,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
                  compile_jacobian: Optional[bool] = None, compile_mode: Optional[str] = None,
                  jacobian_tf32: Optional[bool] = None, image_chunk: Optional[int] = None,
                  text_tokens: Optional[int] = None, cuda_graph=None,
-                 fold_gelu: Optional[bool] = None):
+                 fold_gelu: Optional[bool] = None, text_graph=None):
         # the hyper-parameters (steps, selection, AdamW, precision, loss scale) as the reference
         super().__init__(model, text_encoder, objective, cfg, device)
         knobs = cfg.TTA.FAST
@@ -211,6 +214,14 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
                                          or (_switch(graph, False) and on_cuda))
         self._in_graph = False   # inside a graph's warm-up or capture
         self._inputs = None       # the last eager batch's per-view objective inputs (RLCF)
+        # the text tower's passes as CUDA graphs, one per shape (argtca/engine/text_graph.py):
+        # the passes with gradient of the steps after the first (RLCF's 3-5 steps) and the final
+        # prediction's; not where the pass is compiled, nor inside a whole-batch graph.
+        # "emulate" (tests): the graphs' protocol on any device, without CUDA
+        tg = pick(text_graph, "TEXT_GRAPH")
+        self.text_graph_emulate = str(tg).lower() == "emulate"
+        self.text_graph = self.text_graph_emulate or (_switch(tg, self.text_graph_auto)
+                                                      and on_cuda)
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -221,6 +232,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
         self._jt = None        # Jᵀ at θ0 [n·W, P·E] of grad_mode "jacobian"
         self._graphs = {}      # batch key -> GraphedBatch (they read the tensors above)
         self._graph_seen = set()   # batch keys run once eagerly (the warm-up before a capture)
+        self._graphed_text = None  # the text tower's graphs (they read its buffers in place)
 
     # ------------------------------------------------------------------ helpers
     def autocast(self):
@@ -245,6 +257,20 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
             return contextlib.nullcontext()
         from torch.nn.attention import SDPBackend, sdpa_kernel
         return sdpa_kernel([getattr(SDPBackend, name)])
+
+    def graphed_text(self, compiled: bool):
+        """The text tower's calls as CUDA graphs (:class:`~argtca.engine.text_graph.GraphedText`
+        of ``self.text``: forward, and backward to the context, one graph per shape), or None: the
+        caller runs its eager (or ``compiled``) pass. Called inside :meth:`text_ctx`, whose
+        attention kernel the capture records."""
+        if not self.text_graph or compiled or self._in_graph:
+            return None
+        if self._graphed_text is None:
+            from argtca.engine.reference import TunableText
+            from argtca.engine.text_graph import GraphedText
+            self._graphed_text = GraphedText(TunableText(self.text, self.amp, self.autocast),
+                                             emulate=self.text_graph_emulate)
+        return self._graphed_text
 
     @property
     def num_prompts(self) -> int:
@@ -296,9 +322,13 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
         step = self._images_per_text_call(grad=False)
         out = []
         with torch.no_grad(), self.text_ctx():
+            graphed = self.graphed_text(self.compile_text)
             for i in range(0, ctx.shape[0], step):
                 x = ctx[i:i + step]
                 n = x.shape[0]
+                if graphed is not None:   # a replay's output is overwritten by the next one's
+                    out.append(graphed(x)[:n].clone())
+                    continue
                 if self.compile_text:   # one compiled shape: pad, then drop
                     x = self._pad_rows(x, step)
                 out.append(self._encode_text(x)[:n])

@@ -16,7 +16,7 @@ from typing import Callable, Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from argtca.engine.fast import FastEngine, _switch
+from argtca.engine.fast import FastEngine
 from argtca.engine.reference import Done, raise_if_non_finite_probs
 from argtca.engine.submission import Pending
 from argtca.registry import ENGINE_REGISTRY
@@ -104,6 +104,9 @@ class FeatureEngine(FastEngine):
     encoder may hold several prompts a class)."""
 
     batched = True
+    # TTA.FAST.TEXT_GRAPH "auto" = on on CUDA: the same records, DynaPrompt 1.29x on an H100
+    # (benchmarks/README.md)
+    text_graph_auto = True
 
     def __init__(self, model, text_encoder, objective, cfg, device, *,
                  adapter: Callable[[torch.Tensor], object],
@@ -114,14 +117,8 @@ class FeatureEngine(FastEngine):
         c.TTA.STEPS = 0          # no prompt step: the fast engine keeps no graph, builds no Jᵀ
         c.freeze()
         super().__init__(model, text_encoder, objective, c, device, n_images=n_images,
-                         grad_mode="recompute")
+                         grad_mode="recompute", text_graph=text_graph)
         self.make_adapter = adapter
-        # "auto" = on on CUDA: the same records, DynaPrompt 1.29x on an H100 (benchmarks/README.md);
-        # "emulate" (tests): the graphs' protocol on any device, without CUDA
-        graph = text_graph or cfg.TTA.FAST.get("TEXT_GRAPH", "auto")
-        self.text_graph_emulate = str(graph).lower() == "emulate"
-        self.text_graph = self.text_graph_emulate or (_switch(graph, True)
-                                                      and self.device.type == "cuda")
         self.n_classes = int(n_classes or text_encoder.num_prompts)
         self.adapter = None
         # an online adapter's state must be final (and saved) before the next batch starts
@@ -141,7 +138,7 @@ class FeatureEngine(FastEngine):
         """The text tower an adapter that tunes prompts is given; on CUDA (or ``emulate``) its
         calls replay CUDA graphs (``TTA.FAST.TEXT_GRAPH``, argtca/engine/text_graph.py)."""
         tower = super().tunable_text()
-        if self.text_graph:
+        if self.text_graph:   # steps 0: the fast engine's own passes never use its graphs
             from argtca.engine.text_graph import GraphedText
             return GraphedText(tower, emulate=self.text_graph_emulate)
         return tower

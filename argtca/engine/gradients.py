@@ -96,7 +96,11 @@ class StepGradients:
             n = x.shape[0]
             with torch.enable_grad():
                 with self.text_ctx():
-                    if self.compile_text_grad:
+                    # a graphed pass is differentiated below, before the next chunk's forward
+                    graphed = self.graphed_text(self.compile_text_grad)
+                    if graphed is not None:
+                        text = graphed(x)
+                    elif self.compile_text_grad:
                         text = self._encode_text_grad(self._pad_rows(x, step))[:n]
                     else:
                         text = self.text(x)
