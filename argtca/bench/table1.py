@@ -93,8 +93,13 @@ def _run_opts(sd: Dict[str, object], n: int, opts: Sequence[str]) -> List[str]:
     quiet = ["VERBOSE", "False"]   # no progress bars; the bench prints a line per run
     if sd["dataset"] == "demo":   # its own CLIP and weights; a prefix of its test set
         return quiet + ["DATASET.NUM_IMAGES", str(n)] + list(opts)
+    # the engine's size-dependent choices (the Jacobian of TPT's step, compilation) as in the
+    # full run of the published test set, which the rates extrapolate to
+    from argtca.report.reference import full_test_size
+    full = full_test_size(str(sd["dataset"]))
+    plan = ["TTA.FAST.AUTO_IMAGES", str(full)] if full else []
     return quiet + ["DATASET.ATTRIBUTE_FILE", str(sd["attributes"]), "MODEL.PRETRAINED",
-                    "random", "TRAINER.RLCF.REWARD_PRETRAINED", "random"] + list(opts)
+                    "random", "TRAINER.RLCF.REWARD_PRETRAINED", "random"] + plan + list(opts)
 
 
 def _specs(methods, sd, n, seed, out_root: Path, opts):

@@ -207,6 +207,10 @@ _key("TTA.FAST.COMPILE_JACOBIAN", False, "... the tangent pass building J^T (onc
 _key("TTA.FAST.COMPILE_MODE", "", "torch.compile mode of the image tower (\"\": default)")
 _key("TTA.FAST.JACOBIAN_TF32", True, "grad mode jacobian: cot @ J^T on TF32 tensor cores",
      tuning=True)
+_key("TTA.FAST.AUTO_IMAGES", 0, "the test images the size-dependent \"auto\" choices plan for "
+     "(TTA.FAST.GRAD_MODE's Jacobian, TTA.COMPILE); 0: the run's own test set. The whole-table "
+     "benchmark sets each dataset's published size, so that its short runs take the full runs' "
+     "modes", check=Range(lambda v: v >= 0, ">= 0 (0: the run's test set)", True))
 _key("TTA.FAST.IMAGE_CHUNK", -1, "views per image-tower call; -1: BATCH_IMAGES x N_VIEWS",
      check=Range(lambda v: v == -1 or v >= 1, ">= 1 views, or -1 for BATCH_IMAGES x N_VIEWS (at "
                  "most 2048)", True))

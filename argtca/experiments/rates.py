@@ -164,7 +164,8 @@ def borrowed_note(borrowed: Sequence[Sequence[str]], n_methods: int) -> List[str
 # and backbone, a plan caps its images itself, and the rest only say where things are
 NOT_SETTINGS = ("TTA.VIEWS_DEVICE", "MODEL.BACKBONE.NAME", "USE_CUDA", "DATASET.NUM_IMAGES",
                 "VERBOSE", "DATASET.ROOT", "DATASET.ATTRIBUTE_FILE", "OUTPUT_ROOT", "OUTPUT_DIR",
-                "MODEL.PRETRAINED", "TRAINER.RLCF.REWARD_PRETRAINED", "DATALOADER.NUM_WORKERS")
+                "MODEL.PRETRAINED", "TRAINER.RLCF.REWARD_PRETRAINED", "DATALOADER.NUM_WORKERS",
+                "TTA.FAST.AUTO_IMAGES")
 
 
 def settings(opts: Sequence[str]) -> List[str]:

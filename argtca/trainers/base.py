@@ -91,7 +91,7 @@ class TestTimeTrainer(RunIdentity):
         from argtca.config.settle import resolve_auto, settle_prompts
         settle_prompts(self.cfg, self.engine_name, self.label)
         own, own_lines = self.auto_values(self.cfg)
-        self.cfg, lines = resolve_auto(self.cfg, self.device.type, len(self.dataset.test),
+        self.cfg, lines = resolve_auto(self.cfg, self.device.type, self.planned_images(),
                                        runs_on=self.engine_name, label=self.label, also=own)
         lines = own_lines + lines
         # the views pipeline (TTA.VIEWS_DEVICE x VIEWS_FLOAT x VIEWS_OPS), settled here with the
@@ -179,6 +179,11 @@ class TestTimeTrainer(RunIdentity):
             self.text_encoder.set_context(coop["ctx"])
         self.engine = self.build_engine()
 
+    def planned_images(self) -> int:
+        """The test images the size-dependent auto choices plan for: ``TTA.FAST.AUTO_IMAGES``
+        (the whole-table benchmark's short runs: the published size), else the test set's."""
+        return int(self.cfg.TTA.FAST.get("AUTO_IMAGES", 0)) or len(self.dataset.test)
+
     def build_engine(self):
         """The registered engine ``TTA.ENGINE`` (resolved by :meth:`resolve_auto`), built on the
         configuration the engine sees; its settings come from that configuration."""
@@ -186,7 +191,7 @@ class TestTimeTrainer(RunIdentity):
         world = max(1, world_size())
         eng = ENGINE_REGISTRY.get(self.cfg.TTA.ENGINE)(
             self.model, self.text_encoder, self.objective, self.run_cfg, self.device,
-            n_images=-(-len(self.dataset.test) // world),                  # images of this rank
+            n_images=-(-self.planned_images() // world),                   # images of this rank
             **self.engine_kwargs())
         why = getattr(eng, "grad_mode_why", "")
         if why and self.cfg.get("VERBOSE", True):

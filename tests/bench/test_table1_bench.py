@@ -163,3 +163,15 @@ def test_the_plan_estimates_from_a_rate_file(tmp_path):
     from argtca.experiments.plan import ExperimentError
     with pytest.raises(ExperimentError, match="bad.json: no 'machine' and 'rows'"):
         plan_lines(["dtd"], ["tpt"], [1], ["USE_CUDA", "False"], rates=str(bad))
+
+
+@pytest.mark.parametrize("dataset", sorted(SIZES))
+def test_stand_in_runs_plan_for_the_published_test_size(dataset):
+    """A stand-in's few hundred images would make the engine's size-dependent choices for a short
+    run (TPT's step without the Jacobian below 2048 images): its runs plan for the published
+    size, which the rates extrapolate to; the demo is its own test set."""
+    from argtca.bench.table1 import _run_opts
+    opts = _run_opts({"dataset": dataset, "attributes": "a.json"}, 64, ["SEED", "2"])
+    pairs = dict(zip(opts[::2], opts[1::2]))
+    assert pairs["TTA.FAST.AUTO_IMAGES"] == str(SIZES[dataset]) and pairs["SEED"] == "2"
+    assert "TTA.FAST.AUTO_IMAGES" not in _run_opts({"dataset": "demo"}, 64, [])

@@ -82,3 +82,21 @@ def test_tca_config_is_settled_in_one_step(data, tmp_path, capsys):
                        "argtca: TTA.ENGINE auto -> reference (no CUDA device; TTA.ENGINE "
                        "reference/fast to choose)"]
     assert (cfg.TRAINER.TCA.ALPHA, cfg.TRAINER.TCA.BETA) == (10.0, 35.0)   # the caller's kept
+
+
+def test_the_engine_plans_for_auto_images_or_the_test_set(data, tmp_path, monkeypatch):
+    """TTA.FAST.AUTO_IMAGES is the test-set size the engine's auto grad mode plans for (the
+    whole-table benchmark's short runs take the full run's Jacobian); 0, the run's own."""
+    from argtca.engine.fast import FastEngine
+    seen = []
+    monkeypatch.setattr(FastEngine, "_auto_grad_mode",
+                        lambda self, n: (seen.append(n), ("vjp", ""))[1])
+    plain = TCA(_cfg(data, tmp_path / "a", **{"TTA.ENGINE": "fast"}))
+    planned = TCA(_cfg(data, tmp_path / "b", **{"TTA.ENGINE": "fast",
+                                                "TTA.FAST.AUTO_IMAGES": 5000}))
+    for t in (plain, planned):
+        t._build_model()   # the model, the prompts' encoder, then the engine
+    n = len(plain.dataset.test)
+    assert 0 < n < 5000
+    assert seen == [n, 5000]
+    assert plain.planned_images() == n and planned.planned_images() == 5000
