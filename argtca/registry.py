@@ -209,7 +209,8 @@ SELECTOR_REGISTRY = Registry("SELECTOR")
 OBJECTIVE_REGISTRY = Registry("OBJECTIVE")
 # test-time engines (``TTA.ENGINE``): classes built as ``cls(model, text_encoder, objective, cfg,
 # device, n_images=...)``; a class attribute ``batched`` says whether the loader feeds it
-# ``TTA.BATCH_IMAGES`` images at a time (else one)
+# ``TTA.BATCH_IMAGES`` images at a time (else one), ``compiles`` whether ``TTA.COMPILE`` compiles
+# its towers, ``method_only`` that it runs only the method built for it
 ENGINE_REGISTRY = Registry("ENGINE")
 # feature-level test-time rules of the training-free and online methods (argtca/adapters):
 # classes built as ``cls(node, cfg, text [K, E], logit_scale)``; the trait ``online`` says whether

@@ -31,13 +31,12 @@ from typing import Dict, List, Optional, Tuple
 from argtca.config.checks import ConfigError
 from argtca.utils.host import auto_workers, main_threads, usable_cpus
 
-__all__ = ["ADAPTER_ENGINE", "COMPILING_ENGINES", "COMPILE_SECONDS", "SAVED_SECONDS_PER_IMAGE",
+__all__ = ["ADAPTER_ENGINE", "engine_compiles", "COMPILE_SECONDS", "SAVED_SECONDS_PER_IMAGE",
            "compile_pays", "canonical_names", "settle_prompts", "settle_engine", "resolve_auto"]
 
-# the one place an engine's name decides anything: the engine of the adapter methods, and the
-# engines whose towers torch.compile can compile
+# the one place an engine's name decides anything: the engine of the adapter methods (whether an
+# engine's towers can be compiled is its class's trait ``compiles``: engine_compiles)
 ADAPTER_ENGINE = "features"
-COMPILING_ENGINES = ("fast", ADAPTER_ENGINE)
 
 # Compiling the towers pays only past COMPILE_SECONDS / SAVED_SECONDS_PER_IMAGE test images (about
 # 57,000): the seconds torch.compile adds to a run, and the seconds it saves per image, for
@@ -45,6 +44,14 @@ COMPILING_ENGINES = ("fast", ADAPTER_ENGINE)
 # benchmarks/README.md#compile. Re-measure them when the towers change.
 COMPILE_SECONDS = 63.0
 SAVED_SECONDS_PER_IMAGE = 1.1e-3
+
+
+def engine_compiles(engine: str) -> bool:
+    """Whether the registered engine ``engine`` compiles its towers under ``TTA.COMPILE`` (its
+    class declares ``compiles = True``)."""
+    from argtca.registry import ENGINE_REGISTRY
+    return engine in ENGINE_REGISTRY and bool(getattr(ENGINE_REGISTRY.get(engine), "compiles",
+                                                      False))
 
 
 def compile_pays(n_images: int, views_device: str) -> bool:
@@ -129,7 +136,7 @@ def resolve_auto(cfg, device_type: str, n_images: int, runs_on: str = "",
     comp = cfg.TTA.get("COMPILE", "off")
     comp = ("on" if comp else "off") if isinstance(comp, bool) else str(comp).lower()
     if comp == "auto":
-        if engine not in COMPILING_ENGINES or not cuda:
+        if not engine_compiles(engine) or not cuda:
             comp, why = "off", "the fast and features engines compile on CUDA only"
         else:
             views = str(cfg.TTA.VIEWS_DEVICE).lower()

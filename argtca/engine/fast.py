@@ -112,6 +112,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
     mode ``auto`` depends on it)."""
 
     batched = True
+    compiles = True     # TTA.COMPILE compiles its towers (argtca/config/settle.py)
     _in_graph = False   # inside a CUDA graph's warm-up or capture (argtca/engine/graphs.py)
     # TTA.FAST.TEXT_GRAPH "auto" on CUDA: what each engine's measured passes say
     # (benchmarks/README.md#issue-42-the-next-step-the-slot-ring-and-dynaprompts-graphed-text-tower)

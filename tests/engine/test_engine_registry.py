@@ -200,3 +200,21 @@ def test_views_overlap_is_read_from_the_config(tmp_path):
     assert loader(**{"TTA.VIEWS_DEVICE": "gpu", "TTA.FAST.VIEWS_OVERLAP": True}).overlap
     assert not loader(**{"TTA.VIEWS_DEVICE": "gpu"}).overlap
     assert not loader(**{"TTA.FAST.VIEWS_OVERLAP": True}).overlap      # CPU views: nothing to move
+
+
+def test_whether_an_engine_compiles_is_its_class_trait(monkeypatch):
+    """TTA.COMPILE auto turns compilation on only for an engine whose class declares
+    ``compiles`` (argtca/config/settle.py reads the trait, no list of engine names): a
+    plug-in engine that compiles gets it, one that does not stays off."""
+    from argtca.config.settle import engine_compiles, resolve_auto
+    assert engine_compiles("fast") and engine_compiles("features")
+    assert not engine_compiles("reference") and not engine_compiles("lora")
+    assert not engine_compiles("no-such-engine")
+    _register(monkeypatch, ENGINE_REGISTRY, "turbo", type("Turbo", (BatchedReference,),
+                                                          {"compiles": True}))
+    _register(monkeypatch, ENGINE_REGISTRY, "plain", BatchedReference)
+    for engine, want in (("turbo", "on"), ("plain", "off")):
+        cfg = get_cfg_default()
+        cfg.TTA.ENGINE, cfg.TTA.COMPILE, cfg.TTA.VIEWS_DEVICE = engine, "auto", "gpu"
+        out, lines = resolve_auto(cfg, "cuda", 10 ** 6, label="M")
+        assert out.TTA.COMPILE == want, lines
