@@ -157,6 +157,8 @@ def row_of(name: str, sd: Dict[str, object], out: Path, run_s: float,
            "loop_s": float(timing.get("loop_s", 0.0)), "run_s": round(run_s, 3),
            "steady_img_per_s": timing.get("steady_img_per_s"),
            "first_batch_s": timing.get("first_batch_s"), "prepare_s": timing.get("prepare_s"),
+           # the test images its size-dependent choices planned for (TTA.FAST.AUTO_IMAGES)
+           "planned_images": int(over.get("TTA.FAST.AUTO_IMAGES", 0) or 0) or int(summary["n"]),
            "settings": R.settings(opts), "bound": b.get("bound"), "shares": b.get("shares"),
            "timing": {k: v for k, v in timing.items() if k.endswith("_s")}}
     return R.derive(row)

@@ -115,7 +115,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
              f"{where:>10}"]
     tot_runs = tot_img = per = 0
     tot_s = 0.0
-    unknown, borrowed, missing, own, other = [], [], {}, [], {}
+    unknown, borrowed, missing, own, other, short = [], [], {}, [], {}, []
     for ds in datasets:
         n, k = dataset_size(ds, root, opts)
         runs = len(methods) * len(seeds)
@@ -141,6 +141,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                 borrowed.append([m, ds, e.source])
             if e.other_settings is not None:
                 other.setdefault(" ".join(e.other_settings) or "the defaults", []).append(m)
+            if e.short_planned:
+                short.append(m)
         cell = "?" if not known else _time(s) + ("+?" if known < len(methods) else "")
         lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{cell:>10}")
         tot_img, tot_s, per = tot_img + n * runs, tot_s + s, per + n
@@ -166,6 +168,14 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                      f"({' '.join(settings(opts)) or 'the defaults'}) for "
                      f"{'every method' if len(ms) == len(methods) else ', '.join(ms)}: the "
                      f"rates of {sets} used")
+    if short:
+        short = list(dict.fromkeys(short))
+        who = "every method" if len(short) == len(methods) else ", ".join(short)
+        lines.append(f"the rates of {who} were measured on short GPU runs that planned for their "
+                     f"own few images, not the published size (before TTA.FAST.AUTO_IMAGES): a "
+                     f"full run's size-dependent modes (TPT's step 1 by the Jacobian at >= 2048 "
+                     f"images) may differ; `python -m argtca.bench table1` on this machine "
+                     f"re-measures them")
     if table is not None:
         lines += missing_note(missing, table.path.name, len(methods))
     if unknown:

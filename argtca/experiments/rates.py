@@ -184,6 +184,20 @@ class Estimate:
     seconds: Optional[float]   # None: no rate of this method on this path
     source: str = ""           # "" measured on this dataset, else the dataset whose rate is used
     other_settings: Optional[List[str]] = None   # the row's settings, where they are not these
+    short_planned: bool = False   # a GPU row whose run planned for its own few images (below)
+
+
+def planned_short(row: Dict[str, object]) -> bool:
+    """Whether ``row`` was measured on the GPU by a run whose size-dependent choices planned
+    for its own few images, not its dataset's published test size (rows of the benchmark before
+    ``TTA.FAST.AUTO_IMAGES``; a full run of >= 2048 images takes TPT's step 1 by the Jacobian
+    at θ0, such a short run by a VJP)."""
+    if row.get("device") != "cuda":
+        return False   # the CPU's choices do not depend on the run's size
+    from argtca.report.reference import full_test_size
+    full = full_test_size(str(row.get("dataset", "")))
+    planned = int(row.get("planned_images") or row.get("n") or 0)
+    return bool(full) and planned < full
 
 
 class RateTable:
@@ -213,11 +227,12 @@ class RateTable:
             mine, other = same, list(same[-1].get("settings", []))
         exact = [r for r in mine if r["dataset"] == dataset]
         if exact:
-            return Estimate(run_seconds(exact[-1], images), "", other)
+            return Estimate(run_seconds(exact[-1], images), "", other, planned_short(exact[-1]))
         k = classes or 0
         near = min(mine, key=lambda r: (abs(int(r.get("classes") or 0) - k),
                                         -int(r.get("classes") or 0)))
-        return Estimate(run_seconds(near, images), str(near["dataset"]), other)
+        return Estimate(run_seconds(near, images), str(near["dataset"]), other,
+                        planned_short(near))
 
     def describe(self) -> str:
         m = self.machine

@@ -43,6 +43,7 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
         assert (r["dataset"], r["classes"], r["image_size"], r["n"]) == ("eurosat", 10, [64, 64], 4)
         assert (r["backbone"], r["views"], r["device"], r["commit"]) == \
             ("argtca-tiny-test", "cpu", "cpu", "abc1234")
+        assert r["planned_images"] == SIZES["eurosat"]   # its runs planned for the full set
         assert r["bound"] in ("views workers", "main process", "engine (CPU)")
         assert sum(r["shares"].values()) == pytest.approx(1.0, abs=0.002)   # 3 roundings
         # the arithmetic of a row: seconds per image at the steady rate (2 batches of 2: one
@@ -175,3 +176,28 @@ def test_stand_in_runs_plan_for_the_published_test_size(dataset):
     pairs = dict(zip(opts[::2], opts[1::2]))
     assert pairs["TTA.FAST.AUTO_IMAGES"] == str(SIZES[dataset]) and pairs["SEED"] == "2"
     assert "TTA.FAST.AUTO_IMAGES" not in _run_opts({"dataset": "demo"}, 64, [])
+
+
+def test_the_plan_names_gpu_rates_of_runs_that_planned_short(tmp_path):
+    """A GPU row whose run planned for its own 48 images (the benchmark before
+    TTA.FAST.AUTO_IMAGES: TPT's step 1 by a VJP where a full run takes the Jacobian) is named
+    in the plan; a row planned for the published size, or measured on the CPU, is not."""
+    from argtca.experiments.estimate import plan_lines
+    from argtca.experiments.rates import planned_short
+
+    def gpu(method, **kw):
+        return dict(_row(method, "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cuda", **kw)
+    old, new = gpu("tpt"), gpu("ctpt", planned_images=SIZES["caltech101"])
+    cpu = dict(_row("otpt", "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cpu")
+    assert planned_short(old) and not planned_short(new) and not planned_short(cpu)
+    assert planned_short(gpu("atpt", planned_images=2000))     # short of 2465 too
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"machine": {"device": "cuda", "card": "H100", "cores": 16,
+                                         "date": "2026-12-07"}, "commit": "abc1234",
+                             "rows": [old, new, cpu]}))
+    lines = plan_lines(["caltech101"], ["tpt", "ctpt", "otpt"], [1], ["USE_CUDA", "False"],
+                       rates=str(f))
+    said = [x for x in lines if "planned for their own few images" in x]
+    assert len(said) == 1 and said[0].startswith("the rates of tpt were measured on short GPU")
+    lines = plan_lines(["caltech101"], ["ctpt"], [1], ["USE_CUDA", "False"], rates=str(f))
+    assert not any("planned for their own" in x for x in lines)
