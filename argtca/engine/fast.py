@@ -103,6 +103,13 @@ def _switch(value, default: bool) -> bool:
     return default if v == "auto" else v in ("on", "true", "1")
 
 
+def _graph_switch(value, default: bool, on_cuda: bool):
+    """A CUDA-graph switch (``CUDA_GRAPH``, ``TEXT_GRAPH``) -> (on, emulate): on CUDA only, as
+    :func:`_switch` says; "emulate" (tests) runs the graphs' protocol on any device."""
+    emulate = str(value).strip().lower() == "emulate"
+    return emulate or (_switch(value, default) and on_cuda), emulate
+
+
 @ENGINE_REGISTRY.register(name="fast")
 class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
     """``engine(views [B, V, 3, S, S], paths) -> probs [B, K]``, the reference engine's API; the
@@ -205,24 +212,20 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
         # one CUDA graph per batch shape (argtca/engine/graphs.py): only where no compiled code
         # runs and step 1 differentiates no graph kept across batches (vjp/loop); "emulate"
         # (tests): the graph protocol on any device, without CUDA
-        graph = pick(cuda_graph, "CUDA_GRAPH")
-        self.graph_emulate = str(graph).lower() == "emulate"
         graphable = (not (self.compile_image or self.compile_text or self.compile_text_grad)
                      and (self.steps <= 0 or grad_mode in ("jacobian", "recompute")))
         # "auto" = off: the loop is bound by the GPU, the graph gains < 1 %
         # (benchmarks/README.md#known-limits-and-missed-targets)
-        self.cuda_graph = graphable and (self.graph_emulate
-                                         or (_switch(graph, False) and on_cuda))
+        graph, self.graph_emulate = _graph_switch(pick(cuda_graph, "CUDA_GRAPH"), False, on_cuda)
+        self.cuda_graph = graphable and graph
         self._in_graph = False   # inside a graph's warm-up or capture
         self._inputs = None       # the last eager batch's per-view objective inputs (RLCF)
         # the text tower's passes as CUDA graphs, one per shape (argtca/engine/text_graph.py):
         # the passes with gradient of the steps after the first (RLCF's 3-5 steps) and the final
         # prediction's; not where the pass is compiled, nor inside a whole-batch graph.
         # "emulate" (tests): the graphs' protocol on any device, without CUDA
-        tg = pick(text_graph, "TEXT_GRAPH")
-        self.text_graph_emulate = str(tg).lower() == "emulate"
-        self.text_graph = self.text_graph_emulate or (_switch(tg, self.text_graph_auto)
-                                                      and on_cuda)
+        self.text_graph, self.text_graph_emulate = _graph_switch(
+            pick(text_graph, "TEXT_GRAPH"), self.text_graph_auto, on_cuda)
         self.forget_dataset()
 
     def forget_dataset(self) -> None:
@@ -328,7 +331,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
                 x = ctx[i:i + step]
                 n = x.shape[0]
                 if graphed is not None:   # a replay's output is overwritten by the next one's
-                    out.append(graphed(x)[:n].clone())
+                    out.append(graphed(x).clone())
                     continue
                 if self.compile_text:   # one compiled shape: pad, then drop
                     x = self._pad_rows(x, step)
