@@ -161,21 +161,17 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     else:
         lines.append(f"rates: {note}")
     lines += borrowed_note(borrowed, len(methods))
-    from .rates import settings
+    from .rates import methods_named, settings
     for sets, ms in other.items():
-        ms = list(dict.fromkeys(ms))
         lines.append(f"no rate measured with these runs' settings "
                      f"({' '.join(settings(opts)) or 'the defaults'}) for "
-                     f"{'every method' if len(ms) == len(methods) else ', '.join(ms)}: the "
-                     f"rates of {sets} used")
+                     f"{methods_named(ms, len(methods))}: the rates of {sets} used")
     if short:
-        short = list(dict.fromkeys(short))
-        who = "every method" if len(short) == len(methods) else ", ".join(short)
-        lines.append(f"the rates of {who} were measured on short GPU runs that planned for their "
-                     f"own few images, not the published size (before TTA.FAST.AUTO_IMAGES): a "
-                     f"full run's size-dependent modes (TPT's step 1 by the Jacobian at >= 2048 "
-                     f"images) may differ; `python -m argtca.bench table1` on this machine "
-                     f"re-measures them")
+        lines.append(f"the rates of {methods_named(short, len(methods))} were measured on "
+                     f"short GPU runs that planned for their own few images, not the published "
+                     f"size (before TTA.FAST.AUTO_IMAGES): a full run's size-dependent modes "
+                     f"(TPT's step 1 by the Jacobian at >= 2048 images) may differ; `python -m "
+                     f"argtca.bench table1` on this machine re-measures them")
     if table is not None:
         lines += missing_note(missing, table.path.name, len(methods))
     if unknown:

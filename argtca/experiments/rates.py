@@ -146,6 +146,13 @@ def merge(old: Optional[Dict[str, object]], new: Dict[str, object]) -> Dict[str,
     return out
 
 
+def methods_named(ms: Sequence[str], n_methods: int) -> str:
+    """``ms`` (duplicates dropped) as a plan's note names them: "every method" when they are all
+    ``n_methods`` of the plan."""
+    ms = list(dict.fromkeys(ms))
+    return "every method" if len(ms) == n_methods else ", ".join(ms)
+
+
 def borrowed_note(borrowed: Sequence[Sequence[str]], n_methods: int) -> List[str]:
     """The (method, dataset, source) estimated from another dataset's rate
     (:meth:`RateTable.estimate`), one line per source and set of datasets."""
@@ -154,7 +161,7 @@ def borrowed_note(borrowed: Sequence[Sequence[str]], n_methods: int) -> List[str
         by.setdefault((d, src), []).append(m)
     groups: Dict[tuple, List[str]] = {}
     for (d, src), ms in by.items():
-        who = "every method" if len(ms) == n_methods else ", ".join(ms)
+        who = methods_named(ms, n_methods)
         groups.setdefault((src, who), []).append(d)
     return [f"not measured on {', '.join(ds)} ({who}): {src}'s rate used (the measured dataset "
             f"nearest in classes)" for (src, who), ds in groups.items()]
