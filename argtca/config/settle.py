@@ -136,8 +136,10 @@ def resolve_auto(cfg, device_type: str, n_images: int, runs_on: str = "",
     comp = cfg.TTA.get("COMPILE", "off")
     comp = ("on" if comp else "off") if isinstance(comp, bool) else str(comp).lower()
     if comp == "auto":
-        if not engine_compiles(engine) or not cuda:
-            comp, why = "off", "the fast and features engines compile on CUDA only"
+        if not engine_compiles(engine):
+            comp, why = "off", f"the {engine} engine compiles nothing"
+        elif not cuda:
+            comp, why = "off", f"the {engine} engine compiles on CUDA only"
         else:
             views = str(cfg.TTA.VIEWS_DEVICE).lower()
             comp = "on" if compile_pays(n_images, views) else "off"
