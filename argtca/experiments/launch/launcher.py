@@ -17,7 +17,7 @@ from ..plan import Outcome, RunSpec, resolve_run_dirs
 from .jobs import failure_line, job_state
 from .options import LaunchDone, LaunchOptions
 from .record import RecordedTask, log_folder, read_record
-from .slurm import check_slurm, sbatch_lines, sbatch_parameters, submit
+from .slurm import check_slurm, refresh_states, sbatch_lines, sbatch_parameters, submit
 from .survey import Planned, group, plan_hash, plan_summary, survey
 from .tasks import RunTask, TaskRun
 
@@ -191,6 +191,7 @@ class Launcher:
         shown, state = None, {}
         try:
             while True:
+                refresh_states(jobs)
                 for i, j in enumerate(jobs):
                     if j is not None and state.get(i) not in ("done", "failed"):
                         state[i] = job_state(j)

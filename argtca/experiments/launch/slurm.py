@@ -95,6 +95,16 @@ def _squeue(array: str) -> Optional[Dict[str, str]]:
             (ln.strip().partition(" ") for ln in p.stdout.splitlines()) if state.strip()}
 
 
+def refresh_states(jobs) -> None:
+    """Read every followed SLURM job's state from ``sacct`` now, in one call. submitit's watcher
+    alone reads it at a back-off (2 s after a submission, then half the newest job's age, up to
+    10 min), so a launch looking every ``--poll-s`` would see a job's end, or the pending spell
+    of a requeued one, minutes late or not at all."""
+    slurm = [j for j in jobs if isinstance(j, submitit.SlurmJob)]
+    if slurm:
+        slurm[0].watcher.update()   # the watcher is shared: one sacct for every job
+
+
 def scheduler_state(job) -> str:
     """The job's state: sacct's (submitit's watcher, as submitit reads it), else squeue's
     (a cluster without accounting, a job sacct does not list yet): a SLURM state name,
