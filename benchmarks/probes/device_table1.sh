@@ -16,6 +16,6 @@ done
                            caltech101 oxford_flowers dtd)
 python3 -m argtca.bench table1 --images "${N:-48}" --warmup "${WARMUP:-16}" \
   --deadline "${DEADLINE:-480}" --commit "${COMMIT:-unknown}" --replace \
-  --out "$OUT/rates.json" --data-dir /tmp/standins --datasets "${DS[@]}" "${EXTRA[@]}" \
+  --datasets "${DS[@]}" --out "$OUT/rates.json" --data-dir /tmp/standins "${EXTRA[@]}" \
   2>&1 | tee "$OUT/table1.log" | grep -v "^WARNING:root:No pretrained"
 echo "took $(( $(date +%s) - T0 )) s"
