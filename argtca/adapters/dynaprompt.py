@@ -10,15 +10,17 @@ the stream with each slot's use count and the slots' least-recently-selected ord
 1. **Append.** When every slot has been used at least once (``APPEND``; the official ``noapp``
    ablation turns it off), the least recently selected slot (``order[0]``) is reset: residual 0
    (the initial prompt), use count 0.
-2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (text features
-   with gradient); :func:`select_prompts` picks slots from the detached logits by prediction
-   entropy and probability difference, always with ``order[0]``; each picked slot's use count
-   grows and it moves to the end of ``order``; TPT's loss on the picked slots (the
-   ``int(V·TTA.SELECTION_P)`` views of lowest entropy averaged over the picked prompts, then the
-   mean over those prompts of the entropy of the views' mean probability); one AdamW step
-   (``TTA.LR``, ``TTA.WEIGHT_DECAY``, fresh moments each image: the official
-   ``optimizer.load_state_dict(optim_state)``) on the whole buffer, through a GradScaler kept over
-   the stream (init ``TTA.LOSS_SCALE``; enabled under fp16 autocast only).
+2. For ``TTA.STEPS`` steps: logits ``[V, M, K]`` of every view under every prompt (no graph);
+   :func:`select_prompts` picks slots from them by prediction entropy and probability
+   difference, always with ``order[0]``; each picked slot's use count grows and it moves to the
+   end of ``order``; TPT's loss on the picked slots (the ``int(V·TTA.SELECTION_P)`` views of
+   lowest entropy averaged over the picked prompts, then the mean over those prompts of the
+   entropy of the views' mean probability), their logits computed again with a graph for those
+   slots alone (the official code runs every prompt with a graph and indexes the picked ones:
+   the same loss and gradient, the others' exactly 0, up to the rounding of a smaller batch in
+   the text tower); one AdamW step (``TTA.LR``, ``TTA.WEIGHT_DECAY``, fresh moments each image:
+   the official ``optimizer.load_state_dict(optim_state)``) on the whole buffer, through a
+   GradScaler kept over the stream (init ``TTA.LOSS_SCALE``; enabled under fp16 autocast only).
 3. The prediction: view 0's logits under each picked slot after the step, averaged over the
    picked slots (duplicates counted twice, as the official code); its softmax is recorded.
 
@@ -198,13 +200,20 @@ class DynaPromptAdapter(OnlineAdapter):
         picked: List[int] = [order[0]]
         with torch.enable_grad():
             for _ in range(self.steps):
-                logits = self.logits(img, delta)
-                picked = select_prompts(logits.detach(), order)
+                # the selection reads every prompt's logits, detached: no graph for them
+                with torch.no_grad():
+                    picked = select_prompts(self.logits(img, delta), order)
                 for i in picked:
                     order.remove(i)
                     use[i] += 1
                     order.append(i)
-                sel = torch.as_tensor(picked, dtype=torch.long, device=logits.device)
+                # the loss reads the picked prompts' logits only: only they enter the text tower
+                # with a graph (the others' gradient is exactly 0 either way: AdamW still decays
+                # their residuals, as the official optimizer over the whole buffer)
+                slots = sorted(set(picked))
+                logits = self.logits(img, delta[slots])
+                sel = torch.as_tensor([slots.index(i) for i in picked], dtype=torch.long,
+                                      device=logits.device)
                 loss = confident_views_loss(logits[:, sel], self.selection_p)
                 opt.zero_grad()
                 self.scaler.scale(loss).backward()

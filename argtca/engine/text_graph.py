@@ -1,8 +1,9 @@
 """The text tower of a prompt-tuning online adapter as CUDA graphs (``TTA.FAST.TEXT_GRAPH``).
 
 DynaPrompt (argtca/adapters/dynaprompt.py) runs CLIP's text tower on its whole buffer of prompts
-(``NUM_PROMPTS`` x K prompts) with a graph for autograd, differentiates it, and runs it again
-without a graph on the picked prompts, once an image. Each pass is a few hundred small kernels
+(``NUM_PROMPTS`` x K prompts) without a graph for autograd to pick prompts, on the picked ones
+with a graph for the loss, differentiates that, and runs the picked ones again without a graph
+for the prediction, once an image. Each pass is a few hundred small kernels
 queued one by one by the host (the casts of autocast, the 12 blocks' matrix products, the
 attention, the norms), and the backward as many again: on an H100 the GPU waited for the host
 (benchmarks/README.md, "the slow methods"). A pass of one input shape does the same work on the
@@ -22,9 +23,11 @@ same buffers every time, so it is captured once and replayed: one launch a pass.
 What the caller must know: a replay's outputs are the graph's static buffers, overwritten by the
 next replay of that shape, and the backward graph reads the activations the forward replay left:
 a forward with gradient must be differentiated (or dropped) before the next forward of that
-shape. DynaPrompt does that (forward, selection, loss, backward, step; then the prediction, of
-another graph). Shapes are few (the buffer's one with gradient; 1 to ``NUM_PROMPTS`` picked
-prompts without), each captured once per run.
+shape. DynaPrompt does that (selection, loss forward, backward, step; then the prediction, of
+another graph). Shapes are few (the buffer's one without gradient; 1 to ``NUM_PROMPTS`` picked
+prompts with and without), each captured once per run; each shape with gradient keeps its own
+memory pool of activations, so the pools grow with the distinct counts of picked prompts a run
+meets (usually 1 to 3: less than the whole buffer's one pool).
 
 ``emulate=True`` (tests, any device): the protocol without CUDA: a forward-only call's result is
 copied into the first call's output buffer, which is returned (so a caller that kept a previous
