@@ -221,8 +221,9 @@ _key("TTA.FAST.CUDA_GRAPH", "auto", "a batch's work captured/replayed as one CUD
 _key("TTA.FAST.TEXT_GRAPH", "auto", "the text tower's passes replayed as CUDA graphs, one per "
      "shape (the same kernels; engine/text_graph.py): a prompt-tuning online method's "
      "(DynaPrompt: records identical, 1.29x on an H100) and the fast engine's steps after the "
-     "first (RLCF) and final prediction; \"auto\" = on on CUDA for the online methods, off for "
-     "the fast engine (engine/fast.py text_graph_auto)", choices=_SWITCH, tuning=True)
+     "first (RLCF) and final prediction; \"auto\" = on on CUDA for the online methods and for "
+     "TTA.STEPS > 1, off for one step (engine/fast.py text_graph_auto)", choices=_SWITCH,
+     tuning=True)
 _key("TTA.FAST.VIEWS_OVERLAP", False, "GPU views of batch n+1 made while batch n tunes (the same "
      "kernels on another stream: bit-identical views)", numbers=False)
 

@@ -121,9 +121,14 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
     batched = True
     compiles = True     # TTA.COMPILE compiles its towers (argtca/config/settle.py)
     _in_graph = False   # inside a CUDA graph's warm-up or capture (argtca/engine/graphs.py)
-    # TTA.FAST.TEXT_GRAPH "auto" on CUDA: what each engine's measured passes say
-    # (benchmarks/README.md#issue-42-the-next-step-the-slot-ring-and-dynaprompts-graphed-text-tower)
-    text_graph_auto = False
+
+    @property
+    def text_graph_auto(self) -> bool:
+        """``TTA.FAST.TEXT_GRAPH`` "auto" on CUDA: on where there are steps after the first
+        (RLCF's 3: steady 1.18-1.42x on an H200), off for one step, where only the final
+        prediction's pass would replay and the graphs cost more than they save (the TPT
+        family, TCA, ArgTCA: steady 0.72x on the same H200; benchmarks/README.md)."""
+        return self.steps > 1
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,
                  n_images: Optional[int] = None, grad_mode: Optional[str] = None,

@@ -57,9 +57,11 @@ def test_text_graphs_stay_off_where_they_cannot_run(tiny_clip):
     e._in_graph = False
     assert e.graphed_text(compiled=True) is None   # a compiled pass is not captured
     assert e.graphed_text(compiled=False) is not None
-    # "auto": off for the fast engine's passes on the CPU; the adapters' engine likewise
+    # "auto": off on the CPU; on CUDA, on for steps after the first only (the adapters' engine:
+    # always)
     assert not _engine(model, tok, text_graph="auto").text_graph
-    assert FastEngine.text_graph_auto is False and FeatureEngine.text_graph_auto is True
+    assert [_engine(model, tok, steps=n).text_graph_auto for n in (1, 3)] == [False, True]
+    assert FeatureEngine.text_graph_auto is True
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
