@@ -127,7 +127,7 @@ class FastEngine(Submission, StepGradients, JacobianAtTheta0, ReferenceEngine):
         """``TTA.FAST.TEXT_GRAPH`` "auto" on CUDA: on where there are steps after the first
         (RLCF's 3: steady 1.18-1.42x on an H200), off for one step, where only the final
         prediction's pass would replay and the graphs cost more than they save (the TPT
-        family, TCA, ArgTCA: steady 0.72x on the same H200; benchmarks/README.md)."""
+        family, TCA, ArgTCA: steady 0.72-0.85x on the same H200; benchmarks/README.md)."""
         return self.steps > 1
 
     def __init__(self, model, text_encoder, objective: Objective, cfg, device, *,

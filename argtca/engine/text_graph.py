@@ -27,7 +27,9 @@ shape. DynaPrompt does that (selection, loss forward, backward, step; then the p
 another graph). Shapes are few (the buffer's one without gradient; 1 to ``NUM_PROMPTS`` picked
 prompts with and without), each captured once per run; each shape with gradient keeps its own
 memory pool of activations, so the pools grow with the distinct counts of picked prompts a run
-meets (usually 1 to 3: less than the whole buffer's one pool).
+meets: mostly 1 to 3 (together less than the whole buffer's one pool), up to 6 on the
+demo's stream (together 1.75x it). A shape whose capture raises (out of memory among others)
+runs eager, with a warning.
 
 ``emulate=True`` (tests, any device): the protocol without CUDA: a forward-only call's result is
 copied into the first call's output buffer, which is returned (so a caller that kept a previous
