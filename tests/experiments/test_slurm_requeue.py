@@ -151,10 +151,9 @@ def test_requeued_then_preempted_mid_stream_resumes_to_the_uninterrupted_records
     # for 5 s and more (the cluster's cred_expire), and --wait reads sacct every --poll-s (1 s)
     states = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("[table1] tasks:")]
     pending, running = (f"0 done, {r} running, {1 - r} pending, 0 failed of 1" for r in (0, 1))
+    done = "1 done, 0 running, 0 pending, 0 failed of 1"
     after_start = states[states[:1] == [pending]:]   # it may start before the first look
-    assert after_start == [running, pending] * 2 + [running,
-                                                    "1 done, 0 running, 0 pending, 0 failed of 1"], \
-        states
+    assert after_start == [running, pending] * 2 + [running, done], states
 
 
 def test_time_limit_checkpoints_on_the_warning_and_requeues(base):
