@@ -9,9 +9,11 @@ its typical image size (:data:`argtca.experiments.rates.IMAGE_SIZES`) and ``--im
 ``demo`` is the embedded demo itself. CLIP at random weights (``MODEL.PRETRAINED random``; RLCF's
 reward model too): the real model's FLOPs, meaningless accuracy.
 
-Per (method, dataset) it keeps the run's clock (``summary.json["timing"]``: the loop, the rate
-after the first batch, where the host thread waited) and the whole in-process run's seconds, and
-prints per method the loop and steady img/s, what bounds the loop (the views workers, the main
+Per (method, dataset) it keeps the run's clock (``summary.json["timing"]``: the loop, the rates
+after the first batch and over the later half, what its views workers can make, where the host
+thread waited) and the whole in-process run's seconds, and prints per method the loop img/s, the
+pace a long run keeps (the slowest of those rates: :func:`argtca.experiments.rates.derive`), what
+bounds the loop (the views workers, the main
 process or the GPU: :func:`argtca.engine.pipeline.loop_bound`) and the hours of the full table
 (the published test sizes x 3 seeds; :mod:`argtca.experiments.rates`), per method and in total. The
 rows go into the machine's rate file (``--out``; default ``benchmarks/rates/<card>.json`` or
@@ -155,7 +157,7 @@ def row_of(name: str, sd: Dict[str, object], out: Path, run_s: float,
            "views": views, "device": device, "classes": sd["classes"],
            "image_size": sd["image_size"], "n": int(summary["n"]),
            "loop_s": float(timing.get("loop_s", 0.0)), "run_s": round(run_s, 3),
-           "steady_img_per_s": timing.get("steady_img_per_s"),
+           **{k: timing.get(k) for k in R.PACE_KEYS},
            "first_batch_s": timing.get("first_batch_s"), "prepare_s": timing.get("prepare_s"),
            # the test images its size-dependent choices planned for (TTA.FAST.AUTO_IMAGES)
            "planned_images": int(over.get("TTA.FAST.AUTO_IMAGES", 0) or 0) or int(summary["n"]),
@@ -209,25 +211,26 @@ def _path(r: Dict[str, object]) -> tuple:
 
 
 def per_method(rows: Sequence[Dict[str, object]]) -> List[Dict[str, object]]:
-    """Per (method, path): images, loop img/s (all its images over all its loops), steady img/s
-    (all its images over their seconds at the steady rates) and the bound most of its time had."""
+    """Per (method, path): images, loop img/s (all its images over all its loops), pace img/s
+    (all its images over their seconds at the runs' paces, ``s_per_image``) and the bound most
+    of its time had."""
     out: Dict[tuple, Dict[str, object]] = {}
     for r in rows:
         key = (r["method"],) + _path(r)
         a = out.setdefault(key, {"method": r["method"], "backbone": r["backbone"],
                                  "views": r["views"], "settings": list(r.get("settings", [])),
-                                 "n": 0, "loop_s": 0.0, "steady_s": 0.0,
+                                 "n": 0, "loop_s": 0.0, "pace_s": 0.0,
                                  "bounds": {}, "datasets": 0})
         a["n"] += int(r["n"])
         a["loop_s"] += float(r["loop_s"])
-        a["steady_s"] += int(r["n"]) * float(r["s_per_image"])
+        a["pace_s"] += int(r["n"]) * float(r["s_per_image"])
         a["datasets"] += 1
         if r.get("bound"):
             a["bounds"][r["bound"]] = a["bounds"].get(r["bound"], 0.0) + float(r["loop_s"])
     res = []
     for a in out.values():
         a["loop_img_per_s"] = round(a["n"] / a["loop_s"], 2) if a["loop_s"] > 0 else None
-        a["steady_img_per_s"] = round(a["n"] / a["steady_s"], 2) if a["steady_s"] > 0 else None
+        a["pace_img_per_s"] = round(a["n"] / a["pace_s"], 2) if a["pace_s"] > 0 else None
         a["bound"] = max(a["bounds"], key=a["bounds"].get) if a["bounds"] else "?"
         res.append(a)
     return res
@@ -246,11 +249,11 @@ def report_lines(data: Dict[str, object]) -> List[str]:
         lines.append(f"{path}: hours of the full table = {len(ds)} dataset(s) "
                      f"({sum(ds.values())} test images) x {ex['seeds']} seeds")
         lines.append(f"{'method':<14}{'datasets':>9}{'images':>8}{'loop img/s':>12}"
-                     f"{'steady img/s':>14}  {'bound':<15}{'hours':>8}")
+                     f"{'pace img/s':>14}  {'bound':<15}{'hours':>8}")
         for a in rows:
             h = ex["hours_per_method"].get(a["method"], 0.0)
             lines.append(f"{a['method']:<14}{a['datasets']:>9}{a['n']:>8}"
-                         f"{_num(a['loop_img_per_s']):>12}{_num(a['steady_img_per_s']):>14}  "
+                         f"{_num(a['loop_img_per_s']):>12}{_num(a['pace_img_per_s']):>14}  "
                          f"{a['bound']:<15}{h:>8.2f}")
         lines.append(f"{'total':<14}{'':>9}{'':>8}{'':>12}{'':>14}  {'':<15}"
                      f"{ex['hours_total']:>8.2f}")
@@ -328,6 +331,8 @@ def main(argv=None) -> int:
         save()
         print(f"[{TAG}] {row['method']} on {row['dataset']}: {row['n']} images, loop "
               f"{_num(row['loop_img_per_s'])} img/s, steady {_num(row['steady_img_per_s'])}, "
+              f"later half {_num(row.get('late_img_per_s'))}, workers "
+              f"{_num(row.get('workers_img_per_s'))}: pace {_num(1 / row['s_per_image'])}, "
               f"bound: {row['bound']}, run {row['run_s']:.1f} s",
               file=sys.stderr, flush=True)   # stderr: table1's runner hides a run's stdout
 

@@ -26,7 +26,8 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
     ``submit`` (queueing the engine's work) and ``result`` (waiting for and checking a batch);
     what the caller does with each yielded batch (records) is the rest. It also gets the
     timeline that :func:`loop_timing` summarises: ``first_s`` / ``last_s`` (seconds from the
-    start to the first / last batch's probabilities), ``images_first`` and ``images``."""
+    start to the first / last batch's probabilities), ``images_first``, ``images`` and ``marks``
+    (``(seconds, images so far)`` after each batch)."""
     clock = seconds if seconds is not None else {}
     for k in ("prepare", "loader", "submit", "result"):
         clock.setdefault(k, 0.0)
@@ -53,6 +54,7 @@ def predictions(engine, loader: Iterable[Dict[str, Any]],
             clock["first_s"], clock["images_first"] = t1 - start, n
         clock["last_s"] = t1 - start
         clock["images"] += n
+        clock.setdefault("marks", []).append((t1 - start, clock["images"]))
         return probs
 
     while True:
@@ -85,6 +87,15 @@ def loop_timing(seconds: Dict[str, float],
     (``prepare_s``), when the first batch was done (``first_batch_s``: loader start, preparation,
     the first batch's views and tuning) and the rate after it (``steady_img_per_s``), rounded.
 
+    Two rates a long run's pace is read from (``argtca.experiments.rates``): ``late_img_per_s``,
+    the later half's images over their seconds (from the batch that passed half the images to the
+    last; none with fewer than 3 batches), and ``workers_img_per_s``, what the views workers can
+    make: workers x items / the seconds they spent making them (``loader_seconds["made"]``,
+    ``["items"]``, ``["n_workers"]``). The steady rate of a short run can be neither: while the
+    first batch is tuned (θ0's Jacobian, seconds) the workers make views ahead, up to their
+    prefetch depth (hundreds of images), and the batches after it use those up at the engine's
+    pace, however slowly the workers make views.
+
     Where the host thread waited, for :func:`loop_bound`: ``wait_workers_s`` (blocked on the
     views loader's workers, ``loader_seconds["workers"]`` of :class:`argtca.views.loader.
     ViewsLoader`), ``engine_s`` (the engine's own time: waiting for the device's results when it
@@ -97,6 +108,12 @@ def loop_timing(seconds: Dict[str, float],
         span = float(seconds["last_s"]) - float(seconds["first_s"])
         if rest > 0 and span > 0:
             out["steady_img_per_s"] = round(rest / span, 2)
+    marks = seconds.get("marks") or []
+    if len(marks) >= 3:
+        total = marks[-1][1]
+        t_half, n_half = next(m for m in marks if 2 * m[1] >= total)
+        if n_half < total and marks[-1][0] > t_half:
+            out["late_img_per_s"] = round((total - n_half) / (marks[-1][0] - t_half), 2)
     if "result" in seconds:   # a clock of predictions()
         ahead = bool(seconds.get("asynchronous", False))
         result, submit = float(seconds["result"]), float(seconds.get("submit", 0.0))
@@ -105,6 +122,10 @@ def loop_timing(seconds: Dict[str, float],
     if loader_seconds:
         out["wait_workers_s"] = round(float(loader_seconds.get("workers", 0.0)), 3)
         out["views_s"] = round(float(loader_seconds.get("views", 0.0)), 3)
+        made, items = float(loader_seconds.get("made", 0.0)), int(loader_seconds.get("items", 0))
+        workers = int(loader_seconds.get("n_workers", 0))
+        if workers > 0 and items > 0 and made > 0:
+            out["workers_img_per_s"] = round(workers * items / made, 2)
     return out
 
 

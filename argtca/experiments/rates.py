@@ -7,8 +7,12 @@ holds one machine's measurements: the card (or ``cpu``), its cores, the commit m
 row per (method, dataset, backbone, views path) with the run's clock (``summary.json["timing"]``)
 and the whole in-process run's seconds. From a row:
 
-* ``s_per_image``: seconds per image at the steady rate (``1 / steady_img_per_s``; a run too
-  short for a steady rate, one batch, uses its loop's ``loop_s / n``);
+* ``s_per_image``: seconds per image at the pace a long run keeps, the slowest of the rates
+  the run measured (:func:`argtca.engine.pipeline.loop_timing`): after the first batch
+  (``steady_img_per_s``), over its later half (``late_img_per_s``) and what its views workers
+  can make (``workers_img_per_s``). A short run's steady rate alone can be the pace at which the
+  engine used up the views the workers made ahead during the first batch, not a pace the
+  workers keep; a run too short for any rate, one batch, uses its loop's ``loop_s / n``;
 * ``fixed_s``: what a run costs besides its images at that rate (model built, per-dataset work,
   the first batch's latency, metrics): ``run_s - n * s_per_image``, at least 0;
 * a run of ``N`` images then takes ``fixed_s + N * s_per_image`` (:func:`run_seconds`).
@@ -91,12 +95,17 @@ def commit_of(repo: Path) -> str:
 
 
 # ----------------------------------------------------------------------------- the arithmetic
+# the rates of a run's timing a long run's pace is the slowest of (derive)
+PACE_KEYS = ("steady_img_per_s", "late_img_per_s", "workers_img_per_s")
+
+
 def derive(row: Dict[str, object]) -> Dict[str, object]:
-    """``row`` (``n``, ``loop_s``, ``run_s``, ``steady_img_per_s`` or None) with its
-    ``loop_img_per_s``, ``s_per_image`` and ``fixed_s`` (see the module's docstring)."""
+    """``row`` (``n``, ``loop_s``, ``run_s`` and any of ``steady_img_per_s``,
+    ``late_img_per_s``, ``workers_img_per_s``) with its ``loop_img_per_s``, ``s_per_image`` and
+    ``fixed_s`` (see the module's docstring)."""
     n, loop = int(row["n"]), float(row["loop_s"])
-    steady = row.get("steady_img_per_s")
-    per = 1.0 / float(steady) if steady else loop / n
+    rates = [float(row[k]) for k in PACE_KEYS if row.get(k)]
+    per = 1.0 / min(rates) if rates else loop / n
     out = dict(row)
     out["loop_img_per_s"] = round(n / loop, 3) if loop > 0 else None
     out["s_per_image"] = per

@@ -5,6 +5,7 @@ worker's unreadable file into its one-line :class:`DataError`, and the prefetch 
 from __future__ import annotations
 
 import math
+import time
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -212,17 +213,26 @@ class LoadFailure:
 
 
 class _Guarded(Dataset):
-    def __init__(self, dataset: Dataset):
+    """``dataset`` whose :class:`DataError` becomes a :class:`LoadFailure` item; ``timed``: each
+    (dict) item carries ``made_s``, the seconds its worker took to make it (what the views
+    workers can sustain: :func:`argtca.engine.pipeline.loop_timing`)."""
+
+    def __init__(self, dataset: Dataset, timed: bool = False):
         self.dataset = dataset
+        self.timed = timed
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, k: int):
+        t = time.perf_counter()
         try:
-            return self.dataset[k]
+            item = self.dataset[k]
         except DataError as e:
             return LoadFailure(str(e))
+        if self.timed and isinstance(item, dict):
+            item["made_s"] = time.perf_counter() - t
+        return item
 
 
 class _GuardedCollate:
@@ -317,7 +327,7 @@ def build_item_loader(dataset: TestTimeDataset, num_workers: int, pin_memory: bo
     if num_workers < 0:
         raise ValueError(f"num_workers={num_workers} must be >= 0")
     prefetch = capped_prefetch(prefetch, num_workers, per_image)
-    return CheckedLoader(_Guarded(dataset), batch_size=None, shuffle=False,
+    return CheckedLoader(_Guarded(dataset, timed=True), batch_size=None, shuffle=False,
                          num_workers=num_workers, collate_fn=_item, pin_memory=pin_memory,
                          prefetch_factor=prefetch if num_workers > 0 else None,
                          persistent_workers=num_workers > 0)

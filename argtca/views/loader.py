@@ -64,8 +64,10 @@ class ViewsLoader:
             raise ValueError("ViewsLoader: mixer needs a single-image loader (group > 0)")
         self.mixer = mixer
         self.views_dtype = views_dtype
-        # host seconds: waiting for the DataLoader's next batch, and queueing GPU views
-        self.seconds = {"workers": 0.0, "views": 0.0}
+        # host seconds: waiting for the DataLoader's next batch, and queueing GPU views; and
+        # the seconds the workers took to make the items received (single-image loaders)
+        self.seconds = {"workers": 0.0, "views": 0.0, "made": 0.0, "items": 0,
+                        "n_workers": int(getattr(loader, "num_workers", 0) or 0)}
         self._started = None   # the DataLoader's iterator once start() ran
         self._ring, self._slot = [], -1   # page-locked staging of the mixer's uint8 items
 
@@ -95,6 +97,9 @@ class ViewsLoader:
         t = time.perf_counter()
         try:
             b = next(it)
+            if isinstance(b, dict) and "made_s" in b:
+                self.seconds["made"] += float(b.pop("made_s"))
+                self.seconds["items"] += 1
             return b if self.ring is None else self.ring.attach(b, PixelViewDataset.KEYS)
         finally:
             self.seconds["workers"] += time.perf_counter() - t

@@ -46,10 +46,13 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
         assert r["planned_images"] == SIZES["eurosat"]   # its runs planned for the full set
         assert r["bound"] in ("views workers", "main process", "engine (CPU)")
         assert sum(r["shares"].values()) == pytest.approx(1.0, abs=0.002)   # 3 roundings
-        # the arithmetic of a row: seconds per image at the steady rate (2 batches of 2: one
-        # batch after the first), the rest of the run's seconds its fixed cost
-        assert r["steady_img_per_s"] > 0
-        assert r["s_per_image"] == pytest.approx(1 / r["steady_img_per_s"])
+        # the arithmetic of a row: seconds per image at the slower of its rates after the first
+        # batch and over its later half (no workers: no workers' rate), the rest of the run's
+        # seconds its fixed cost
+        assert r["steady_img_per_s"] > 0 and r["late_img_per_s"] > 0
+        assert r["workers_img_per_s"] is None
+        assert r["s_per_image"] == pytest.approx(1 / min(r["steady_img_per_s"],
+                                                         r["late_img_per_s"]))
         assert r["fixed_s"] == pytest.approx(max(0.0, r["run_s"] - 4 * r["s_per_image"]))
         assert r["loop_img_per_s"] == pytest.approx(4 / r["loop_s"], rel=1e-3)
     # the full table: 9 datasets at their published sizes x 3 seeds; the eight not measured take
@@ -65,7 +68,7 @@ def test_tiny_whole_table_benchmark_and_its_extrapolation(tmp_path):
         assert ex["hours_per_method"][m] == pytest.approx(hours, abs=1e-4)
     assert ex["hours_total"] == pytest.approx(sum(ex["hours_per_method"].values()), abs=1e-3)
     assert len(ex["borrowed"]) == 2 * 8
-    # printed per method: images, loop and steady img/s, bound and hours; the total
+    # printed per method: images, loop img/s and pace, bound and hours; the total
     line = next(x for x in log.splitlines() if x.startswith("tpt "))
     r = rows["tpt"]
     assert line.split()[:5] == ["tpt", "1", "4", f"{4 / r['loop_s']:.2f}",
@@ -101,6 +104,18 @@ def _row(method, dataset, classes, n, loop_s, run_s, steady, views="cpu"):
     return derive({"method": method, "dataset": dataset, "backbone": "ViT-B/16", "views": views,
                    "classes": classes, "n": n, "loop_s": loop_s, "run_s": run_s,
                    "steady_img_per_s": steady})
+
+
+def test_a_rows_pace_is_the_slowest_of_its_rates():
+    """A short run's steady rate can be the engine using up the views made ahead during the
+    first batch: the pace a long run keeps is the slowest of the rates measured."""
+    from argtca.experiments.rates import derive
+    base = {"method": "tpt", "dataset": "caltech101", "backbone": "ViT-B/16", "views": "cpu",
+            "classes": 100, "n": 200, "loop_s": 4.0, "run_s": 6.0}
+    r = derive(dict(base, steady_img_per_s=100.0, late_img_per_s=80.0, workers_img_per_s=50.0))
+    assert (r["s_per_image"], r["fixed_s"]) == (pytest.approx(0.02), pytest.approx(2.0))
+    r = derive(dict(base, steady_img_per_s=100.0, late_img_per_s=None, workers_img_per_s=400.0))
+    assert (r["s_per_image"], r["fixed_s"]) == (pytest.approx(0.01), pytest.approx(4.0))
 
 
 def test_extrapolation_by_hand():

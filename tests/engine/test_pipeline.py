@@ -61,6 +61,28 @@ def test_the_timeline_counts_the_batches():
                        "images": 416})
     assert got == {"prepare_s": 0.51, "first_batch_s": 2.0, "steady_img_per_s": 100.0}
     assert loop_timing({"prepare": 0.0, "images": 0}) == {"prepare_s": 0.0}   # nothing ran
+    assert [m[1] for m in clock["marks"]] == [1, 2, 3]    # images so far after each batch
+
+
+def test_the_later_half_and_the_workers_pace():
+    """The engine used up views made ahead: 16 images a batch, the first done at 5 s, the next
+    8 at 0.1 s each (the backlog), the last 8 at 0.4 s each; the later half begins at the batch
+    that passed 136 of 272 images (the 9th, at 5.8 s): 128 images in 3.2 s = 40 img/s. Four
+    workers took 0.05 s an image: they make 80 img/s."""
+    from argtca.engine.pipeline import loop_timing
+    marks = [(5.0, 16)] + [(5.0 + 0.1 * i, 16 + 16 * i) for i in range(1, 9)] \
+        + [(5.8 + 0.4 * i, 144 + 16 * i) for i in range(1, 9)]
+    clock = {"prepare": 0.0, "first_s": 5.0, "last_s": marks[-1][0], "images_first": 16,
+             "images": 272, "marks": marks}
+    got = loop_timing(clock, {"workers": 1.0, "views": 0.0, "made": 0.05 * 272, "items": 272,
+                              "n_workers": 4})
+    assert got["steady_img_per_s"] == round(256 / 4.0, 2)          # 64: the backlog's share
+    assert got["late_img_per_s"] == 40.0 and got["workers_img_per_s"] == 80.0
+    # fewer than 3 batches: no later half; no workers (the main process made the views): none
+    two = dict(clock, marks=marks[:2], images=32, last_s=5.1)
+    got = loop_timing(two, {"workers": 0.0, "views": 0.0, "made": 1.0, "items": 32,
+                            "n_workers": 0})
+    assert "late_img_per_s" not in got and "workers_img_per_s" not in got
 
 
 def test_synchronous_engines_run_one_batch_at_a_time():

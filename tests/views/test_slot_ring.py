@@ -69,3 +69,31 @@ def test_ring_slot_arithmetic():
     item = r.attach({"index": 3, "slot": 5, "label": 1}, ("pixels", "mix"))
     assert "slot" not in item and int(item["pixels"].sum()) == 7 * px.numel()
     assert r.attach({"index": 3}, ("pixels", "mix")) == {"index": 3}
+
+
+class _SlowPixels(PixelViewDataset):
+    """Each image takes at least 0.1 s more to make."""
+
+    def __getitem__(self, k):
+        time.sleep(0.1)
+        return super().__getitem__(k)
+
+
+def test_the_workers_say_how_long_each_item_took(tmp_path):
+    """Each item carries its worker's seconds to the loader (not into the batch): 6 items of at
+    least 0.1 s each by 2 workers, whose pace (loop_timing) is then at most 2 / 0.1 = 20 img/s."""
+    from argtca.engine.pipeline import loop_timing
+    items = _images(tmp_path, 6)
+    vg = ViewGenerator(size=32, n_views=3, augmix=True)
+    ds = _SlowPixels(items, vg, seed=5, ops=True)
+    loader = build_item_loader(ds, 2, prefetch=1)
+    ds.ring = SlotRing.for_loader(ds.layout(), loader.num_workers, loader.prefetch_factor, 3)
+    mixer = PixelMixer(CLIP_MEAN, CLIP_STD, True, "cpu", ops=True, size=32)
+    views = ViewsLoader(loader, "cpu", group=3, mixer=mixer, ring=ds.ring)
+    batches = list(views)
+    assert [sorted(b) for b in batches] == [sorted(["index", "label", "path", "views"])] * 2
+    sec = views.seconds
+    assert (sec["items"], sec["n_workers"]) == (6, 2)
+    assert 0.6 <= sec["made"] < 6.0
+    pace = loop_timing({"prepare": 0.0}, sec)["workers_img_per_s"]
+    assert pace == round(2 * 6 / sec["made"], 2) and pace <= 20.0
