@@ -51,7 +51,9 @@ CALLS = defaultdict(int)
 
 
 def _sync():
-    if torch.cuda.is_available():
+    # never inside a CUDA graph's capture (the graphed text tower): a synchronize there breaks
+    # the capture and the tower would run eagerly, not as the unprobed run does
+    if torch.cuda.is_available() and not torch.cuda.is_current_stream_capturing():
         torch.cuda.synchronize()
 
 
@@ -155,6 +157,11 @@ def main(argv=None) -> int:
     print(f"{a.method} on {dev}: K={a.classes}, {a.images} images "
           f"({w}x{h}); run {wall:.1f} s, loop {loop:.2f} s (synchronised timers: slower than "
           f"unprobed)")
+    if torch.cuda.is_available():
+        # the run's peak of tensors allocated, and of the caching allocator's reserve (what the
+        # card must hold, CUDA graphs' private pools included)
+        print(f"  peak GPU memory: {torch.cuda.max_memory_allocated() / 2 ** 30:.2f} GiB "
+              f"allocated, {torch.cuda.max_memory_reserved() / 2 ** 30:.2f} GiB reserved")
     if a.mode == "trace":
         _print_trace(prof, loop, a.rows)
     elif a.mode == "host":
