@@ -3,11 +3,12 @@ process's torch threads around a test loop (``DATALOADER.MAIN_THREADS``)."""
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 from typing import Iterator
 
 __all__ = ["MAX_AUTO_WORKERS", "usable_cpus", "auto_workers", "main_threads", "host_threads",
-           "loop_threads"]
+           "loop_threads", "forking"]
 
 MAX_AUTO_WORKERS = 16
 
@@ -54,3 +55,19 @@ def loop_threads(cfg):
     """:func:`host_threads` for a test loop under ``cfg``: the resolved
     ``DATALOADER.MAIN_THREADS`` (0, torch's default, where the key is absent)."""
     return host_threads(int(cfg.DATALOADER.get("MAIN_THREADS", 0)))
+
+
+@contextlib.contextmanager
+def forking() -> Iterator[None]:
+    """Around a fork of loader workers: the garbage collected first, here, then every object
+    made so far frozen out of the collector until the block ends. A forked worker has no CUDA,
+    and a CUDA tensor freed there aborts it ("CUDA error: initialization error" in the caching
+    allocator): what a run met when a previous run of the same process (table1's inline runner,
+    the whole-table benchmark) had left cycles holding CUDA tensors, and a worker's collector
+    freed them. This process's collector takes the frozen objects back after the fork."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

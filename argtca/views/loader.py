@@ -12,6 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence
 import torch
 from torch.utils.data import DataLoader
 
+from argtca.utils.host import forking
 from argtca.views.cpu import FastViewGenerator, build_view_generator
 from argtca.views.dataset import (PixelViewDataset, SlotRing, TestTimeDataset,
                                   build_item_loader, make_loader)
@@ -117,7 +118,8 @@ class ViewsLoader:
         """The DataLoader's iterator (its workers fork in it), then the mixer's kernels start
         compiling in a thread: never beside a fork."""
         wait_for_warm_ups()   # another loader's, if it still runs
-        it = iter(self.loader)
+        with forking():
+            it = iter(self.loader)
         if self.mixer is not None:
             self.mixer.warm_up()
         return it

@@ -3,6 +3,7 @@ loader workers write each item's uint8 images into reused shared-memory slots, a
 before they fork, and send only the slot's number. The views that come out are the ones a fresh
 segment per item gives, bit for bit, also with a consumer slower than the workers (a slot
 overwritten too early would show), and the ring's size is the DataLoader's dispatch bound."""
+import os
 import time
 
 import numpy as np
@@ -97,3 +98,43 @@ def test_the_workers_say_how_long_each_item_took(tmp_path):
     assert 0.6 <= sec["made"] < 6.0
     pace = loop_timing({"prepare": 0.0}, sec)["workers_img_per_s"]
     assert pace == round(2 * 6 / sec["made"], 2) and pace <= 20.0
+
+
+class _Collecting(PixelViewDataset):
+    """Each worker runs its collector before making an item."""
+
+    def __getitem__(self, k):
+        import gc
+        gc.collect()
+        return super().__getitem__(k)
+
+
+class _Cycle:
+    """Garbage in a reference cycle that says which process collected it."""
+
+    def __init__(self, log):
+        self.me, self.log = self, log
+
+    def __del__(self):
+        with open(self.log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+
+
+def test_a_worker_never_collects_what_this_process_left(tmp_path):
+    """Cycles left by an earlier run (in a CUDA process, holding CUDA tensors that a forked
+    worker cannot free) are collected here, before the workers fork, never in a worker."""
+    import gc
+    items = _images(tmp_path, 4)
+    vg = ViewGenerator(size=32, n_views=3, augmix=True)
+    ds = _Collecting(items, vg, seed=5, ops=True)
+    loader = build_item_loader(ds, 2, prefetch=1)
+    mixer = PixelMixer(CLIP_MEAN, CLIP_STD, True, "cpu", ops=True, size=32)
+    log = tmp_path / "collected_by.txt"
+    gc.disable()          # the cycle stays garbage until someone collects it
+    try:
+        _Cycle(str(log))
+        batches = list(ViewsLoader(loader, "cpu", group=2, mixer=mixer))
+    finally:
+        gc.enable()
+    assert len(batches) == 2
+    assert log.read_text().split() == [str(os.getpid())]
