@@ -5,6 +5,9 @@ tower is in the backward pass. Per batch of B images (each alone, as the referen
 
 * the frozen part of the tower (stem and the blocks before the first adapted one) runs once on
   every view, without a graph (:meth:`LoRATower.prefix`): every step starts from the same tokens;
+  under fp16 autocast it runs from a copy stored in fp16, as the fast engine's image tower
+  (``TTA.FAST.HALF_IMAGE``, ``LEAN_IMAGE``, ``FOLD_QUICKGELU``: :mod:`argtca.engine.towers`;
+  fp16 rounding apart, the same function; the official code's CLIP holds its weights in fp16);
 * the adapters of every image are set to their saved initial values (A as drawn once per run from
   ``SEED``, B = 0: the frozen tower), one set per image (:mod:`argtca.models.lora`);
 * ``TTA.STEPS`` AdamW steps (``TTA.LR``, ``TTA.WEIGHT_DECAY``) on the objective over every view's
@@ -27,6 +30,7 @@ import torch.nn.functional as F
 from argtca.engine.objectives import Objective
 from argtca.engine.reference import (ReferenceEngine, raise_if_non_finite,
                                       raise_if_non_finite_probs)
+from argtca.engine.towers import fast_image_tower
 from argtca.models.lora import LoRATower
 from argtca.registry import ENGINE_REGISTRY
 
@@ -47,8 +51,14 @@ class LoRAEngine(ReferenceEngine):
                  rank: int = 16, alpha: float = 32.0, targets: Sequence[str] = ("q", "v"),
                  seed: int = 0):
         super().__init__(model, text_encoder, objective, cfg, device)
-        self.tower = LoRATower(model.visual, layers, rank, alpha, targets,
-                               seed=seed).to(self.device)
+        self.tower = LoRATower(model.visual, layers, rank, alpha, targets, seed=seed)
+        knobs = cfg.TTA.FAST
+        self.half_prefix = self.amp and bool(knobs.HALF_IMAGE)
+        if self.half_prefix:
+            self.tower.use_frozen_copy(fast_image_tower(
+                model.visual, torch.float16, lean_blocks=bool(knobs.LEAN_IMAGE),
+                fold_gelu=bool(knobs.FOLD_QUICKGELU)))
+        self.tower.to(self.device)
         self.text = None
 
     def prepare(self) -> None:
@@ -101,8 +111,11 @@ class LoRAEngine(ReferenceEngine):
         self.prepare()
         B, V = views.shape[:2]
         x = views.flatten(0, 1).to(self.device, non_blocking=True)
-        with self.autocast():
-            tokens = self.tower.prefix(x)
+        if self.half_prefix:   # fp16 copy, fp16 input, no autocast
+            tokens = self.tower.prefix(x.half())
+        else:
+            with self.autocast():
+                tokens = self.tower.prefix(x)
         self.adapt(tokens, B, paths)
         view0 = tokens.reshape(B, V, *tokens.shape[1:])[:, 0]
         probs = self.objective.probs(self.class_logits(view0, B))[:, 0]

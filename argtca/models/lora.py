@@ -15,8 +15,9 @@ one (the LoRA term is zero).
 
 :class:`LoRATower` is a copy of ``model.visual`` with :class:`LoRAAttention` in the chosen blocks,
 split where the adapters start: :meth:`LoRATower.prefix` runs the stem and the blocks before the
-first adapted one (frozen: computed once per image, without a graph), :meth:`LoRATower.suffix`
-the rest, the head included. The image feature is the class token's (``pool_type "tok"``), so the
+first adapted one (frozen: computed once per image, without a graph; from another copy of them
+where one is given, :meth:`LoRATower.use_frozen_copy`), :meth:`LoRATower.suffix` the rest, the
+head included. The image feature is the class token's (``pool_type "tok"``), so the
 last block runs its attention query, output projection and MLP on that token alone
 (:meth:`LoRATower.last_block_on_class_token`; its keys and values still see every token): the
 same sums for the token read, ~5/6 of the last block's work (forward and backward) left out.
@@ -164,6 +165,7 @@ class LoRATower(nn.Module):
             blk.attn = LoRAAttention(blk.attn, rank, alpha, targets, g)
             self.adapters.append(blk.attn)
         self.start = self.layers[0]
+        self.frozen_copy: Optional[nn.Module] = None   # use_frozen_copy
         # the head reads the class token alone: the last block computes that token only
         last = self.visual.transformer.resblocks[-1]
         self.class_token_only = (getattr(self.visual, "attn_pool", None) is None
@@ -172,10 +174,20 @@ class LoRATower(nn.Module):
                                  and all(hasattr(last, k) for k in
                                          ("ln_1", "attn", "ls_1", "ln_2", "mlp", "ls_2")))
 
+    def use_frozen_copy(self, copy_: nn.Module) -> None:
+        """Run :meth:`prefix` on ``copy_``, another copy of the same tower whose blocks compute
+        the same function in another form (e.g. stored in fp16 with lean blocks:
+        :func:`argtca.engine.towers.fast_image_tower`); its blocks from the first adapted one
+        on are dropped. Its inputs are then of its own dtype."""
+        copy_.transformer.resblocks = copy_.transformer.resblocks[:self.start]
+        for p in copy_.parameters():
+            p.requires_grad_(False)
+        self.frozen_copy = copy_.eval()
+
     @torch.no_grad()
     def prefix(self, images: torch.Tensor) -> torch.Tensor:
         """[N, 3, S, S] -> the tokens entering the first adapted block [N, L, D] (frozen)."""
-        v = self.visual
+        v = self.visual if self.frozen_copy is None else self.frozen_copy
         x = v._embeds(images)
         for blk in v.transformer.resblocks[:self.start]:
             x = blk(x)

@@ -177,6 +177,36 @@ def test_tower_prefix_then_suffix_is_the_tower(tiny_clip):
     assert type(model.visual.transformer.resblocks[0].attn) is nn.MultiheadAttention  # a copy
 
 
+def _three_block_visual():
+    from open_clip.model import CLIPVisionCfg, _build_vision_tower
+    torch.manual_seed(5)
+    cfg = CLIPVisionCfg(layers=3, width=64, head_width=32, patch_size=8, image_size=32)
+    return _build_vision_tower(32, cfg, quick_gelu=True).eval()
+
+
+@pytest.mark.parametrize("dtype, tol", [(torch.float32, 1e-5), (torch.float16, 2e-2)])
+def test_the_prefix_from_a_lean_copy_is_the_towers_prefix(dtype, tol):
+    """The frozen prefix (stem and the 2 blocks before the adapted last one of a 3-block tower)
+    from the fast engine's copy of the tower (patch embedding as a matmul, lean SDPA blocks,
+    QuickGELU folded; in fp32 the same function up to rounding, in fp16 up to fp16's) gives the
+    tokens of the tower's own prefix; its third block is dropped, the tower is untouched."""
+    from argtca.engine.towers import LeanBlock, fast_image_tower
+    visual = _three_block_visual()
+    tower = LoRATower(visual, [-1], rank=4, alpha=8.0, targets=["q", "v"])
+    images = torch.randn(4, 3, 32, 32)
+    want = tower.prefix(images)
+    tower.use_frozen_copy(fast_image_tower(visual, dtype))
+    blocks = tower.frozen_copy.transformer.resblocks
+    assert len(blocks) == 2 and all(isinstance(b, LeanBlock) for b in blocks)
+    got = tower.prefix(images.to(dtype))
+    assert got.dtype == dtype and got.shape == want.shape == (4, 17, 64)
+    torch.testing.assert_close(got.float(), want, rtol=tol, atol=tol)
+    assert len(tower.visual.transformer.resblocks) == 3
+    with torch.no_grad():   # the adapted block after it (fp32 here; autocast on CUDA)
+        torch.testing.assert_close(tower.suffix(got.float()), visual(images),
+                                   rtol=max(tol, 1e-4), atol=max(tol, 1e-4))
+
+
 def test_the_last_block_on_the_class_token_is_the_whole_blocks_class_token(tiny_clip):
     """The suffix's last block on the class token alone gives the features and the adapters'
     gradients of the whole block (every token through it, the class token read), with adapters
@@ -411,3 +441,22 @@ def test_the_lora_engine_runs_ttl_only():
         resolve_auto(cfg, "cpu", 10, label="TPT")
     assert resolve_auto(tiny_cfg(), "cuda", 10, label="TTL",
                         runs_on="lora")[0].TTA.ENGINE == "lora"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fp16 autocast needs CUDA")
+def test_on_cuda_the_fp16_prefix_gives_the_autocast_prefixs_predictions(tiny_clip):
+    """Under fp16 autocast the frozen prefix runs from the fp16 copy (TTA.FAST.HALF_IMAGE on):
+    the same predictions as the autocast prefix (off), fp16 rounding apart."""
+    model, tok = tiny_clip
+    model = model.cuda()
+    views = _views(4, n_views=8, seed=2)
+    out = {}
+    for half in (False, True):
+        cfg = tiny_cfg(**{"TTA.STEPS": 1, "TTA.LR": 5e-3, "TTA.FAST.HALF_IMAGE": half})
+        enc = PromptTextEncoder(model, tok, [f"{c}." for c in CLASSES])
+        eng = LoRAEngine(model, enc, TTLObjective(cfg.TRAINER.TTL), cfg, "cuda", layers=[-1],
+                         rank=4, alpha=8.0, targets=["q", "v"], seed=0)
+        assert eng.half_prefix is half
+        out[half] = eng(views).cpu()
+    torch.testing.assert_close(out[True], out[False], rtol=2e-2, atol=2e-3)
+    assert out[True].argmax(-1).tolist() == out[False].argmax(-1).tolist()
