@@ -233,7 +233,11 @@ def test_the_last_block_on_the_class_token_is_the_whole_blocks_class_token(tiny_
     (f1, g1), (f0, g0) = out
     torch.testing.assert_close(f1, f0, rtol=1e-5, atol=1e-6)
     for a, b in zip(g1, g0):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+        # fp32 sums of other lengths: on an H100 host's CPU (torch 2.11) 2 of 512 entries
+        # differed by 6.6e-6 (1.3e-4 relative); each gradient's largest entry is ~3-6 here
+        scale = float(b.abs().max())
+        assert scale > 1e-3                   # a gradient that is not all zero
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4 * scale)
     assert all(float(a.abs().max()) > 0 for a in g1)
 
 
