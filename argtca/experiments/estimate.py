@@ -116,6 +116,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
     tot_runs = tot_img = per = 0
     tot_s = 0.0
     unknown, borrowed, missing, own, other, short = [], [], {}, [], {}, []
+    steady_only: List[str] = []
     for ds in datasets:
         n, k = dataset_size(ds, root, opts)
         runs = len(methods) * len(seeds)
@@ -143,6 +144,8 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                 other.setdefault(" ".join(e.other_settings) or "the defaults", []).append(m)
             if e.short_planned:
                 short.append(m)
+            if e.steady_only:
+                steady_only.append(m)
         cell = "?" if not known else _time(s) + ("+?" if known < len(methods) else "")
         lines.append(f"{ds:<16}{runs:>6}{n:>12}{n * runs:>10}{k:>9}{cell:>10}")
         tot_img, tot_s, per = tot_img + n * runs, tot_s + s, per + n
@@ -154,7 +157,7 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
             unknown) else []) + ([f"{', '.join(own)} (as listed here)"] if own else []))
     lines.append(f"{len(methods)} method(s) x {len(seeds)} seed(s); images: {sizes}; time: each "
                  f"run's measured start (model, per-dataset work, first batch, metrics) plus its "
-                 f"images at its measured steady rate, on the path it takes here "
+                 f"images at its measured pace, on the path it takes here "
                  f"({'one GPU' if device == 'cuda' else 'the CPU'}, its TTA.VIEWS_DEVICE)")
     if table is not None:
         lines.append(f"rates: {table.describe()}" + (f"; {note}" if note else ""))
@@ -172,6 +175,12 @@ def plan_lines(datasets: Sequence[str], methods: Sequence[str], seeds: Sequence[
                      f"size (before TTA.FAST.AUTO_IMAGES): a full run's size-dependent modes "
                      f"(TPT's step 1 by the Jacobian at >= 2048 images) may differ; `python -m "
                      f"argtca.bench table1` on this machine re-measures them")
+    if steady_only:
+        lines.append(f"the rates of {methods_named(steady_only, len(methods))}"
+                     f" are their runs' rates after the first batch alone (measured before the "
+                     f"pace of argtca 0b5265e): a short GPU run's can be the engine using up the "
+                     f"views its workers made ahead, too fast where the workers bound a long run; "
+                     f"`python -m argtca.bench table1` on this machine re-measures them")
     if table is not None:
         lines += missing_note(missing, table.path.name, len(methods))
     if unknown:

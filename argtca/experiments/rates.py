@@ -201,6 +201,7 @@ class Estimate:
     source: str = ""           # "" measured on this dataset, else the dataset whose rate is used
     other_settings: Optional[List[str]] = None   # the row's settings, where they are not these
     short_planned: bool = False   # a GPU row whose run planned for its own few images (below)
+    steady_only: bool = False     # a GPU row without its pace's other rates (steady_only)
 
 
 def planned_short(row: Dict[str, object]) -> bool:
@@ -214,6 +215,13 @@ def planned_short(row: Dict[str, object]) -> bool:
     full = full_test_size(str(row.get("dataset", "")))
     planned = int(row.get("planned_images") or row.get("n") or 0)
     return bool(full) and planned < full
+
+
+def steady_only(row: Dict[str, object]) -> bool:
+    """Whether ``row`` was measured on the GPU before the pace (:func:`derive`) took the later
+    half's and the views workers' rates: its steady rate alone, which a short run can measure
+    while the engine uses up the views the workers made ahead during the first batch."""
+    return row.get("device") == "cuda" and not any(k in row for k in PACE_KEYS[1:])
 
 
 class RateTable:
@@ -243,12 +251,13 @@ class RateTable:
             mine, other = same, list(same[-1].get("settings", []))
         exact = [r for r in mine if r["dataset"] == dataset]
         if exact:
-            return Estimate(run_seconds(exact[-1], images), "", other, planned_short(exact[-1]))
+            return Estimate(run_seconds(exact[-1], images), "", other, planned_short(exact[-1]),
+                            steady_only(exact[-1]))
         k = classes or 0
         near = min(mine, key=lambda r: (abs(int(r.get("classes") or 0) - k),
                                         -int(r.get("classes") or 0)))
         return Estimate(run_seconds(near, images), str(near["dataset"]), other,
-                        planned_short(near))
+                        planned_short(near), steady_only(near))
 
     def describe(self) -> str:
         m = self.machine

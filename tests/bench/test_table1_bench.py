@@ -216,3 +216,29 @@ def test_the_plan_names_gpu_rates_of_runs_that_planned_short(tmp_path):
     assert len(said) == 1 and said[0].startswith("the rates of tpt were measured on short GPU")
     lines = plan_lines(["caltech101"], ["ctpt"], [1], ["USE_CUDA", "False"], rates=str(f))
     assert not any("planned for their own" in x for x in lines)
+
+
+def test_the_plan_names_gpu_rates_without_their_pace(tmp_path):
+    """A GPU row of the steady rate alone (measured before the later half's and the workers'
+    rates) is named in the plan; a row with them (even a run too short for a later half), or
+    measured on the CPU, is not."""
+    from argtca.experiments.estimate import plan_lines
+    from argtca.experiments.rates import steady_only
+
+    def gpu(method, **kw):
+        return dict(_row(method, "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cuda",
+                    planned_images=SIZES["caltech101"], **kw)
+    old = gpu("tpt")
+    new = gpu("ctpt", late_img_per_s=None, workers_img_per_s=80.0)
+    cpu = dict(_row("otpt", "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cpu")
+    assert steady_only(old) and not steady_only(new) and not steady_only(cpu)
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"machine": {"device": "cuda", "card": "H100", "cores": 16,
+                                         "date": "2026-12-07"}, "commit": "abc1234",
+                             "rows": [old, new, cpu]}))
+    lines = plan_lines(["caltech101"], ["tpt", "ctpt", "otpt"], [1], ["USE_CUDA", "False"],
+                       rates=str(f))
+    said = [x for x in lines if "after the first batch alone" in x]
+    assert len(said) == 1 and said[0].startswith("the rates of tpt are their runs' rates")
+    lines = plan_lines(["caltech101"], ["ctpt"], [1], ["USE_CUDA", "False"], rates=str(f))
+    assert not any("after the first batch alone" in x for x in lines)

@@ -88,7 +88,7 @@ def plan_summary(plans: Sequence[Planned], gpus_per_job: int) -> List[str]:
         lines.append(f"{unit} hours: {note}")
     else:
         lines.append(f"{unit} hours: each run's measured start plus its images at its measured "
-                     f"steady rate, on its TTA.VIEWS_DEVICE; rates: {table.describe()}"
+                     f"pace, on its TTA.VIEWS_DEVICE; rates: {table.describe()}"
                      + (f"; {note}" if note else ""))
     unset = [p for p in todo if p.images is None]
     if unset:
