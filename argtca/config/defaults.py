@@ -193,7 +193,8 @@ _key("TTA.FAST.GRAD_MODE", "auto", "step-1 gradient: jacobian, vjp, loop, recomp
 _key("TTA.FAST.TEXT_ATTENTION", "auto", "text tower: split, efficient, math, flash, cudnn, default",
      choices=("auto", "split", "efficient", "default", "math", "flash", "cudnn"))
 _key("TTA.FAST.PREFIX_SHARE", True, "SOS + context computed once per image for all prompts")
-_key("TTA.FAST.HALF_IMAGE", True, "fp16 autocast: the image tower from an fp16 copy")
+_key("TTA.FAST.HALF_IMAGE", True,
+     "fp16 autocast: the image tower (TTL: its frozen blocks) from an fp16 copy")
 _key("TTA.FAST.LEAN_IMAGE", True, "... with lean SDPA blocks (argtca/engine/towers.py)")
 _key("TTA.FAST.FOLD_QUICKGELU", True, "... QuickGELU as one SiLU pass, 1.702 folded in weights")
 _key("TTA.FAST.COMPILE_IMAGE", "auto", "torch.compile the image tower; \"auto\": as TTA.COMPILE",
