@@ -1,5 +1,6 @@
-"""The host's cores as this process sees them, the loader workers they allow, and the main
-process's torch threads around a test loop (``DATALOADER.MAIN_THREADS``)."""
+"""The host's cores as this process sees them, the loader workers they allow, the main
+process's torch threads around a test loop (``DATALOADER.MAIN_THREADS``), and the collector's
+state around the workers' fork (:func:`forking`)."""
 from __future__ import annotations
 
 import contextlib
