@@ -12,10 +12,10 @@ reward model too): the real model's FLOPs, meaningless accuracy.
 Per (method, dataset) it keeps the run's clock (``summary.json["timing"]``: the loop, the rates
 after the first batch and over the later half, what its views workers can make, where the host
 thread waited) and the whole in-process run's seconds, and prints per method the loop img/s, the
-pace a long run keeps (the slowest of those rates: :func:`argtca.experiments.rates.derive`), what
-bounds the loop (the views workers, the main
-process or the GPU: :func:`argtca.engine.pipeline.loop_bound`) and the hours of the full table
-(the published test sizes x 3 seeds; :mod:`argtca.experiments.rates`), per method and in total. The
+pace (the slowest of those rates: :func:`argtca.experiments.rates.derive`), what
+bounds the loop (the views workers, the main process or the GPU:
+:func:`argtca.engine.pipeline.loop_bound`) and the hours of the full table (the published test
+sizes x 3 seeds; :mod:`argtca.experiments.rates`), per method and in total. The
 rows go into the machine's rate file (``--out``; default ``benchmarks/rates/<card>.json`` or
 ``cpu-<cores>cores.json``), merged with the rows of other methods, datasets or views paths already
 there; ``table1 --plan`` reads it.
