@@ -193,28 +193,34 @@ def test_stand_in_runs_plan_for_the_published_test_size(dataset):
     assert "TTA.FAST.AUTO_IMAGES" not in _run_opts({"dataset": "demo"}, 64, [])
 
 
+def _plan_of(tmp_path, rows, methods):
+    """``table1 --plan``'s lines for ``methods`` on Caltech101 from an H100 rate file of
+    ``rows``."""
+    from argtca.experiments.estimate import plan_lines
+    f = tmp_path / "r.json"
+    f.write_text(json.dumps({"machine": {"device": "cuda", "card": "H100", "cores": 16,
+                                         "date": "2026-12-07"}, "commit": "abc1234",
+                             "rows": rows}))
+    return plan_lines(["caltech101"], methods, [1], ["USE_CUDA", "False"], rates=str(f))
+
+
+def _gpu_row(method, **kw):
+    return dict(_row(method, "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cuda", **kw)
+
+
 def test_the_plan_names_gpu_rates_of_runs_that_planned_short(tmp_path):
     """A GPU row whose run planned for its own 48 images (the benchmark before
     TTA.FAST.AUTO_IMAGES: TPT's step 1 by a VJP where a full run takes the Jacobian) is named
     in the plan; a row planned for the published size, or measured on the CPU, is not."""
-    from argtca.experiments.estimate import plan_lines
     from argtca.experiments.rates import planned_short
-
-    def gpu(method, **kw):
-        return dict(_row(method, "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cuda", **kw)
-    old, new = gpu("tpt"), gpu("ctpt", planned_images=SIZES["caltech101"])
+    old, new = _gpu_row("tpt"), _gpu_row("ctpt", planned_images=SIZES["caltech101"])
     cpu = dict(_row("otpt", "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cpu")
     assert planned_short(old) and not planned_short(new) and not planned_short(cpu)
-    assert planned_short(gpu("atpt", planned_images=2000))     # short of 2465 too
-    f = tmp_path / "r.json"
-    f.write_text(json.dumps({"machine": {"device": "cuda", "card": "H100", "cores": 16,
-                                         "date": "2026-12-07"}, "commit": "abc1234",
-                             "rows": [old, new, cpu]}))
-    lines = plan_lines(["caltech101"], ["tpt", "ctpt", "otpt"], [1], ["USE_CUDA", "False"],
-                       rates=str(f))
+    assert planned_short(_gpu_row("atpt", planned_images=2000))     # short of 2465 too
+    lines = _plan_of(tmp_path, [old, new, cpu], ["tpt", "ctpt", "otpt"])
     said = [x for x in lines if "planned for their own few images" in x]
     assert len(said) == 1 and said[0].startswith("the rates of tpt were measured on short GPU")
-    lines = plan_lines(["caltech101"], ["ctpt"], [1], ["USE_CUDA", "False"], rates=str(f))
+    lines = _plan_of(tmp_path, [old, new, cpu], ["ctpt"])
     assert not any("planned for their own" in x for x in lines)
 
 
@@ -222,23 +228,14 @@ def test_the_plan_names_gpu_rates_without_their_pace(tmp_path):
     """A GPU row of the steady rate alone (measured before the later half's and the workers'
     rates) is named in the plan; a row with them (even a run too short for a later half), or
     measured on the CPU, is not."""
-    from argtca.experiments.estimate import plan_lines
     from argtca.experiments.rates import steady_only
-
-    def gpu(method, **kw):
-        return dict(_row(method, "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cuda",
-                    planned_images=SIZES["caltech101"], **kw)
-    old = gpu("tpt")
-    new = gpu("ctpt", late_img_per_s=None, workers_img_per_s=80.0)
+    full = SIZES["caltech101"]
+    old = _gpu_row("tpt", planned_images=full)
+    new = _gpu_row("ctpt", planned_images=full, late_img_per_s=None, workers_img_per_s=80.0)
     cpu = dict(_row("otpt", "caltech101", 100, 48, 1.0, 5.0, 100.0), device="cpu")
     assert steady_only(old) and not steady_only(new) and not steady_only(cpu)
-    f = tmp_path / "r.json"
-    f.write_text(json.dumps({"machine": {"device": "cuda", "card": "H100", "cores": 16,
-                                         "date": "2026-12-07"}, "commit": "abc1234",
-                             "rows": [old, new, cpu]}))
-    lines = plan_lines(["caltech101"], ["tpt", "ctpt", "otpt"], [1], ["USE_CUDA", "False"],
-                       rates=str(f))
+    lines = _plan_of(tmp_path, [old, new, cpu], ["tpt", "ctpt", "otpt"])
     said = [x for x in lines if "after the first batch alone" in x]
     assert len(said) == 1 and said[0].startswith("the rates of tpt are their runs' rates")
-    lines = plan_lines(["caltech101"], ["ctpt"], [1], ["USE_CUDA", "False"], rates=str(f))
+    lines = _plan_of(tmp_path, [old, new, cpu], ["ctpt"])
     assert not any("after the first batch alone" in x for x in lines)
