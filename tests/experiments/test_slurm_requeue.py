@@ -148,12 +148,18 @@ def test_requeued_then_preempted_mid_stream_resumes_to_the_uninterrupted_records
                 f"are made again, from the saved state") in log
         assert f"argtca: stream resumed at image {at} of 16 from stream_state.pt" in log
     # the launch followed it through, every spell of it: each requeue leaves the job pending
-    # for 5 s and more (the cluster's cred_expire), and --wait reads sacct every --poll-s (1 s)
+    # for 5 s and more (the cluster's cred_expire), and --wait reads sacct every --poll-s (1 s).
+    # At least one pending spell per requeue, alternating with running, never a failure, then
+    # done: CI on a loaded 2-core host once saw three spells for sacct's two requeues (a state
+    # read between them as running; not reproduced here with the host loaded or idle, where
+    # sacct reads RUNNING, REQUEUED, PENDING, RUNNING each time). The records and sacct's
+    # states above are what the requeues must keep exact.
     states = [ln.split(": ", 1)[1] for ln in out.splitlines() if ln.startswith("[table1] tasks:")]
     pending, running = (f"0 done, {r} running, {1 - r} pending, 0 failed of 1" for r in (0, 1))
     done = "1 done, 0 running, 0 pending, 0 failed of 1"
     after_start = states[states[:1] == [pending]:]   # it may start before the first look
-    assert after_start == [running, pending] * 2 + [running, done], states
+    spells = (len(after_start) - 2) // 2
+    assert spells >= 2 and after_start == [running, pending] * spells + [running, done], states
 
 
 def test_time_limit_checkpoints_on_the_warning_and_requeues(base):
